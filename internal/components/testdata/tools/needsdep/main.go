@@ -1,0 +1,5 @@
+package main
+
+import _ "example.com/not/in/any/cache"
+
+func main() {}

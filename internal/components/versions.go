@@ -1,0 +1,56 @@
+package components
+
+// Pinned versions. Change them here and in the matching tools/<module>/go.mod
+// (TestToolsModulesMatchPins keeps the two in step).
+const (
+	// KubernetesVersion is the release of kube-apiserver, kube-scheduler and
+	// kube-controller-manager, and of the k8s.io libraries kubetask uses.
+	KubernetesVersion = "v1.37.2"
+	// EtcdVersion is the etcd server release.
+	EtcdVersion = "v3.6.16"
+	// KwokVersion is the kwok release that simulates nodes at scale.
+	KwokVersion = "v0.8.0"
+)
+
+// Component is one binary the local cluster runs.
+type Component struct {
+	// Name is the binary's name, e.g. "kube-apiserver".
+	Name string
+	// Version is the pinned release; together with Name it keys the cache.
+	Version string
+	// Module is the directory under tools/ whose go.mod builds the binary.
+	Module string
+	// Package is the Go package built, relative to Module's requirements.
+	Package string
+	// LDFlags are passed to the linker (version stamping).
+	LDFlags string
+}
+
+func kubeComponent(name string) Component {
+	return Component{
+		Name:    name,
+		Version: KubernetesVersion,
+		Module:  "kube",
+		Package: "k8s.io/kubernetes/cmd/" + name,
+		// Without these the server reports v0.0.0-master, which kubectl cannot parse.
+		LDFlags: "-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
+			" -X k8s.io/component-base/version.gitMajor=1" +
+			" -X k8s.io/component-base/version.gitMinor=37" +
+			" -X k8s.io/component-base/version.gitTreeState=clean",
+	}
+}
+
+// The components of the local cluster.
+var (
+	Etcd                  = Component{Name: "etcd", Version: EtcdVersion, Module: "etcd", Package: "."}
+	KubeAPIServer         = kubeComponent("kube-apiserver")
+	KubeScheduler         = kubeComponent("kube-scheduler")
+	KubeControllerManager = kubeComponent("kube-controller-manager")
+	Kwok                  = Component{Name: "kwok", Version: KwokVersion, Module: "kwok", Package: "sigs.k8s.io/kwok/cmd/kwok"}
+)
+
+// All lists every component in the order a cold build makes them (the
+// longest first, so that its progress shows early).
+func All() []Component {
+	return []Component{KubeAPIServer, Etcd, KubeScheduler, KubeControllerManager, Kwok}
+}
