@@ -1,0 +1,327 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Isolation selects how much of a container environment a process gets.
+type Isolation int
+
+const (
+	// IsolationAuto uses IsolationNamespaces when the node runs as root on Linux and
+	// IsolationNone otherwise.
+	IsolationAuto Isolation = iota
+	// IsolationNone runs the command as a plain child process in its own process group.
+	// Mounts are ignored.
+	IsolationNone
+	// IsolationNamespaces runs the command as PID 1 of a new PID namespace with a
+	// private mount namespace holding the spec's bind mounts. Requires root.
+	IsolationNamespaces
+)
+
+// DefaultPath is the PATH given to a command whose environment has none, as container
+// runtimes do for images that set no PATH.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Mount makes HostPath visible at ContainerPath inside the container's mount namespace.
+// A missing ContainerPath is created on the host as an empty directory (or an empty
+// file when HostPath is a file) to serve as the mount point.
+type Mount struct {
+	HostPath      string `json:"hostPath"`
+	ContainerPath string `json:"containerPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
+}
+
+// Spec describes one container instance.
+type Spec struct {
+	// Command is the argv to run: the container's command followed by its args.
+	// Command[0] is looked up in the PATH of Env when it contains no slash.
+	Command []string
+	// Env holds KEY=VALUE pairs, already resolved. DefaultPath is added when no PATH is set.
+	Env []string
+	// WorkingDir is created if it does not exist. Empty means "/".
+	WorkingDir string
+	// Mounts are applied in order, only under IsolationNamespaces.
+	Mounts []Mount
+	// LogPath is the CRI-format log file to create for this instance. Required.
+	LogPath string
+	// Isolation defaults to IsolationAuto.
+	Isolation Isolation
+}
+
+// Result is the outcome of a container instance that has exited.
+type Result struct {
+	// ExitCode is the command's exit status, or 128+signal when a signal killed it.
+	ExitCode int
+	// Signal is the signal that killed the command, or 0.
+	Signal syscall.Signal
+	// StartedAt is when the command began to run; FinishedAt when it was reaped.
+	StartedAt, FinishedAt time.Time
+	// OOMKilled is always false: processes have no memory limits, so the kernel OOM
+	// killer's victims cannot be told apart from other SIGKILLs.
+	OOMKilled bool
+}
+
+// StartError reports that a command could not be started at all (for example its
+// executable does not exist). The kubelet reports this as a terminated container with
+// reason StartError and exit code 128.
+type StartError struct {
+	Msg string
+}
+
+func (e *StartError) Error() string { return e.Msg }
+
+// Process is one running (or exited) container instance.
+// All methods are safe for concurrent use.
+type Process struct {
+	spec      Spec
+	isolated  bool
+	cmd       *exec.Cmd
+	pid       int
+	startedAt time.Time
+	log       *logWriter
+
+	done   chan struct{}
+	result Result
+}
+
+// Start starts the container instance described by spec and returns once the
+// command runs (its executable has been exec'd). A command that cannot be started
+// yields a *StartError. ctx bounds only the start itself, not the process's life.
+func Start(ctx context.Context, spec Spec) (*Process, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, &StartError{Msg: "no command to run"}
+	}
+	if spec.LogPath == "" {
+		return nil, errors.New("container spec without log path")
+	}
+	isolated, err := resolveIsolation(spec.Isolation)
+	if err != nil {
+		return nil, err
+	}
+	lw, err := createLog(spec.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{spec: spec, isolated: isolated, log: lw, done: make(chan struct{})}
+	if err := p.start(ctx); err != nil {
+		lw.close()
+		return nil, err
+	}
+	go p.wait()
+	return p, nil
+}
+
+func withDefaultPath(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return env
+		}
+	}
+	return append(append([]string(nil), env...), "PATH="+DefaultPath)
+}
+
+func (p *Process) start(ctx context.Context) error {
+	cfg := initConfig{
+		Argv:     p.spec.Command,
+		Dir:      p.spec.WorkingDir,
+		Isolated: p.isolated,
+	}
+	if p.isolated {
+		cfg.Mounts = p.spec.Mounts
+	}
+	cfgEnv, err := cfg.encode()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start pipe: %w", err)
+	}
+	defer errR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		return fmt.Errorf("stdout pipe: %w", err)
+	}
+	errOutR, errOutW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		outR.Close()
+		outW.Close()
+		return fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:        selfExe,
+		Args:        []string{initArgv0},
+		Env:         append(withDefaultPath(p.spec.Env), cfgEnv),
+		Stdout:      outW,
+		Stderr:      errOutW,
+		ExtraFiles:  []*os.File{errW},
+		SysProcAttr: sysProcAttr(p.isolated),
+	}
+	startErr := forkOnLockedThread(cmd.Start)
+	errW.Close()
+	outW.Close()
+	errOutW.Close()
+	if startErr != nil {
+		outR.Close()
+		errOutR.Close()
+		return fmt.Errorf("start container init: %w", startErr)
+	}
+	p.cmd = cmd
+	p.pid = cmd.Process.Pid
+
+	// The init child closes its end of the pipe by exec'ing the command (close-on-exec),
+	// or writes why it could not and exits.
+	msgCh := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(errR, 4096))
+		msgCh <- b
+	}()
+	var msg []byte
+	select {
+	case msg = <-msgCh:
+	case <-ctx.Done():
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		msg = <-msgCh
+		if len(msg) == 0 {
+			msg = []byte(ctx.Err().Error())
+		}
+	}
+	p.startedAt = time.Now()
+	if len(msg) > 0 {
+		_ = cmd.Wait()
+		outR.Close()
+		errOutR.Close()
+		return &StartError{Msg: string(msg)}
+	}
+	p.log.copyStreams(outR, errOutR)
+	return nil
+}
+
+// wait reaps the process, kills what is left of its process group (as a runtime
+// does when a container's main process exits) and closes the log.
+func (p *Process) wait() {
+	err := p.cmd.Wait()
+	finished := time.Now()
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	res := Result{StartedAt: p.startedAt, FinishedAt: finished}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = ws.Signal()
+			res.ExitCode = 128 + int(ws.Signal())
+		} else {
+			res.ExitCode = ee.ExitCode()
+		}
+	default:
+		res.ExitCode = 128
+	}
+	// Output still buffered in the pipes belongs to the log; a background process
+	// that escaped the group may hold them open, so do not wait for it forever.
+	p.log.drain(2 * time.Second)
+	p.result = res
+	close(p.done)
+}
+
+// PID returns the host process ID of the container's main process.
+func (p *Process) PID() int { return p.pid }
+
+// Isolated reports whether the process runs in its own mount and PID namespaces.
+func (p *Process) Isolated() bool { return p.isolated }
+
+// StartedAt returns when the command began to run.
+func (p *Process) StartedAt() time.Time { return p.startedAt }
+
+// Done is closed once the process has exited and its log is complete.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether Done is closed.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Result returns the outcome; valid only after Done is closed.
+func (p *Process) Result() Result {
+	<-p.done
+	return p.result
+}
+
+// Signal sends sig to every process in the container's process group.
+// Signalling an exited container is not an error.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.Exited() {
+		return nil
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal container process group %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM to the process group, waits up to grace for the process to exit,
+// then sends SIGKILL, and returns once the process has exited. If ctx ends first, the
+// process is killed at once. A zero grace kills at once.
+func (p *Process) Stop(ctx context.Context, grace time.Duration) Result {
+	if grace > 0 {
+		_ = p.Signal(syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-p.done:
+			return p.result
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.done
+	return p.result
+}
+
+// Kill sends SIGKILL to the process group and waits for the process to exit.
+func (p *Process) Kill() Result {
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.done
+	return p.result
+}
+
+// forker runs fork+exec on one OS thread that never exits: Pdeathsig fires when the
+// thread that forked a child exits, not when the process does, so forking from an
+// arbitrary (possibly short-lived) runtime thread could kill containers at random.
+var forker struct {
+	once sync.Once
+	reqs chan func()
+}
+
+func forkOnLockedThread(start func() error) error {
+	forker.once.Do(func() {
+		forker.reqs = make(chan func())
+		go func() {
+			lockThread()
+			for f := range forker.reqs {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	forker.reqs <- func() { errc <- start() }
+	return <-errc
+}

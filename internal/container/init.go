@@ -1,0 +1,57 @@
+package container
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// initEnvVar carries the init configuration from the node to its re-exec'd child.
+const initEnvVar = "_KUBETASK_CONTAINER_INIT"
+
+// initArgv0 names the init child in process listings until it execs the command.
+const initArgv0 = "kubetask-container-init"
+
+// selfExe is the node's own binary; a child started from it runs the init hook.
+const selfExe = "/proc/self/exe"
+
+// initConfig is what the init child needs to prepare the container and exec its command.
+type initConfig struct {
+	Argv     []string `json:"argv"`
+	Dir      string   `json:"dir,omitempty"`
+	Mounts   []Mount  `json:"mounts,omitempty"`
+	Isolated bool     `json:"isolated,omitempty"`
+	// Join, when non-zero, is the host PID of a container whose namespaces an exec'd
+	// command enters instead of preparing its own.
+	Join int `json:"join,omitempty"`
+}
+
+func (c initConfig) encode() (string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encode container init config: %w", err)
+	}
+	return initEnvVar + "=" + string(b), nil
+}
+
+// init turns this process into a container's init when the node started it as one.
+// It never returns in that case: it execs the command or reports why it could not
+// on file descriptor 3 and exits 127.
+func init() {
+	raw, ok := os.LookupEnv(initEnvVar)
+	if !ok {
+		return
+	}
+	_ = os.Unsetenv(initEnvVar)
+	errPipe := os.NewFile(3, "start-error")
+	var cfg initConfig
+	err := json.Unmarshal([]byte(raw), &cfg)
+	if err == nil {
+		err = runInit(cfg) // returns only on failure
+	}
+	if _, werr := errPipe.WriteString(err.Error()); werr != nil {
+		// No start-error pipe (an exec): tell the caller on stderr, as a shell would.
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(127)
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package container
+
+import (
+	"errors"
+	"syscall"
+)
+
+func lockThread() {}
+
+func resolveIsolation(iso Isolation) (bool, error) {
+	if iso == IsolationNamespaces {
+		return false, errors.New("namespace isolation needs Linux")
+	}
+	return false, nil
+}
+
+func sysProcAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func runInit(initConfig) error { return errors.New("container init is only supported on Linux") }
