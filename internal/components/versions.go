@@ -46,11 +46,13 @@ var (
 	KubeAPIServer         = kubeComponent("kube-apiserver")
 	KubeScheduler         = kubeComponent("kube-scheduler")
 	KubeControllerManager = kubeComponent("kube-controller-manager")
-	Kwok                  = Component{Name: "kwok", Version: KwokVersion, Module: "kwok", Package: "sigs.k8s.io/kwok/cmd/kwok"}
+	// Kubectl is used by tests and examples; kubetask itself never shells out to it.
+	Kubectl = kubeComponent("kubectl")
+	Kwok    = Component{Name: "kwok", Version: KwokVersion, Module: "kwok", Package: "sigs.k8s.io/kwok/cmd/kwok"}
 )
 
 // All lists every component in the order a cold build makes them (the
 // longest first, so that its progress shows early).
 func All() []Component {
-	return []Component{KubeAPIServer, Etcd, KubeScheduler, KubeControllerManager, Kwok}
+	return []Component{KubeAPIServer, Etcd, KubeScheduler, KubeControllerManager, Kubectl, Kwok}
 }

@@ -1,0 +1,617 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const (
+	// serviceIP is the first address of the service range; the apiserver
+	// advertises it because it refuses a loopback advertise address.
+	serviceIP    = "10.0.0.1"
+	serviceRange = "10.0.0.0/24"
+	// ContextName is the kubeconfig context the cluster writes.
+	ContextName = "kubetask-local"
+)
+
+// Binaries are the paths of the component executables.
+type Binaries struct {
+	Etcd, APIServer, Scheduler, ControllerManager string
+	// Kwok is needed only for simulated nodes.
+	Kwok string
+}
+
+// Config describes a local cluster. Dir is required; everything else has a default.
+type Config struct {
+	// Dir holds the cluster's key material, kubeconfig, component configs and logs.
+	Dir string
+	// EtcdDataDir defaults to Dir/etcd. Point it at tmpfs for fast tests.
+	EtcdDataDir string
+	// Binaries to run; see components.Builder.
+	Binaries Binaries
+	// APIServerPort is the apiserver's port on 127.0.0.1; 0 picks a free one.
+	APIServerPort int
+	// OnDemandExpiry turns the pods watch cache and etcd's automatic
+	// compaction off, so that CompactEtcd makes every older pod watch fail
+	// with 410 Expired at once.
+	OnDemandExpiry bool
+	// LocalNodes is the number of local process nodes (kubetask node run) to start.
+	LocalNodes int
+	// KubetaskBinary runs local nodes; required when LocalNodes > 0.
+	KubetaskBinary string
+	// SimNodes is the number of kwok-simulated nodes to create at start.
+	SimNodes int
+	// Logger receives progress; nil discards.
+	Logger *slog.Logger
+}
+
+// Cluster is a running local cluster. Its methods are safe for concurrent use.
+type Cluster struct {
+	cfg        Config
+	log        *slog.Logger
+	pki        *pki
+	kubeconfig string
+	restConfig *rest.Config
+	client     kubernetes.Interface
+	ports      ports
+
+	mu        sync.Mutex
+	etcd      *process
+	apiserver *process
+	scheduler *process
+	kcm       *process
+	kwok      *process
+	nodes     []*process
+	simNodes  int
+	stopped   bool
+}
+
+type ports struct {
+	EtcdClient, EtcdPeer, APIServer, Scheduler, ControllerManager, Kwok int
+}
+
+// Start launches the control plane described by cfg and waits until it is ready.
+// On error nothing it started is left running.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Logger}
+	if err := c.start(ctx); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.Dir == "" {
+		return errors.New("localcluster: Config.Dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("resolving cluster directory: %w", err)
+	}
+	cfg.Dir = dir
+	if cfg.EtcdDataDir == "" {
+		cfg.EtcdDataDir = filepath.Join(cfg.Dir, "etcd")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	b := cfg.Binaries
+	for name, p := range map[string]string{"etcd": b.Etcd, "kube-apiserver": b.APIServer, "kube-scheduler": b.Scheduler, "kube-controller-manager": b.ControllerManager} {
+		if p == "" {
+			return fmt.Errorf("localcluster: no binary for %s (build it with components.Builder)", name)
+		}
+	}
+	if cfg.SimNodes > 0 && b.Kwok == "" {
+		return errors.New("localcluster: SimNodes needs Binaries.Kwok")
+	}
+	if cfg.LocalNodes > 0 && cfg.KubetaskBinary == "" {
+		return errors.New("localcluster: LocalNodes needs KubetaskBinary")
+	}
+	if cfg.APIServerPort < 0 || cfg.APIServerPort > 65535 {
+		return fmt.Errorf("apiserver port %d is out of range: use 1-65535, or 0 for a free port", cfg.APIServerPort)
+	}
+	return nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	cfg := c.cfg
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "logs"), cfg.EtcdDataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	p, err := ensurePKI(filepath.Join(cfg.Dir, "pki"))
+	if err != nil {
+		return err
+	}
+	c.pki = p
+	if err := c.allocatePorts(); err != nil {
+		return err
+	}
+	if err := c.writeConfigs(); err != nil {
+		return err
+	}
+
+	c.log.Info("starting etcd", "port", c.ports.EtcdClient)
+	if err := c.startEtcd(ctx); err != nil {
+		return err
+	}
+	c.log.Info("starting kube-apiserver", "port", c.ports.APIServer)
+	if err := c.startAPIServer(ctx); err != nil {
+		return err
+	}
+	c.log.Info("starting kube-scheduler and kube-controller-manager")
+	c.mu.Lock()
+	c.scheduler = c.newProcess("kube-scheduler", cfg.Binaries.Scheduler, c.schedulerArgs())
+	c.kcm = c.newProcess("kube-controller-manager", cfg.Binaries.ControllerManager, c.controllerManagerArgs())
+	c.mu.Unlock()
+	for _, pr := range []*process{c.scheduler, c.kcm} {
+		if err := pr.start(); err != nil {
+			return err
+		}
+	}
+	if err := c.waitReady(ctx, c.scheduler, insecureHealthz(c.ports.Scheduler)); err != nil {
+		return err
+	}
+	if err := c.waitReady(ctx, c.kcm, insecureHealthz(c.ports.ControllerManager)); err != nil {
+		return err
+	}
+	// The ServiceAccount admission plugin rejects pods in a namespace without
+	// a default ServiceAccount; the controller-manager creates them.
+	if err := c.waitReady(ctx, c.kcm, func(ctx context.Context) error {
+		_, err := c.client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("waiting for the default ServiceAccount: %w", err)
+	}
+	for i := 0; i < cfg.LocalNodes; i++ {
+		if err := c.AddLocalNode(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.SimNodes > 0 {
+		if err := c.AddSimNodes(ctx, cfg.SimNodes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) allocatePorts() error {
+	if c.cfg.APIServerPort != 0 {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.APIServerPort)))
+		if err != nil {
+			return fmt.Errorf("apiserver port %d is already in use: free it, or choose another port (0 picks a free one): %w", c.cfg.APIServerPort, err)
+		}
+		l.Close()
+	}
+	free, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	c.ports = ports{EtcdClient: free[0], EtcdPeer: free[1], APIServer: free[2], Scheduler: free[3], ControllerManager: free[4], Kwok: free[5]}
+	if c.cfg.APIServerPort != 0 {
+		c.ports.APIServer = c.cfg.APIServerPort
+	}
+	return nil
+}
+
+// freePorts returns n distinct ports that were free on 127.0.0.1 a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+func (c *Cluster) path(name string) string { return filepath.Join(c.cfg.Dir, name) }
+
+func (c *Cluster) newProcess(name, bin string, args []string) *process {
+	return &process{name: name, path: bin, args: args, logPath: filepath.Join(c.cfg.Dir, "logs", name+".log")}
+}
+
+func (c *Cluster) writeConfigs() error {
+	server := fmt.Sprintf("https://127.0.0.1:%d", c.ports.APIServer)
+	ca, err := os.ReadFile(c.pki.CACert)
+	if err != nil {
+		return fmt.Errorf("reading CA: %w", err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[ContextName] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	kc.AuthInfos[ContextName] = &clientcmdapi.AuthInfo{Token: c.pki.Token}
+	kc.Contexts[ContextName] = &clientcmdapi.Context{Cluster: ContextName, AuthInfo: ContextName, Namespace: "default"}
+	kc.CurrentContext = ContextName
+	c.kubeconfig = c.path("kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, c.kubeconfig); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = 1000, 2000
+	c.restConfig = rc
+	if c.client, err = kubernetes.NewForConfig(rc); err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n", c.pki.Token)
+	if err := os.WriteFile(c.path("tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return fmt.Errorf("writing token file: %w", err)
+	}
+	sched := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: 1000
+  burst: 1000
+leaderElection:
+  leaderElect: false
+`, c.kubeconfig)
+	if err := os.WriteFile(c.path("scheduler.yaml"), []byte(sched), 0o600); err != nil {
+		return fmt.Errorf("writing scheduler config: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) etcdArgs() []string {
+	client := fmt.Sprintf("http://127.0.0.1:%d", c.ports.EtcdClient)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", c.ports.EtcdPeer)
+	return []string{
+		"--name=default",
+		"--data-dir=" + c.cfg.EtcdDataDir,
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+		"--quota-backend-bytes=8589934592",
+	}
+}
+
+func (c *Cluster) apiserverArgs() []string {
+	args := []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.EtcdClient),
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.APIServer),
+		"--advertise-address=" + serviceIP,
+		"--endpoint-reconciler-type=none",
+		"--service-cluster-ip-range=" + serviceRange,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + c.pki.SAPub,
+		"--service-account-signing-key-file=" + c.pki.SAKey,
+		"--tls-cert-file=" + c.pki.ServingCert,
+		"--tls-private-key-file=" + c.pki.ServingKey,
+		"--client-ca-file=" + c.pki.CACert,
+		"--cert-dir=" + c.path("pki"),
+		"--token-auth-file=" + c.path("tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--allow-privileged=true",
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--max-requests-inflight=1000",
+		"--max-mutating-requests-inflight=500",
+		"--profiling=false",
+		"--v=1",
+	}
+	if c.cfg.OnDemandExpiry {
+		args = append(args, "--watch-cache-sizes=pods#0", "--etcd-compaction-interval=0")
+	}
+	return args
+}
+
+func (c *Cluster) schedulerArgs() []string {
+	return []string{
+		"--config=" + c.path("scheduler.yaml"),
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.Scheduler),
+		"--authentication-kubeconfig=" + c.kubeconfig,
+		"--authorization-kubeconfig=" + c.kubeconfig,
+		"--v=1",
+	}
+}
+
+func (c *Cluster) controllerManagerArgs() []string {
+	return []string{
+		"--kubeconfig=" + c.kubeconfig,
+		"--authentication-kubeconfig=" + c.kubeconfig,
+		"--authorization-kubeconfig=" + c.kubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.ControllerManager),
+		"--leader-elect=false",
+		"--kube-api-qps=1000",
+		"--kube-api-burst=1000",
+		"--service-account-private-key-file=" + c.pki.SAKey,
+		"--root-ca-file=" + c.pki.CACert,
+		"--use-service-account-credentials=false",
+		// Notice a stopped node quickly: tests kill nodes on purpose.
+		"--node-monitor-grace-period=20s",
+		"--v=1",
+	}
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	c.mu.Lock()
+	c.etcd = c.newProcess("etcd", c.cfg.Binaries.Etcd, c.etcdArgs())
+	e := c.etcd
+	c.mu.Unlock()
+	if err := e.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, e, c.etcdHealthy)
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	c.apiserver = c.newProcess("kube-apiserver", c.cfg.Binaries.APIServer, c.apiserverArgs())
+	a := c.apiserver
+	c.mu.Unlock()
+	if err := a.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, a, c.apiserverReady)
+}
+
+// waitReady polls check until it succeeds, the process exits, or two minutes pass.
+func (c *Cluster) waitReady(ctx context.Context, p *process, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.exited():
+			return fmt.Errorf("%s exited during start-up (%v); last log lines from %s:\n%s", p.name, p.exitError(), p.logPath, p.logTail(15))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after waiting (%v): %w; last log lines from %s:\n%s", p.name, ctx.Err(), last, p.logPath, p.logTail(15))
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Cluster) etcdHealthy(ctx context.Context) error {
+	var out struct {
+		Health string `json:"health"`
+	}
+	if err := c.etcdCall(ctx, http.MethodGet, "/health", nil, &out); err != nil {
+		return err
+	}
+	if out.Health != "true" {
+		return fmt.Errorf("etcd health is %q", out.Health)
+	}
+	return nil
+}
+
+func (c *Cluster) apiserverReady(ctx context.Context) error {
+	body, err := c.client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("apiserver /readyz: %w (%s)", err, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+func insecureHealthz(port int) func(context.Context) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // components serve self-signed certificates on loopback
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	return func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+		}
+		return nil
+	}
+}
+
+func (c *Cluster) etcdCall(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", c.ports.EtcdClient, path), body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s: %s: %s", path, resp.Status, bytes.TrimSpace(data))
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("etcd %s: decoding %q: %w", path, data, err)
+		}
+	}
+	return nil
+}
+
+// Kubeconfig is the path of the cluster's admin kubeconfig.
+func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
+
+// RESTConfig returns a copy of the admin REST config (QPS 1000, burst 2000).
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Client is an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// Dir is the cluster directory.
+func (c *Cluster) Dir() string { return c.cfg.Dir }
+
+// APIServerPort is the apiserver's port on 127.0.0.1.
+func (c *Cluster) APIServerPort() int { return c.ports.APIServer }
+
+// Process describes one running component.
+type Process struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	Log  string `json:"log"`
+}
+
+// Processes lists the components that are running now.
+func (c *Cluster) Processes() []Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Process
+	for _, p := range c.all() {
+		if p != nil && p.running() {
+			out = append(out, Process{Name: p.name, PID: p.pid(), Log: p.logPath})
+		}
+	}
+	return out
+}
+
+// all returns every process in start order; c.mu must be held.
+func (c *Cluster) all() []*process {
+	ps := []*process{c.etcd, c.apiserver, c.scheduler, c.kcm, c.kwok}
+	return append(ps, c.nodes...)
+}
+
+// Stop terminates every component, nodes first and etcd last, and waits for
+// them to exit. It is safe to call more than once.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	c.stopped = true
+	ps := c.all()
+	c.mu.Unlock()
+	var errs []error
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i] == nil {
+			continue
+		}
+		if err := ps[i].stop(ctx, 10*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RestartAPIServer stops kube-apiserver alone and starts it again on the same
+// port, keeping etcd's data. Watches resumed from a resourceVersion older
+// than the restart then fail with 410 Expired.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	a := c.apiserver
+	c.mu.Unlock()
+	if err := a.stop(ctx, 10*time.Second); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	return c.startAPIServer(ctx)
+}
+
+// StopEtcd stops etcd; the apiserver keeps running and fails its requests.
+func (c *Cluster) StopEtcd(ctx context.Context) error {
+	c.mu.Lock()
+	e := c.etcd
+	c.mu.Unlock()
+	return e.stop(ctx, 10*time.Second)
+}
+
+// StartEtcd starts etcd again on the same port and data directory.
+func (c *Cluster) StartEtcd(ctx context.Context) error {
+	return c.startEtcd(ctx)
+}
+
+// EtcdRevision returns etcd's current revision.
+func (c *Cluster) EtcdRevision(ctx context.Context) (int64, error) {
+	var out struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	all := base64.StdEncoding.EncodeToString([]byte{0})
+	if err := c.etcdCall(ctx, http.MethodPost, "/v3/kv/range", map[string]any{"key": all, "range_end": all, "count_only": true}, &out); err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(out.Header.Revision, 10, 64)
+}
+
+// CompactEtcd compacts etcd to its current revision and returns it. With
+// Config.OnDemandExpiry, a pod watch from any older resourceVersion then
+// fails with 410 Expired.
+func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
+	rev, err := c.EtcdRevision(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading etcd revision: %w", err)
+	}
+	if err := c.etcdCall(ctx, http.MethodPost, "/v3/kv/compaction", map[string]any{"revision": strconv.FormatInt(rev, 10), "physical": true}, nil); err != nil {
+		return 0, fmt.Errorf("compacting etcd: %w", err)
+	}
+	return rev, nil
+}
+
+// EnsureNamespace creates namespace ns if it does not exist, and waits for its
+// default ServiceAccount.
+func (c *Cluster) EnsureNamespace(ctx context.Context, ns string) error {
+	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
+// CAData is the PEM of the cluster CA (for clients that build their own config).
+func (c *Cluster) CAData() []byte {
+	data, _ := os.ReadFile(c.pki.CACert)
+	return data
+}
+

@@ -1,0 +1,225 @@
+// Package clustertest gives each test binary one shared local cluster and each
+// test its own namespace on it.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { clustertest.Main(m) }
+//
+// The cluster (real etcd, kube-apiserver, kube-scheduler,
+// kube-controller-manager, local process nodes and kwok nodes) starts once
+// before the tests and stops when they end, also when the binary is
+// interrupted; its components die with the test binary in any case. Set
+// KUBETASK_TEST_KEEP=1 to keep the cluster directory for inspection.
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubetask/kubetask/internal/components"
+	"github.com/kubetask/kubetask/internal/localcluster"
+)
+
+// Options shape the shared cluster of a test binary.
+type Options struct {
+	// LocalNodes is the number of local process nodes (default 1; -1 for none).
+	LocalNodes int
+	// SimNodes is the number of kwok nodes (default 0).
+	SimNodes int
+	// OnDemandExpiry: see localcluster.Config.OnDemandExpiry.
+	OnDemandExpiry bool
+}
+
+var (
+	shared     *localcluster.Cluster
+	kubetaskBin string
+)
+
+// Main starts the shared cluster with default options, runs the tests and exits.
+func Main(m *testing.M) { MainWith(m, Options{}) }
+
+// MainWith is Main with options.
+func MainWith(m *testing.M, opts Options) { os.Exit(run(m, opts)) }
+
+func run(m *testing.M, opts Options) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir, err := os.MkdirTemp("", "kubetask-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest:", err)
+		return 1
+	}
+	keep := os.Getenv("KUBETASK_TEST_KEEP") != ""
+	defer func() {
+		if keep {
+			fmt.Fprintln(os.Stderr, "clustertest: kept cluster directory", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+	cfg, err := config(ctx, dir, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest:", err)
+		return 1
+	}
+	if !keep && cfg.EtcdDataDir != "" {
+		defer os.RemoveAll(cfg.EtcdDataDir)
+	}
+	cfg.Logger = log
+	start := time.Now()
+	c, err := localcluster.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest: starting cluster:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "clustertest: cluster ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), c.Kubeconfig())
+	shared = c
+	code := m.Run()
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stopCancel()
+	if err := c.Stop(stopCtx); err != nil {
+		fmt.Fprintln(os.Stderr, "clustertest: stopping cluster:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func config(ctx context.Context, dir string, opts Options) (localcluster.Config, error) {
+	b, err := components.NewBuilder(os.Stderr)
+	if err != nil {
+		return localcluster.Config{}, err
+	}
+	want := []components.Component{components.Etcd, components.KubeAPIServer, components.KubeScheduler, components.KubeControllerManager}
+	if opts.SimNodes > 0 {
+		want = append(want, components.Kwok)
+	}
+	paths, err := b.EnsureAll(ctx, want...)
+	if err != nil {
+		return localcluster.Config{}, err
+	}
+	cfg := localcluster.Config{
+		Dir: filepath.Join(dir, "cluster"),
+		Binaries: localcluster.Binaries{
+			Etcd:              paths[components.Etcd.Name],
+			APIServer:         paths[components.KubeAPIServer.Name],
+			Scheduler:         paths[components.KubeScheduler.Name],
+			ControllerManager: paths[components.KubeControllerManager.Name],
+			Kwok:              paths[components.Kwok.Name],
+		},
+		OnDemandExpiry: opts.OnDemandExpiry,
+		SimNodes:       opts.SimNodes,
+		LocalNodes:     opts.LocalNodes,
+	}
+	if cfg.LocalNodes == 0 {
+		cfg.LocalNodes = defaultLocalNodes
+	}
+	if cfg.LocalNodes < 0 {
+		cfg.LocalNodes = 0
+	}
+	// etcd on tmpfs: tests write a lot and need no durability.
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "kubetask-etcd-"); err == nil {
+			cfg.EtcdDataDir = d
+		}
+	}
+	if cfg.LocalNodes > 0 {
+		bin, err := BuildKubetask(ctx, dir)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.KubetaskBinary = bin
+	}
+	return cfg, nil
+}
+
+// defaultLocalNodes is the number of local process nodes a test cluster gets
+// unless Options says otherwise.
+var defaultLocalNodes = -1
+
+// BuildKubetask builds the kubetask command into dir and returns its path.
+// Test binaries run from inside the module, so the build reuses the Go cache.
+func BuildKubetask(ctx context.Context, dir string) (string, error) {
+	tools, err := components.FindToolsDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "kubetask")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kubetask")
+	cmd.Dir = filepath.Dir(tools)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building kubetask: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// Cluster is the shared cluster of this test binary (for fault hooks).
+func Cluster() *localcluster.Cluster {
+	if shared == nil {
+		panic("clustertest: no cluster; call clustertest.Main from TestMain")
+	}
+	return shared
+}
+
+// Env is what one test gets: clients for the shared cluster and a fresh namespace.
+type Env struct {
+	Client     kubernetes.Interface
+	Config     *rest.Config
+	Kubeconfig string
+	Namespace  string
+	Cluster    *localcluster.Cluster
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// New creates a namespace for t (deleted when t ends) and waits for its
+// default ServiceAccount, so pods can be created at once.
+func New(t testing.TB) *Env {
+	t.Helper()
+	c := Cluster()
+	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	ns := strings.Trim(name, "-") + "-" + rand.String(5)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := c.Client()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	})
+	for {
+		if _, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("namespace %s: no default ServiceAccount after a minute", ns)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return &Env{Client: client, Config: c.RESTConfig(), Kubeconfig: c.Kubeconfig(), Namespace: ns, Cluster: c}
+}

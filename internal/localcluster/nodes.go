@@ -1,0 +1,83 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AddLocalNode starts one more local process node (kubetask node run) named
+// local-<i> and waits until it is Ready.
+func (c *Cluster) AddLocalNode(ctx context.Context) error {
+	c.mu.Lock()
+	name := fmt.Sprintf("local-%d", len(c.nodes))
+	dir := filepath.Join(c.cfg.Dir, "nodes", name)
+	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--name=" + name, "--dir=" + dir})
+	c.nodes = append(c.nodes, p)
+	c.mu.Unlock()
+	c.log.Info("starting local node", "node", name)
+	if err := p.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, name) })
+}
+
+func (c *Cluster) nodeReady(ctx context.Context, name string) error {
+	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s is not Ready", name)
+}
+
+// LocalNodeNames lists the local process nodes started so far.
+func (c *Cluster) LocalNodeNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, len(c.nodes))
+	for i := range c.nodes {
+		names[i] = fmt.Sprintf("local-%d", i)
+	}
+	return names
+}
+
+// StopLocalNode stops local node i's process (its pods' processes die with
+// it); the node turns NotReady when its lease expires.
+func (c *Cluster) StopLocalNode(ctx context.Context, i int) error {
+	c.mu.Lock()
+	if i < 0 || i >= len(c.nodes) {
+		c.mu.Unlock()
+		return fmt.Errorf("no local node %d", i)
+	}
+	p := c.nodes[i]
+	c.mu.Unlock()
+	return p.stop(ctx, 10*time.Second)
+}
+
+// StartLocalNode starts local node i's process again after StopLocalNode.
+func (c *Cluster) StartLocalNode(ctx context.Context, i int) error {
+	c.mu.Lock()
+	if i < 0 || i >= len(c.nodes) {
+		c.mu.Unlock()
+		return fmt.Errorf("no local node %d", i)
+	}
+	p := c.nodes[i]
+	c.mu.Unlock()
+	if p.running() {
+		return nil
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, fmt.Sprintf("local-%d", i)) })
+}
+
