@@ -60,5 +60,6 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug details to stderr")
 	root.AddCommand(newClusterCommand())
+	root.AddCommand(newNodeCommand())
 	return root
 }

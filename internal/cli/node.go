@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubetask/kubetask/internal/localnode"
+)
+
+// newNodeCommand is the hidden `kubetask node run` that local clusters start for each
+// local process node (see docs/local-node.md).
+func newNodeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "node",
+		Short:  "Run a local Kubernetes node whose pods run as host processes (used by local clusters)",
+		Hidden: true,
+	}
+	var cfg localnode.Config
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Register a node and run the pods bound to it as local processes until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.Default()
+			return localnode.Run(cmd.Context(), cfg)
+		},
+	}
+	f := run.Flags()
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to join (required)")
+	f.StringVar(&cfg.NodeName, "name", "", "node name (required)")
+	f.StringVar(&cfg.Dir, "dir", "", "directory for the pods' logs, volumes and termination messages (required)")
+	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address of the kubelet API (logs, exec)")
+	f.IntVar(&cfg.MaxPods, "max-pods", 500, "pod capacity")
+	f.DurationVar(&cfg.StopGrace, "stop-grace", 2*time.Second, "time containers get after SIGTERM when the node stops")
+	for _, name := range []string{"kubeconfig", "name", "dir"} {
+		_ = run.MarkFlagRequired(name)
+	}
+	cmd.AddCommand(run)
+	return cmd
+}

@@ -1,0 +1,16 @@
+// Package localnode is a Kubernetes node, built on virtual-kubelet, whose pods run
+// each container's command as a local process (package container).
+//
+// Run registers the node, keeps its lease and status fresh, serves the kubelet API
+// (logs, exec) over HTTPS with a self-signed certificate, and runs the pods bound to
+// it the way the kubelet does: init containers in order, native sidecars,
+// restart policies with back-off, the kubelet's container and pod statuses and
+// conditions, termination messages, emptyDir volumes, graceful deletion and
+// activeDeadlineSeconds. docs/local-node.md lists what differs from a real kubelet.
+//
+// All state lives in memory. When the node process stops, every container process
+// dies with it. Pods that a restarted node finds bound to it and already started by
+// an earlier instance are marked Failed, their unfinished containers terminated with
+// reason ContainerStatusUnknown and exit code 137, as the kubelet reports lost
+// containers; pods that never started run normally.
+package localnode

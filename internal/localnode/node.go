@@ -1,0 +1,283 @@
+package localnode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
+	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// LabelKey is the label (value LabelValue) on every local node, and the key of
+	// its NoSchedule taint: pods reach a local node through the scheduler only with a
+	// matching toleration (and usually a nodeSelector on the label), or by a preset
+	// spec.nodeName, which bypasses both.
+	LabelKey = "kubetask.dev/node"
+	// LabelValue is the value of LabelKey and of the taint.
+	LabelValue = "local"
+
+	// KubeletVersion is what the node reports as its kubelet version.
+	KubeletVersion = "v1.37.2"
+)
+
+// Config configures a local node.
+type Config struct {
+	// NodeName is the Node object's name. Required.
+	NodeName string
+	// Kubeconfig is the path of a kubeconfig with rights to manage nodes, leases,
+	// pods, pod status, events, and read config maps and secrets. Required.
+	Kubeconfig string
+	// Dir holds the pods' logs, volumes and termination-message files. Required;
+	// created if missing. Each pod's files are removed when the pod is deleted.
+	Dir string
+	// ListenAddr is where the kubelet API listens; default 127.0.0.1:0 (any free
+	// port). The node registers the chosen port as its kubelet endpoint.
+	ListenAddr string
+	// MaxPods is the node's pod capacity; default 500.
+	MaxPods int
+	// CPU and Memory are the node's capacity; defaults 64 and 256Gi, so resource
+	// requests of test pods never make a local node look full.
+	CPU, Memory string
+	// Logger receives the node's logs; default slog.Default().
+	Logger *slog.Logger
+	// StopGrace is how long containers get after SIGTERM when the node stops,
+	// before SIGKILL; default 2s.
+	StopGrace time.Duration
+}
+
+func (c *Config) defaults() error {
+	if c.NodeName == "" || c.Kubeconfig == "" || c.Dir == "" {
+		return errors.New("local node needs a name, a kubeconfig and a directory")
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.MaxPods <= 0 {
+		c.MaxPods = 500
+	}
+	if c.CPU == "" {
+		c.CPU = "64"
+	}
+	if c.Memory == "" {
+		c.Memory = "256Gi"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 2 * time.Second
+	}
+	return nil
+}
+
+// Run registers the node and runs its pods until ctx ends. On return every container
+// process has been stopped (SIGTERM, then SIGKILL after Config.StopGrace) and the node
+// has been marked NotReady (best effort). It returns nil when ctx ended.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger.With("node", cfg.NodeName)
+	vklog.L = vkslog.FromSlog(log)
+	klog.SetSlogLogger(log)
+
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "pods"), 0o755); err != nil {
+		return fmt.Errorf("create node directory: %w", err)
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = 200, 400
+	restCfg.UserAgent = "kubetask-node/" + cfg.NodeName
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listen for the kubelet API: %w", err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	cert, err := selfSignedCert(cfg.NodeName)
+	if err != nil {
+		return err
+	}
+
+	apiHost, apiPort := apiserverHostPort(restCfg.Host)
+	p := newProvider(providerConfig{
+		nodeName: cfg.NodeName,
+		dir:      filepath.Join(cfg.Dir, "pods"),
+		client:   client,
+		log:      log,
+		apiHost:  apiHost,
+		apiPort:  apiPort,
+		cpu:      resource.MustParse(cfg.CPU),
+		memory:   resource.MustParse(cfg.Memory),
+	})
+
+	mux := http.NewServeMux()
+	n, err := nodeutil.NewNode(cfg.NodeName,
+		func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+			p.pods = pc.Pods
+			return p, nil, nil
+		},
+		nodeutil.WithClient(client),
+		nodeutil.AttachProviderRoutes(mux),
+		func(nc *nodeutil.NodeConfig) error {
+			nc.NodeSpec = nodeSpec(cfg, port)
+			// The provider resolves env itself, to report CreateContainerConfigError
+			// as the kubelet does instead of failing the pod.
+			nc.SkipDownwardAPIResolution = true
+			nc.NumWorkers = 8
+			nc.InformerResyncPeriod = 0
+			return nil
+		},
+	)
+	if err != nil {
+		return fmt.Errorf("create node: %w", err)
+	}
+
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 30 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// Exec and attach upgrade the connection, which HTTP/2 cannot do.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("kubelet API server stopped", "err", err)
+		}
+	}()
+
+	nodeCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.start(nodeCtx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- n.Run(nodeCtx) }()
+	log.Info("local node starting", "kubeletPort", port, "dir", cfg.Dir)
+	select {
+	case <-n.Ready():
+		log.Info("local node ready")
+	case err := <-runErr:
+		p.shutdown(cfg.StopGrace)
+		_ = srv.Close()
+		return fmt.Errorf("run node: %w", err)
+	}
+
+	var result error
+	select {
+	case <-ctx.Done():
+	case err := <-runErr:
+		if err != nil && ctx.Err() == nil {
+			result = fmt.Errorf("run node: %w", err)
+		}
+	}
+	log.Info("local node stopping")
+	cancel()
+	p.shutdown(cfg.StopGrace)
+	_ = srv.Close()
+	markNotReady(client, cfg.NodeName, log)
+	log.Info("local node stopped")
+	return result
+}
+
+func apiserverHostPort(host string) (string, string) {
+	u := host
+	for _, prefix := range []string{"https://", "http://"} {
+		if len(u) > len(prefix) && u[:len(prefix)] == prefix {
+			u = u[len(prefix):]
+		}
+	}
+	h, p, err := net.SplitHostPort(u)
+	if err != nil {
+		return u, "443"
+	}
+	return h, p
+}
+
+func nodeSpec(cfg Config, port int) corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse(cfg.CPU),
+		corev1.ResourceMemory:           resource.MustParse(cfg.Memory),
+		corev1.ResourcePods:             *resource.NewQuantity(int64(cfg.MaxPods), resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
+	}
+	now := metav1.Now()
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	return corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cfg.NodeName,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": cfg.NodeName,
+				"kubernetes.io/os":       runtime.GOOS,
+				"kubernetes.io/arch":     runtime.GOARCH,
+				"type":                   "virtual-kubelet",
+				LabelKey:                 LabelValue,
+			},
+		},
+		Spec: corev1.NodeSpec{
+			Taints: []corev1.Taint{{Key: LabelKey, Value: LabelValue, Effect: corev1.TaintEffectNoSchedule}},
+		},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity.DeepCopy(),
+			// Only an InternalIP: the apiserver prefers Hostname addresses, and the
+			// node name does not resolve.
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(port)}},
+			NodeInfo: corev1.NodeSystemInfo{
+				KubeletVersion:          KubeletVersion,
+				OperatingSystem:         runtime.GOOS,
+				Architecture:            runtime.GOARCH,
+				ContainerRuntimeVersion: "kubetask-local://" + strconv.Itoa(os.Getpid()),
+				OSImage:                 "kubetask local node (commands run on the host)",
+			},
+			Conditions: []corev1.NodeCondition{
+				cond(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", "local node starting"),
+				cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+				cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+				cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+			},
+		},
+	}
+}
+
+// markNotReady reports the node NotReady right away instead of leaving it to the
+// node lifecycle controller after the lease expires.
+func markNotReady(client kubernetes.Interface, name string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	now := metav1.Now()
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"False","reason":"KubeletStopped","message":"kubetask local node process stopped","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`,
+		now.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		log.Warn("could not mark node NotReady", "err", err)
+	}
+}
