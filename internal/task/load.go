@@ -1,0 +1,206 @@
+package task
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxDocumentBytes bounds the size of a task document.
+const MaxDocumentBytes = 4 << 20
+
+// InvalidError lists everything wrong with a task document, each error naming its field
+// path. Load and Validate return it (wrapped or not: use errors.As).
+type InvalidError struct {
+	// Name is the task's name, if known.
+	Name string
+	// Errs is never empty.
+	Errs field.ErrorList
+}
+
+// Error renders one error per line.
+func (e *InvalidError) Error() string {
+	var b strings.Builder
+	if e.Name != "" {
+		fmt.Fprintf(&b, "invalid task %q:", e.Name)
+	} else {
+		b.WriteString("invalid task:")
+	}
+	for _, err := range e.Errs {
+		b.WriteString("\n  ")
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// Load reads one task document (YAML or JSON; kind Task, or kind Pod) from r, applies
+// defaults and validates it. Unknown and duplicate fields are errors. The errors that
+// concern the document's content are an *InvalidError whose field paths are those of
+// the document as written (for a Pod, spec.containers[0] rather than
+// spec.template.spec.containers[0]).
+func Load(r io.Reader) (*Task, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading task: %w", err)
+	}
+	if len(data) > MaxDocumentBytes {
+		return nil, fmt.Errorf("reading task: document larger than %d bytes", MaxDocumentBytes)
+	}
+	return Parse(data)
+}
+
+// Parse is Load for a document in memory.
+func Parse(data []byte) (*Task, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("decoding task: the document is empty")
+	}
+	if multiDocument.Match(data) {
+		return nil, errors.New("decoding task: the document holds several YAML documents; put one task per file")
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding task: %w", err)
+	}
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(js, &tm); err != nil {
+		return nil, fmt.Errorf("decoding task: the document must be an object with apiVersion and kind: %w", err)
+	}
+	var t *Task
+	fromPod := false
+	switch {
+	case tm.APIVersion == APIVersion && tm.Kind == Kind:
+		t = &Task{}
+		if err := decodeStrict(js, t); err != nil {
+			return nil, err
+		}
+	case tm.APIVersion == "v1" && tm.Kind == "Pod":
+		var pod corev1.Pod
+		if err := decodeStrict(js, &pod); err != nil {
+			return nil, err
+		}
+		t, fromPod = FromPod(&pod), true
+	default:
+		return nil, &InvalidError{Errs: field.ErrorList{field.Invalid(field.NewPath("kind"), tm.Kind,
+			fmt.Sprintf("must be kind %s with apiVersion %s, or kind Pod with apiVersion v1 (got apiVersion %q)",
+				Kind, APIVersion, tm.APIVersion))}}
+	}
+	t.Default()
+	if err := t.Validate(); err != nil {
+		var inv *InvalidError
+		if fromPod && errors.As(err, &inv) {
+			for _, e := range inv.Errs {
+				e.Field = podPath(e.Field)
+			}
+		}
+		return nil, err
+	}
+	return t, nil
+}
+
+var multiDocument = regexp.MustCompile(`(?m)^---\s*\n\s*[^\s#]`)
+
+// FromPod turns a pod manifest into a task: its name, namespace and labels become the
+// task's, the rest of its metadata and its spec the template. The annotation
+// AnnotationMainContainer, if present, names the main container. Server-populated
+// fields and the status are ignored.
+func FromPod(pod *corev1.Pod) *Task {
+	t := &Task{
+		TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, Labels: copyMap(pod.Labels),
+		},
+	}
+	t.Spec.Template.Labels = copyMap(pod.Labels)
+	t.Spec.Template.Annotations = copyMap(pod.Annotations)
+	if main, ok := t.Spec.Template.Annotations[AnnotationMainContainer]; ok {
+		t.Spec.MainContainer = main
+		delete(t.Spec.Template.Annotations, AnnotationMainContainer)
+		if len(t.Spec.Template.Annotations) == 0 {
+			t.Spec.Template.Annotations = nil
+		}
+	}
+	pod.Spec.DeepCopyInto(&t.Spec.Template.Spec)
+	return t
+}
+
+// podPath rewrites a task field path into the path of the pod manifest it came from.
+func podPath(p string) string {
+	switch {
+	case strings.HasPrefix(p, "spec.template.spec"):
+		return "spec" + strings.TrimPrefix(p, "spec.template.spec")
+	case strings.HasPrefix(p, "spec.template.metadata"):
+		return "metadata" + strings.TrimPrefix(p, "spec.template.metadata")
+	case p == "spec.mainContainer":
+		return "metadata.annotations[" + AnnotationMainContainer + "]"
+	}
+	return p
+}
+
+var typeError = regexp.MustCompile(`cannot unmarshal (\S+) into Go struct field [A-Za-z0-9_]+\.(\S+) of type (\S+)`)
+
+// decodeStrict decodes JSON into v, reporting unknown, duplicate and mistyped fields
+// with their paths.
+func decodeStrict(js []byte, v any) error {
+	strict, err := kjson.UnmarshalStrict(js, v)
+	if err != nil {
+		if m := typeError.FindStringSubmatch(err.Error()); m != nil {
+			return &InvalidError{Errs: field.ErrorList{field.Invalid(field.NewPath(m[2]), m[1],
+				"must be "+goTypeName(m[3]))}}
+		}
+		return fmt.Errorf("decoding task: %w", err)
+	}
+	var errs field.ErrorList
+	for _, e := range strict {
+		var fe kjson.FieldError
+		if !errors.As(e, &fe) {
+			errs = append(errs, field.Invalid(nil, nil, e.Error()))
+			continue
+		}
+		p := field.NewPath(fe.FieldPath())
+		if strings.HasPrefix(e.Error(), "duplicate field") {
+			errs = append(errs, field.Duplicate(p, "set it only once"))
+		} else {
+			errs = append(errs, field.Forbidden(p, "unknown field: check its spelling and indentation (see docs/task-format.md)"))
+		}
+	}
+	if len(errs) > 0 {
+		return &InvalidError{Errs: errs}
+	}
+	return nil
+}
+
+func goTypeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || strings.HasPrefix(t, "*int"):
+		return "a whole number"
+	case t == "string" || strings.HasSuffix(t, ".Duration") || strings.HasSuffix(t, "Cleanup") || strings.HasSuffix(t, "Source"):
+		return "a string"
+	case t == "bool" || t == "*bool":
+		return "true or false"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["):
+		return "an object"
+	}
+	return "of type " + t
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
