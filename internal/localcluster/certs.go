@@ -19,8 +19,8 @@ import (
 // pki is the key material a cluster needs, written once into its directory.
 type pki struct {
 	CACert, ServingCert, ServingKey string // PEM files
-	SAKey, SAPub                        string // service-account signing key pair
-	Token                               string // static admin bearer token
+	SAKey, SAPub                    string // service-account signing key pair
+	Token                           string // static admin bearer token
 }
 
 // ensurePKI generates (or reuses, on restart) a CA, an apiserver serving

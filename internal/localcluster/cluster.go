@@ -614,4 +614,3 @@ func (c *Cluster) CAData() []byte {
 	data, _ := os.ReadFile(c.pki.CACert)
 	return data
 }
-

@@ -80,4 +80,3 @@ func (c *Cluster) StartLocalNode(ctx context.Context, i int) error {
 	}
 	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, fmt.Sprintf("local-%d", i)) })
 }
-

@@ -47,7 +47,7 @@ type Options struct {
 }
 
 var (
-	shared     *localcluster.Cluster
+	shared      *localcluster.Cluster
 	kubetaskBin string
 )
 

@@ -79,4 +79,3 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 		}
 	}
 }
-
