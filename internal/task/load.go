@@ -70,6 +70,9 @@ func Parse(data []byte) (*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decoding task: %w", err)
 	}
+	if string(bytes.TrimSpace(js)) == "null" {
+		return nil, errors.New("decoding task: the document is empty")
+	}
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(js, &tm); err != nil {
 		return nil, fmt.Errorf("decoding task: the document must be an object with apiVersion and kind: %w", err)
