@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/localcluster"
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+)
+
+func TestSimNodesReady(t *testing.T) {
+	env := clustertest.New(t)
+	names := env.Cluster.SimNodeNames()
+	if want := []string{"sim-0", "sim-1", "sim-2"}; len(names) != len(want) || names[0] != want[0] || names[2] != want[2] {
+		t.Fatalf("SimNodeNames() = %v, want %v", names, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range names {
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading node %s: %v", name, err)
+		}
+		ready := false
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		if !ready {
+			t.Errorf("node %s is not Ready: %v", name, n.Status.Conditions)
+		}
+		if n.Labels[localcluster.SimNodeLabel] != "sim" || n.Labels["type"] != "kwok" || n.Annotations[localcluster.SimNodeAnnotation] != "fake" {
+			t.Errorf("node %s: labels %v annotations %v", name, n.Labels, n.Annotations)
+		}
+		if len(n.Spec.Taints) != 1 || !tolerates(n.Spec.Taints[0]) {
+			t.Errorf("node %s: taints %v not tolerated by the sim toleration", name, n.Spec.Taints)
+		}
+		if got := n.Status.Allocatable.Pods().Value(); got != localcluster.SimNodePods {
+			t.Errorf("node %s: %d allocatable pods, want %d", name, got, localcluster.SimNodePods)
+		}
+	}
+}
+
+func TestPodWithoutAnnotationsRuns(t *testing.T) {
+	env := clustertest.New(t)
+	createPod(t, env, simPod("plain", nil, "main", "sidecar"))
+	p := waitPod(t, env, "plain", 30*time.Second, allRunning)
+	if !isSimNode(env, p.Spec.NodeName) {
+		t.Fatalf("pod runs on %q, not a simulated node", p.Spec.NodeName)
+	}
+	if p.Status.PodIP == "" || p.Status.StartTime == nil {
+		t.Errorf("podIP %q startTime %v: want both set", p.Status.PodIP, p.Status.StartTime)
+	}
+	holds(t, env, "plain", 3*time.Second, allRunning)
+}
+
+func tolerates(taint corev1.Taint) bool {
+	tol := localcluster.SimNodeToleration()
+	return tol.Key == taint.Key && tol.Value == taint.Value && tol.Effect == taint.Effect
+}
