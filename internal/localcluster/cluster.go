@@ -500,6 +500,13 @@ func (c *Cluster) Dir() string { return c.cfg.Dir }
 // APIServerPort is the apiserver's port on 127.0.0.1.
 func (c *Cluster) APIServerPort() int { return c.ports.APIServer }
 
+// Ports returns every loopback port the cluster's components listen on, by component.
+func (c *Cluster) Ports() map[string]int {
+	p := c.ports
+	return map[string]int{"etcd-client": p.EtcdClient, "etcd-peer": p.EtcdPeer, "kube-apiserver": p.APIServer,
+		"kube-scheduler": p.Scheduler, "kube-controller-manager": p.ControllerManager, "kwok": p.Kwok}
+}
+
 // Process describes one running component.
 type Process struct {
 	Name string `json:"name"`

@@ -44,6 +44,8 @@ type State struct {
 	Kubeconfig    string    `json:"kubeconfig,omitempty"`
 	APIServerPort int       `json:"apiServerPort,omitempty"`
 	Processes     []Process `json:"processes,omitempty"`
+	// Ports the components listen on (kwok's only once it runs).
+	Ports map[string]int `json:"ports,omitempty"`
 	Error         string    `json:"error,omitempty"`
 }
 
@@ -177,7 +179,7 @@ func (d StateDir) Supervise(ctx context.Context, cfg Config, log *slog.Logger) e
 		return err
 	}
 	st.Status, st.ReadyAt = StatusReady, time.Now()
-	st.Kubeconfig, st.APIServerPort, st.Processes = c.Kubeconfig(), c.APIServerPort(), c.Processes()
+	st.Kubeconfig, st.APIServerPort, st.Processes, st.Ports = c.Kubeconfig(), c.APIServerPort(), c.Processes(), c.Ports()
 	if err := d.write(st); err != nil {
 		_ = c.Stop(context.Background())
 		return err
