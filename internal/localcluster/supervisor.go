@@ -46,7 +46,7 @@ type State struct {
 	Processes     []Process `json:"processes,omitempty"`
 	// Ports the components listen on (kwok's only once it runs).
 	Ports map[string]int `json:"ports,omitempty"`
-	Error         string    `json:"error,omitempty"`
+	Error string         `json:"error,omitempty"`
 }
 
 // ErrStarting means another process is starting the background cluster.
