@@ -98,8 +98,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("node", cfg.NodeName)
-	vklog.L = vkslog.FromSlog(log)
-	klog.SetSlogLogger(log)
+	libLog := slog.New(quietHandler{log.Handler()})
+	vklog.L = vkslog.FromSlog(libLog)
+	klog.SetSlogLogger(libLog)
 
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "pods"), 0o755); err != nil {
 		return fmt.Errorf("create node directory: %w", err)
