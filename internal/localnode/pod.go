@@ -110,10 +110,10 @@ type podWorker struct {
 	deleteIssued         bool
 	lastPublished        *corev1.PodStatus
 
-	wake         chan struct{}
-	destroyed    chan struct{}
-	destroyOnce  sync.Once
-	exited       chan struct{}
+	wake        chan struct{}
+	destroyed   chan struct{}
+	destroyOnce sync.Once
+	exited      chan struct{}
 }
 
 func newPodWorker(p *provider, pod *corev1.Pod) *podWorker {
@@ -587,7 +587,7 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 	}
 	if len(c.spec.Command) == 0 {
 		c.waiting = &corev1.ContainerStateWaiting{
-			Reason: "CreateContainerError",
+			Reason:  "CreateContainerError",
 			Message: fmt.Sprintf("kubetask local node: container %q has no command; this node runs the container's command and args on the host and never runs images, so an image's entrypoint is unknown", c.spec.Name),
 		}
 		c.retryAt = now.Add(never)

@@ -194,7 +194,9 @@ func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	for _, w := range ws {
 		pods = append(pods, w.snapshot())
 	}
-	sort.Slice(pods, func(i, j int) bool { return key(pods[i].Namespace, pods[i].Name) < key(pods[j].Namespace, pods[j].Name) })
+	sort.Slice(pods, func(i, j int) bool {
+		return key(pods[i].Namespace, pods[i].Name) < key(pods[j].Namespace, pods[j].Name)
+	})
 	return pods, nil
 }
 

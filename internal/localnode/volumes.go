@@ -84,7 +84,7 @@ func writeFiles(dir string, files map[string][]byte) error {
 		return err
 	}
 	for name, data := range files {
-		p := filepath.Join(dir, filepath.Clean("/" + name))
+		p := filepath.Join(dir, filepath.Clean("/"+name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
