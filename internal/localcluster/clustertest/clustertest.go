@@ -153,7 +153,7 @@ func config(ctx context.Context, dir string, opts Options) (localcluster.Config,
 
 // defaultLocalNodes is the number of local process nodes a test cluster gets
 // unless Options says otherwise.
-var defaultLocalNodes = -1
+var defaultLocalNodes = 1
 
 // BuildKubetask builds the kubetask command into dir and returns its path.
 // Test binaries run from inside the module, so the build reuses the Go cache.
