@@ -140,7 +140,7 @@ func TestDerive(t *testing.T) {
 			want: outcome{Phase: podstate.Succeeded, Reason: podstate.ReasonCompleted, Exit: exit(0), StopPod: true},
 		},
 		"native sidecar runs beside main": {
-			pod: pod().Scheduled().NativeSidecar("envoy").Running().Main("base").Running().Phase(corev1.PodRunning),
+			pod:  pod().Scheduled().NativeSidecar("envoy").Running().Main("base").Running().Phase(corev1.PodRunning),
 			want: outcome{Phase: podstate.Running, Reason: podstate.ReasonRunning},
 		},
 		"native sidecar restarting while main runs": {
@@ -487,7 +487,7 @@ func TestDerive(t *testing.T) {
 		},
 		"cancelled, main killed by the stop": {
 			pod: running().After(time.Minute).ActiveDeadlineSeconds(61).
-				After(2 * time.Second).Terminated(137).Phase(corev1.PodFailed).Reason("DeadlineExceeded", ""),
+				After(2*time.Second).Terminated(137).Phase(corev1.PodFailed).Reason("DeadlineExceeded", ""),
 			policy: &podstate.Policy{MainContainer: "base", CancelledAt: podtest.T0.Add(90 * time.Second)},
 			want:   outcome{Phase: podstate.Failed, Reason: podstate.ReasonCancelled, Exit: exit(137)},
 		},

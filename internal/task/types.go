@@ -101,7 +101,8 @@ type Retries struct {
 	// to MaxBackoff. Default 10s.
 	Backoff Duration `json:"backoff,omitempty"`
 	// RetryOn lists what is retried: "Infrastructure" (every retryable reason of
-	// docs/states.md) and/or individual Failed reasons such as "ExitCode".
+	// docs/states.md) and/or individual Failed reasons such as "ExitCode" (not
+	// Cancelled: a cancelled task is never retried).
 	// Default [Infrastructure].
 	RetryOn []string `json:"retryOn,omitempty"`
 }
@@ -173,9 +174,10 @@ func (t *Task) Policy() podstate.Policy {
 }
 
 // ShouldRetry reports whether a task whose attempt (0 for the first) ended in state s
-// gets another attempt. t must be defaulted.
+// gets another attempt: a Failed state whose reason RetryOn lists (or that is retryable,
+// with Infrastructure), never Cancelled, while attempts remain. t must be defaulted.
 func (t *Task) ShouldRetry(s podstate.State, attempt int) bool {
-	if s.Phase != podstate.Failed || t.Spec.Retries.Limit == nil || attempt >= int(*t.Spec.Retries.Limit) {
+	if s.Phase != podstate.Failed || s.Reason == podstate.ReasonCancelled || t.Spec.Retries.Limit == nil || attempt >= int(*t.Spec.Retries.Limit) {
 		return false
 	}
 	for _, on := range t.Spec.Retries.RetryOn {

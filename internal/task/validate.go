@@ -158,7 +158,7 @@ func (t *Task) validateSpec() field.ErrorList {
 			continue
 		}
 		r := podstate.Reason(on)
-		if !slices.Contains(podstate.Reasons, r) || r == podstate.ReasonCompleted || nonTerminalReason(r) {
+		if !slices.Contains(retryOnValues(), string(r)) {
 			errs = append(errs, field.NotSupported(re.Child("retryOn").Index(i), on, retryOnValues()))
 		}
 	}
@@ -332,7 +332,7 @@ func nonTerminalReason(r podstate.Reason) bool {
 func retryOnValues() []string {
 	out := []string{RetryOnInfrastructure}
 	for _, r := range podstate.Reasons {
-		if r != podstate.ReasonCompleted && !nonTerminalReason(r) {
+		if r != podstate.ReasonCompleted && r != podstate.ReasonCancelled && !nonTerminalReason(r) {
 			out = append(out, string(r))
 		}
 	}

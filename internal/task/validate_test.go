@@ -110,6 +110,10 @@ func TestLoadErrors(t *testing.T) {
 			doc:  withSpec("  retries: {retryOn: [Always]}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
 			want: []string{`spec.retries.retryOn[0]: Unsupported value: "Always"`, `"Infrastructure"`, `"ExitCode"`},
 		},
+		"a cancelled task is never retried": {
+			doc:  withSpec("  retries: {retryOn: [Cancelled]}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.retries.retryOn[0]: Unsupported value: "Cancelled"`},
+		},
 		"result without from": {
 			doc:  withSpec("  result: {path: /out/r.json}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
 			want: []string{"spec.result.from: Required value: say where the result comes from: File or TerminationMessage"},
@@ -127,11 +131,11 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{`spec.result.path: Invalid value: "/r.json": the result file needs a directory of its own`},
 		},
 		"file result on a read-only volume": {
-			doc: withSpec("  result: {from: File, path: /config/r.json}\n  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: cfg, mountPath: /config, readOnly: true}]}], volumes: [{name: cfg, configMap: {name: c}}]}}\n"),
+			doc:  withSpec("  result: {from: File, path: /config/r.json}\n  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: cfg, mountPath: /config, readOnly: true}]}], volumes: [{name: cfg, configMap: {name: c}}]}}\n"),
 			want: []string{`spec.result.path: Invalid value: "/config/r.json": the main container mounts volume "cfg" read-only at /config`},
 		},
 		"file result directory would hide a volume": {
-			doc: withSpec("  result: {from: File, path: /data/r.json}\n  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: d, mountPath: /data/in}]}], volumes: [{name: d, emptyDir: {}}]}}\n"),
+			doc:  withSpec("  result: {from: File, path: /data/r.json}\n  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: d, mountPath: /data/in}]}], volumes: [{name: d, emptyDir: {}}]}}\n"),
 			want: []string{`spec.result.path: Invalid value: "/data/r.json": kubetask mounts a shared volume at /data, which would hide volume "d"`},
 		},
 		"file result too large": {

@@ -129,10 +129,12 @@ func TestPodLifecycleOnTheAPIServer(t *testing.T) {
 func TestValidationAgreesWithTheAPIServer(t *testing.T) {
 	env := clustertest.New(t)
 	cases := map[string]func(*corev1.PodSpec){
-		"missing image":          func(s *corev1.PodSpec) { s.Containers[0].Image = "" },
-		"bad container name":     func(s *corev1.PodSpec) { s.Containers[0].Name = "Base_1" },
-		"undefined volume mount": func(s *corev1.PodSpec) { s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}} },
-		"port out of range":      func(s *corev1.PodSpec) { s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000}} },
+		"missing image":      func(s *corev1.PodSpec) { s.Containers[0].Image = "" },
+		"bad container name": func(s *corev1.PodSpec) { s.Containers[0].Name = "Base_1" },
+		"undefined volume mount": func(s *corev1.PodSpec) {
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}}
+		},
+		"port out of range": func(s *corev1.PodSpec) { s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000}} },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
