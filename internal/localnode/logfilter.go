@@ -9,17 +9,22 @@ import (
 // quietHandler drops virtual-kubelet's routine noise: optimistic-concurrency
 // conflicts it retries by itself, and start-up warnings about options this node
 // deliberately does not use (a client from the environment, its own HTTP server).
-type quietHandler struct{ slog.Handler }
+type quietHandler struct {
+	slog.Handler
+	attrs string // text of the attributes added by WithAttrs (virtual-kubelet's WithError)
+}
 
 var noise = []string{
 	"the object has been modified",
 	"Failed to create clientset from env",
 	"TLS config not provided",
 	"due to failed sync",
+	"Force deleting pod in running state",
+	"as told to forget while in progress",
 }
 
 func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	text := r.Message
+	text := r.Message + h.attrs
 	r.Attrs(func(a slog.Attr) bool {
 		text += " " + a.Value.String()
 		return true
@@ -33,9 +38,13 @@ func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietHandler{h.Handler.WithAttrs(as)}
+	text := h.attrs
+	for _, a := range as {
+		text += " " + a.Value.String()
+	}
+	return quietHandler{Handler: h.Handler.WithAttrs(as), attrs: text}
 }
 
 func (h quietHandler) WithGroup(name string) slog.Handler {
-	return quietHandler{h.Handler.WithGroup(name)}
+	return quietHandler{Handler: h.Handler.WithGroup(name), attrs: h.attrs}
 }

@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("node", cfg.NodeName)
-	libLog := slog.New(quietHandler{log.Handler()})
+	libLog := slog.New(quietHandler{Handler: log.Handler()})
 	vklog.L = vkslog.FromSlog(libLog)
 	klog.SetSlogLogger(libLog)
 
