@@ -1,0 +1,204 @@
+package attempt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/util/retry"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/kubetask/kubetask/internal/podstate"
+	"github.com/kubetask/kubetask/internal/task"
+)
+
+// ErrResultTooLarge reports a result larger than the task's result.maxBytes.
+var ErrResultTooLarge = errors.New("result too large")
+
+// ErrNoResult reports that the main container left no result where the task said it would.
+var ErrNoResult = errors.New("no result")
+
+// Execer runs a command in a container of a pod through the API server.
+type Execer interface {
+	// Exec runs cmd in container of pod namespace/name, writing its output to
+	// stdout and stderr. A command that ran and exited non-zero returns an
+	// error for which ExitCode reports the code.
+	Exec(ctx context.Context, namespace, name, container string, cmd []string, stdout, stderr io.Writer) error
+}
+
+// ExitCode returns the exit code of a command that ran and failed, and false
+// for other errors (the command could not be run at all).
+func ExitCode(err error) (int, bool) {
+	var ee utilexec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitStatus(), true
+	}
+	return 0, false
+}
+
+// NewExecer returns an Execer for the cluster of cfg. It speaks WebSocket and
+// falls back to SPDY for servers or nodes that do not.
+func NewExecer(cfg *rest.Config, client kubernetes.Interface) Execer {
+	return &apiExecer{cfg: cfg, client: client}
+}
+
+type apiExecer struct {
+	cfg    *rest.Config
+	client kubernetes.Interface
+}
+
+func (e *apiExecer) Exec(ctx context.Context, namespace, name, container string, cmd []string, stdout, stderr io.Writer) error {
+	req := e.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(e.cfg, "GET", req.URL().String())
+	if err != nil {
+		return fmt.Errorf("exec in %s/%s[%s]: %w", namespace, name, container, err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(e.cfg, "POST", req.URL())
+	if err != nil {
+		return fmt.Errorf("exec in %s/%s[%s]: %w", namespace, name, container, err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return fmt.Errorf("exec in %s/%s[%s]: %w", namespace, name, container, err)
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+}
+
+// ReadResult returns the result t's main container left in pod, whose main
+// container has terminated. For File results it execs task.ReadResultCommand
+// in the result-holder container, which must still run (read before Stop).
+// It returns (nil, nil) when t has no result, ErrNoResult when the result is
+// missing and ErrResultTooLarge when it exceeds result.maxBytes.
+func ReadResult(ctx context.Context, ex Execer, pod *corev1.Pod, t *task.Task) ([]byte, error) {
+	r := t.Spec.Result
+	if r == nil {
+		return nil, nil
+	}
+	max := r.Bytes()
+	switch r.From {
+	case task.ResultFromTerminationMessage:
+		for _, st := range pod.Status.ContainerStatuses {
+			if st.Name != t.Spec.MainContainer {
+				continue
+			}
+			term := st.State.Terminated
+			if term == nil {
+				term = st.LastTerminationState.Terminated
+			}
+			if term == nil {
+				return nil, fmt.Errorf("%w: main container %q has not terminated", ErrNoResult, st.Name)
+			}
+			if int64(len(term.Message)) > max {
+				return nil, fmt.Errorf("%w: termination message is %d bytes, result.maxBytes is %d", ErrResultTooLarge, len(term.Message), max)
+			}
+			return []byte(term.Message), nil
+		}
+		return nil, fmt.Errorf("%w: no status for main container %q", ErrNoResult, t.Spec.MainContainer)
+	case task.ResultFromFile:
+		var out, errb bytes.Buffer
+		err := ex.Exec(ctx, pod.Namespace, pod.Name, task.ResultContainer, task.ReadResultCommand(t), &out, &errb)
+		if code, ok := ExitCode(err); ok {
+			return nil, fmt.Errorf("%w: reading %s failed (exit %d): %s", ErrNoResult, r.Path, code, bytes.TrimSpace(errb.Bytes()))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading result %s: %w", r.Path, err)
+		}
+		if int64(out.Len()) > max {
+			return nil, fmt.Errorf("%w: %s is larger than result.maxBytes (%d bytes)", ErrResultTooLarge, r.Path, max)
+		}
+		return out.Bytes(), nil
+	}
+	return nil, fmt.Errorf("unknown result source %q", r.From)
+}
+
+// Stop makes the kubelet stop every container of pod by lowering
+// spec.activeDeadlineSeconds to podstate.StopDeadlineSeconds: the pod then
+// ends Failed/DeadlineExceeded while podstate keeps the main container's own
+// outcome. A pod that has not started on a node is deleted instead. Stop
+// needs neither exec nor a special image, so it works for distroless
+// sidecars. It does nothing for a pod that is gone or being deleted.
+func Stop(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, now time.Time) error {
+	if pod.DeletionTimestamp != nil {
+		return nil
+	}
+	secs, ok := podstate.StopDeadlineSeconds(pod, now)
+	if !ok {
+		err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting unstarted pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return nil
+	}
+	if cur := pod.Spec.ActiveDeadlineSeconds; cur != nil && *cur <= secs {
+		return nil // already stopping
+	}
+	patch := fmt.Sprintf(`{"spec":{"activeDeadlineSeconds":%d}}`, secs)
+	_, err := client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("stopping pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Release removes kubetask's finalizer from the pod namespace/name. It reads
+// the pod fresh and retries on conflicts; a pod that is gone or carries no
+// finalizer is not an error. Call it only after the attempt's outcome is
+// recorded: from then on the pod may vanish at any time.
+func Release(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		i := slices.Index(pod.Finalizers, task.Finalizer)
+		if i < 0 {
+			return nil
+		}
+		pod.Finalizers = slices.Delete(pod.Finalizers, i, i+1)
+		_, err = client.CoreV1().Pods(namespace).Update(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer from pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// ShouldDelete reports whether cleanup policy c deletes the pod of an attempt
+// that ended with outcome s.
+func ShouldDelete(c task.Cleanup, s podstate.State) bool {
+	switch c {
+	case task.CleanupKeep:
+		return false
+	case task.CleanupDeleteSucceeded:
+		return s.Phase == podstate.Succeeded
+	default:
+		return true
+	}
+}
+
+// Delete deletes the pod namespace/name with its own grace period; a pod that
+// is gone is not an error.
+func Delete(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
+	err := client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
