@@ -1,0 +1,100 @@
+// Package store keeps the durable records of the executor's tasks. The
+// executor writes a task's terminal outcome here before it removes the pod's
+// finalizer, so a record, not a pod, is the source of truth about how a task
+// ended; that is what makes the terminal report exactly-once across executor
+// restarts and crashes.
+//
+// Implementations: NewMemory (embedding, tests) and OpenSQLite (durable,
+// modernc.org/sqlite, no cgo). Every implementation passes the conformance
+// suite in storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned for an ID that has no record.
+var ErrNotFound = errors.New("task record not found")
+
+// ErrConflict is returned by Update when the record changed since it was read.
+var ErrConflict = errors.New("task record changed concurrently")
+
+// AttemptOutcome is the recorded end of one attempt. There is at most one per
+// attempt: Attempts[i] belongs to attempt i.
+type AttemptOutcome struct {
+	Attempt    int       `json:"attempt"`
+	Pod        string    `json:"pod"`
+	Phase      string    `json:"phase"`
+	Reason     string    `json:"reason"`
+	Message    string    `json:"message,omitempty"`
+	ExitCode   *int32    `json:"exitCode,omitempty"`
+	Retryable  bool      `json:"retryable,omitempty"`
+	FinishedAt time.Time `json:"finishedAt"`
+	// ObservedAt is when the executor recorded the outcome (lag metric source).
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// Record is the durable state of one task.
+type Record struct {
+	// ID is the caller's task ID, unique per store; a valid label value.
+	ID string
+	// Namespace and Name are where and as what the task's pods run.
+	Namespace, Name string
+	// Executor is the instance that owns the task.
+	Executor string
+	// Task is the task document as submitted (JSON).
+	Task []byte
+	// Attempt is the current attempt, 0 for the first.
+	Attempt int
+	// Phase, Reason, Message, ExitCode and Retryable are the latest derived
+	// state of the current attempt (podstate), or the final outcome once
+	// Terminal.
+	Phase, Reason, Message string
+	ExitCode               *int32
+	Retryable              bool
+	// Result is the task's result, when it has one and it was read.
+	Result []byte
+	// Terminal is true once the task's outcome is final (no further attempt).
+	Terminal bool
+	// CancelledAt is when cancellation was requested; zero if never.
+	CancelledAt time.Time
+	// NextAttemptAt delays the creation of the current attempt's pod (retry backoff).
+	NextAttemptAt time.Time
+	// PodCreated is true once the current attempt's pod was created (so a
+	// missing pod means it is gone, not that it is yet to be made).
+	PodCreated bool
+	// Attempts holds the recorded outcome of every finished attempt, in order.
+	Attempts []AttemptOutcome
+	CreatedAt, UpdatedAt time.Time
+	// Version increases with every write; Update requires the caller's copy
+	// to carry the stored one.
+	Version int64
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	// Executor, when set, selects one instance's tasks.
+	Executor string
+	// NonTerminal selects only tasks whose outcome is not final.
+	NonTerminal bool
+}
+
+// Store persists task records. Implementations are safe for concurrent use.
+type Store interface {
+	// Create stores rec (Version is set to 1) unless a record with rec.ID
+	// exists. It returns the stored record and whether this call created it,
+	// which makes submission idempotent by ID.
+	Create(ctx context.Context, rec Record) (Record, bool, error)
+	// Get returns the record of id, or ErrNotFound.
+	Get(ctx context.Context, id string) (Record, error)
+	// Update writes rec if rec.Version equals the stored version, and returns
+	// it with the new version; ErrConflict otherwise, ErrNotFound if absent.
+	// Once Update returns nil the write is durable (for durable stores).
+	Update(ctx context.Context, rec Record) (Record, error)
+	// List returns the matching records ordered by ID.
+	List(ctx context.Context, opts ListOptions) ([]Record, error)
+	// Close releases the store's resources.
+	Close() error
+}
