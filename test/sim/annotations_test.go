@@ -181,3 +181,40 @@ func TestAnnotations(t *testing.T) {
 		})
 	}
 }
+
+// TestNativeSidecar: an init container with restartPolicy Always runs next
+// to the main container and is stopped when the pod completes; an ordinary
+// init container shows as completed.
+func TestNativeSidecar(t *testing.T) {
+	env := clustertest.New(t)
+	always := corev1.ContainerRestartPolicyAlways
+	pod := simPod("native", map[string]string{kwokstages.ExitContainer: "main", kwokstages.ExitAfter: "1s"}, "main")
+	pod.Spec.InitContainers = []corev1.Container{
+		{Name: "setup", Image: "registry.k8s.io/pause:3.10"},
+		{Name: "proxy", Image: "registry.k8s.io/pause:3.10", RestartPolicy: &always},
+	}
+	createPod(t, env, pod)
+	initState := func(p *corev1.Pod, name string) *corev1.ContainerState {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == name {
+				return &s.State
+			}
+		}
+		return nil
+	}
+	waitPod(t, env, "native", 30*time.Second, all(allRunning, func(p *corev1.Pod) (bool, string) {
+		if s := initState(p, "setup"); s == nil || s.Terminated == nil || s.Terminated.ExitCode != 0 {
+			return false, "setup not completed"
+		}
+		if s := initState(p, "proxy"); s == nil || s.Running == nil {
+			return false, "proxy not running"
+		}
+		return true, ""
+	}))
+	waitPod(t, env, "native", 30*time.Second, all(phaseIs(corev1.PodSucceeded), exited("main", 0), func(p *corev1.Pod) (bool, string) {
+		if s := initState(p, "proxy"); s == nil || s.Terminated == nil {
+			return false, "proxy not stopped"
+		}
+		return true, ""
+	}))
+}
