@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 func TestSimNodesReady(t *testing.T) {
 	env := clustertest.New(t)
 	names := env.Cluster.SimNodeNames()
-	if want := []string{"sim-0", "sim-1", "sim-2"}; len(names) != len(want) || names[0] != want[0] || names[2] != want[2] {
-		t.Fatalf("SimNodeNames() = %v, want %v", names, want)
+	// TestAddSimNodes may have added more; the three from TestMain come first.
+	if len(names) < 3 || names[0] != "sim-0" || names[1] != "sim-1" || names[2] != "sim-2" {
+		t.Fatalf("SimNodeNames() = %v, want sim-0, sim-1, sim-2 first", names)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -62,4 +64,30 @@ func TestPodWithoutAnnotationsRuns(t *testing.T) {
 func tolerates(taint corev1.Taint) bool {
 	tol := localcluster.SimNodeToleration()
 	return tol.Key == taint.Key && tol.Value == taint.Value && tol.Effect == taint.Effect
+}
+
+// TestAddSimNodes: a later call continues the numbering and returns with the
+// new node Ready; a pod pinned to it runs.
+func TestAddSimNodes(t *testing.T) {
+	env := clustertest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	before := len(env.Cluster.SimNodeNames())
+	if err := env.Cluster.AddSimNodes(ctx, 1); err != nil {
+		t.Fatalf("AddSimNodes: %v", err)
+	}
+	names := env.Cluster.SimNodeNames()
+	want := fmt.Sprintf("sim-%d", before)
+	if len(names) != before+1 || names[before] != want {
+		t.Fatalf("SimNodeNames() = %v, want %s appended", names, want)
+	}
+	if err := env.Cluster.AddSimNodes(ctx, -1); err == nil {
+		t.Errorf("AddSimNodes(-1) succeeded, want an error")
+	}
+	pod := simPod("pinned", nil, "main")
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: want}
+	createPod(t, env, pod)
+	if p := waitPod(t, env, "pinned", 30*time.Second, allRunning); p.Spec.NodeName != want {
+		t.Errorf("pod on %q, want %s", p.Spec.NodeName, want)
+	}
 }
