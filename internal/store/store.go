@@ -67,6 +67,8 @@ type Record struct {
 	PodCreated bool
 	// Attempts holds the recorded outcome of every finished attempt, in order.
 	Attempts []AttemptOutcome
+	// CreatedAt and UpdatedAt are set by the store from its clock (Create
+	// sets both, Update sets UpdatedAt); the caller's values are ignored.
 	CreatedAt, UpdatedAt time.Time
 	// Version increases with every write; Update requires the caller's copy
 	// to carry the stored one.

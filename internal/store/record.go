@@ -1,0 +1,29 @@
+package store
+
+import "bytes"
+
+// DeepCopy returns a copy of r that shares no memory with r: Task, Result,
+// ExitCode and Attempts (with each attempt's ExitCode) are copied, and nil
+// stays nil while an empty, non-nil slice stays empty and non-nil.
+func (r Record) DeepCopy() Record {
+	out := r
+	out.Task = bytes.Clone(r.Task)
+	out.Result = bytes.Clone(r.Result)
+	out.ExitCode = cloneInt32(r.ExitCode)
+	if r.Attempts != nil {
+		out.Attempts = make([]AttemptOutcome, len(r.Attempts))
+		for i, a := range r.Attempts {
+			a.ExitCode = cloneInt32(a.ExitCode)
+			out.Attempts[i] = a
+		}
+	}
+	return out
+}
+
+func cloneInt32(p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}

@@ -1,0 +1,608 @@
+// Package storetest is the conformance suite every store.Store implementation
+// must pass. It pins down the contract the executor relies on: idempotent
+// Create, compare-and-swap Update, deep-copy isolation, List filtering and
+// order, and a lossless round trip of every Record field.
+//
+// Precision: times round-trip to the nanosecond (compared with time.Equal);
+// a time's location is not part of the contract, so a store may return it in
+// UTC. Non-zero times must lie within the range of time.UnixNano (years 1678
+// to 2262). nil and empty slices are distinct: a store returns Task, Result
+// and Attempts exactly as nil or empty as they were written.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/kubetask/kubetask/internal/store"
+)
+
+// Run runs the conformance suite against the stores that open returns. open
+// is called once per subtest and must return an empty store; Run closes it.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CreateIdempotent", testCreateIdempotent},
+		{"CreateSetsVersionAndTimes", testCreateSetsVersionAndTimes},
+		{"CreateEmptyID", testCreateEmptyID},
+		{"GetNotFound", testGetNotFound},
+		{"UpdateConflict", testUpdateConflict},
+		{"UpdateNotFound", testUpdateNotFound},
+		{"VersionMonotonic", testVersionMonotonic},
+		{"DeepCopyIsolation", testDeepCopyIsolation},
+		{"ListFiltersAndOrder", testListFiltersAndOrder},
+		{"ListEmpty", testListEmpty},
+		{"ConcurrentUpdatesOneWinnerPerVersion", testConcurrentUpdatesOneWinner},
+		{"ConcurrentReadModifyWriteLosesNothing", testConcurrentRMW},
+		{"ConcurrentCreateOneCreator", testConcurrentCreate},
+		{"RoundTrip", testRoundTrip},
+		{"CancelledContext", testCancelledContext},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// ignoreStoreSet ignores the fields the store sets itself.
+var ignoreStoreSet = cmpopts.IgnoreFields(store.Record{}, "Version", "CreatedAt", "UpdatedAt")
+
+func ptr[T any](v T) *T { return &v }
+
+// base is a time with nanoseconds in a non-UTC location, so a store that
+// truncates or misreads either fails the round trip.
+var base = time.Date(2031, 5, 17, 10, 11, 12, 123456789, time.FixedZone("X", 5*3600+30*60))
+
+// Sample returns a record with every field set to a non-zero value, for
+// suites and benchmarks that need a realistic record.
+func Sample(id string) store.Record {
+	return store.Record{
+		ID:            id,
+		Namespace:     "ns-" + id,
+		Name:          "task-" + id,
+		Executor:      "exec-a",
+		Task:          []byte(`{"image":"busybox","command":["true"]}`),
+		Attempt:       1,
+		Phase:         "Running",
+		Reason:        "ContainerRunning",
+		Message:       "main container running",
+		ExitCode:      ptr[int32](0),
+		Retryable:     true,
+		Result:        []byte(`{"ok":true}`),
+		Terminal:      false,
+		CancelledAt:   base.Add(time.Second),
+		NextAttemptAt: base.Add(2 * time.Second),
+		PodCreated:    true,
+		Attempts: []store.AttemptOutcome{{
+			Attempt:    0,
+			Pod:        "task-" + id + "-0",
+			Phase:      "Failed",
+			Reason:     "OOMKilled",
+			Message:    "exceeded memory",
+			ExitCode:   ptr[int32](137),
+			Retryable:  true,
+			FinishedAt: base,
+			ObservedAt: base.Add(1500 * time.Microsecond),
+		}},
+	}
+}
+
+func mustCreate(t *testing.T, s store.Store, rec store.Record) store.Record {
+	t.Helper()
+	got, created, err := s.Create(context.Background(), rec)
+	if err != nil {
+		t.Fatalf("Create(%s): %v", rec.ID, err)
+	}
+	if !created {
+		t.Fatalf("Create(%s): created = false for a new ID", rec.ID)
+	}
+	return got
+}
+
+func mustGet(t *testing.T, s store.Store, id string) store.Record {
+	t.Helper()
+	got, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", id, err)
+	}
+	return got
+}
+
+func testCreateIdempotent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	first := mustCreate(t, s, Sample("a"))
+
+	again := Sample("a")
+	again.Name, again.Phase, again.Task = "other", "Pending", []byte(`{}`)
+	got, created, err := s.Create(ctx, again)
+	if err != nil {
+		t.Fatalf("second Create: %v", err)
+	}
+	if created {
+		t.Errorf("second Create: created = true, want false")
+	}
+	if diff := cmp.Diff(first, got); diff != "" {
+		t.Errorf("second Create returned a record other than the stored one (-stored +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(first, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("second Create changed the stored record (-first +now):\n%s", diff)
+	}
+}
+
+func testCreateSetsVersionAndTimes(t *testing.T, s store.Store) {
+	rec := Sample("a")
+	rec.Version = 42
+	rec.CreatedAt = base.Add(-time.Hour)
+	rec.UpdatedAt = base.Add(-time.Hour)
+	got := mustCreate(t, s, rec)
+	if got.Version != 1 {
+		t.Errorf("Version = %d, want 1", got.Version)
+	}
+	if got.CreatedAt.Equal(rec.CreatedAt) || got.CreatedAt.IsZero() {
+		t.Errorf("CreatedAt = %v: want the store's clock, not the caller's %v", got.CreatedAt, rec.CreatedAt)
+	}
+	if !got.UpdatedAt.Equal(got.CreatedAt) {
+		t.Errorf("UpdatedAt = %v, want CreatedAt %v on create", got.UpdatedAt, got.CreatedAt)
+	}
+	if diff := cmp.Diff(rec, got, ignoreStoreSet); diff != "" {
+		t.Errorf("Create result differs from input (-in +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(got, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("Get differs from Create result (-create +get):\n%s", diff)
+	}
+}
+
+func testCreateEmptyID(t *testing.T, s store.Store) {
+	if _, _, err := s.Create(context.Background(), store.Record{Name: "x"}); err == nil {
+		t.Errorf("Create with an empty ID: err = nil, want an error")
+	}
+}
+
+func testGetNotFound(t *testing.T, s store.Store) {
+	mustCreate(t, s, Sample("a"))
+	_, err := s.Get(context.Background(), "b")
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get(missing): err = %v, want ErrNotFound", err)
+	}
+}
+
+func testUpdateConflict(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	v1 := mustCreate(t, s, Sample("a"))
+	v1.Phase = "Succeeded"
+	v2, err := s.Update(ctx, v1)
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	stale := v1 // still Version 1
+	stale.Phase = "Failed"
+	if _, err := s.Update(ctx, stale); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("Update(stale): err = %v, want ErrConflict", err)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Update(stale): err also matches ErrNotFound: %v", err)
+	}
+	ahead := v2
+	ahead.Version = v2.Version + 5
+	if _, err := s.Update(ctx, ahead); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("Update(version ahead): err = %v, want ErrConflict", err)
+	}
+	if diff := cmp.Diff(v2, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("a failed Update changed the record (-want +got):\n%s", diff)
+	}
+}
+
+func testUpdateNotFound(t *testing.T, s store.Store) {
+	rec := Sample("missing")
+	rec.Version = 1
+	_, err := s.Update(context.Background(), rec)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Update(missing): err = %v, want ErrNotFound", err)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		t.Errorf("Update(missing): err also matches ErrConflict: %v", err)
+	}
+	if _, err := s.Get(context.Background(), "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Update(missing) created a record: Get err = %v", err)
+	}
+}
+
+func testVersionMonotonic(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	cur := mustCreate(t, s, Sample("a"))
+	created := cur.CreatedAt
+	for i := 2; i <= 12; i++ {
+		cur.Attempt = i
+		cur.CreatedAt = base // the caller cannot rewrite CreatedAt
+		prevUpdated := cur.UpdatedAt
+		next, err := s.Update(ctx, cur)
+		if err != nil {
+			t.Fatalf("Update %d: %v", i, err)
+		}
+		if next.Version != int64(i) {
+			t.Fatalf("Version after %d writes = %d, want %d", i, next.Version, i)
+		}
+		if !next.CreatedAt.Equal(created) {
+			t.Errorf("Update changed CreatedAt: %v, want %v", next.CreatedAt, created)
+		}
+		if next.UpdatedAt.Before(prevUpdated) {
+			t.Errorf("UpdatedAt went back: %v after %v", next.UpdatedAt, prevUpdated)
+		}
+		if diff := cmp.Diff(next, mustGet(t, s, "a")); diff != "" {
+			t.Fatalf("Get differs from Update result (-update +get):\n%s", diff)
+		}
+		cur = next
+	}
+}
+
+func testDeepCopyIsolation(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	in := Sample("a")
+	created := mustCreate(t, s, in)
+	want := created.DeepCopy()
+
+	scribble := func(r *store.Record) {
+		r.Task[0] = 'X'
+		r.Result[0] = 'X'
+		*r.ExitCode = 99
+		r.Attempts[0].Pod = "scribbled"
+		*r.Attempts[0].ExitCode = 99
+	}
+	scribble(&in)      // the caller's input after Create
+	scribble(&created) // the record Create returned
+	got := mustGet(t, s, "a")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("changing Create's input or output changed the stored record (-want +got):\n%s", diff)
+	}
+	scribble(&got) // a record Get returned
+	if diff := cmp.Diff(want, mustGet(t, s, "a")); diff != "" {
+		t.Fatalf("changing Get's output changed the stored record (-want +got):\n%s", diff)
+	}
+
+	upd := want.DeepCopy()
+	upd.Phase = "Succeeded"
+	upd.Attempts = append(upd.Attempts, store.AttemptOutcome{Attempt: 1, ExitCode: ptr[int32](0)})
+	out, err := s.Update(ctx, upd)
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	want2 := out.DeepCopy()
+	scribble(&upd)
+	scribble(&out)
+	*upd.Attempts[1].ExitCode = 7
+	if diff := cmp.Diff(want2, mustGet(t, s, "a")); diff != "" {
+		t.Fatalf("changing Update's input or output changed the stored record (-want +got):\n%s", diff)
+	}
+
+	list, err := s.List(ctx, store.ListOptions{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List: %d records, err %v", len(list), err)
+	}
+	scribble(&list[0])
+	if diff := cmp.Diff(want2, mustGet(t, s, "a")); diff != "" {
+		t.Fatalf("changing List's output changed the stored record (-want +got):\n%s", diff)
+	}
+}
+
+func testListFiltersAndOrder(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	// Created out of order, so an insertion-ordered store fails.
+	recs := []struct {
+		id, executor string
+		terminal     bool
+	}{
+		{"t-05", "a", false},
+		{"t-01", "b", true},
+		{"t-10", "a", true},
+		{"t-02", "a", false},
+		{"t-07", "b", false},
+		{"t-03", "", false},
+	}
+	for _, r := range recs {
+		rec := Sample(r.id)
+		rec.Executor = r.executor
+		rec = mustCreate(t, s, rec)
+		if r.terminal {
+			rec.Terminal = true
+			if _, err := s.Update(ctx, rec); err != nil {
+				t.Fatalf("Update(%s): %v", r.id, err)
+			}
+		}
+	}
+	tests := map[string]struct {
+		opts store.ListOptions
+		want []string
+	}{
+		"all":                  {store.ListOptions{}, []string{"t-01", "t-02", "t-03", "t-05", "t-07", "t-10"}},
+		"executor a":           {store.ListOptions{Executor: "a"}, []string{"t-02", "t-05", "t-10"}},
+		"non-terminal":         {store.ListOptions{NonTerminal: true}, []string{"t-02", "t-03", "t-05", "t-07"}},
+		"executor b, non-term": {store.ListOptions{Executor: "b", NonTerminal: true}, []string{"t-07"}},
+		"unknown executor":     {store.ListOptions{Executor: "zzz"}, nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := s.List(ctx, tc.opts)
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			var ids []string
+			for _, r := range got {
+				ids = append(ids, r.ID)
+				if diff := cmp.Diff(mustGet(t, s, r.ID), r); diff != "" {
+					t.Errorf("List record %s differs from Get (-get +list):\n%s", r.ID, diff)
+				}
+			}
+			if diff := cmp.Diff(tc.want, ids); diff != "" {
+				t.Errorf("List(%+v) IDs (-want +got):\n%s", tc.opts, diff)
+			}
+		})
+	}
+}
+
+func testListEmpty(t *testing.T, s store.Store) {
+	got, err := s.List(context.Background(), store.ListOptions{NonTerminal: true})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(got) != 0 {
+		t.Errorf("List on an empty store: %d records", len(got))
+	}
+}
+
+// testConcurrentUpdatesOneWinner lets N goroutines race to update the same
+// version, round after round: exactly one may win each round, the rest must
+// see ErrConflict and nothing else.
+func testConcurrentUpdatesOneWinner(t *testing.T, s store.Store) {
+	const workers, rounds = 8, 20
+	ctx := context.Background()
+	cur := mustCreate(t, s, Sample("a"))
+	for round := range rounds {
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			wins      []store.Record
+			conflicts int
+			others    []error
+		)
+		start := make(chan struct{})
+		for w := range workers {
+			wg.Go(func() {
+				rec := cur.DeepCopy()
+				rec.Message = fmt.Sprintf("round %d worker %d", round, w)
+				<-start
+				out, err := s.Update(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins = append(wins, out)
+				case errors.Is(err, store.ErrConflict):
+					conflicts++
+				default:
+					others = append(others, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(others) > 0 {
+			t.Fatalf("round %d: unexpected errors: %v", round, others)
+		}
+		if len(wins) != 1 || conflicts != workers-1 {
+			t.Fatalf("round %d: %d wins and %d conflicts, want 1 and %d", round, len(wins), conflicts, workers-1)
+		}
+		if wins[0].Version != cur.Version+1 {
+			t.Fatalf("round %d: winner's version %d, want %d", round, wins[0].Version, cur.Version+1)
+		}
+		if diff := cmp.Diff(wins[0], mustGet(t, s, "a")); diff != "" {
+			t.Fatalf("round %d: stored record is not the winner's (-winner +stored):\n%s", round, diff)
+		}
+		cur = wins[0]
+	}
+}
+
+// testConcurrentRMW runs get-modify-update loops that retry on conflict: no
+// increment may be lost and every version is written exactly once.
+func testConcurrentRMW(t *testing.T, s store.Store) {
+	const workers, perWorker = 4, 25
+	ctx := context.Background()
+	rec := Sample("a")
+	rec.Attempts = nil
+	mustCreate(t, s, rec)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; i < perWorker; {
+				cur, err := s.Get(ctx, "a")
+				if err != nil {
+					errs <- err
+					return
+				}
+				cur.Attempt++
+				cur.Attempts = append(cur.Attempts, store.AttemptOutcome{Attempt: len(cur.Attempts), Pod: fmt.Sprintf("w%d-%d", w, i)})
+				if _, err := s.Update(ctx, cur); errors.Is(err, store.ErrConflict) {
+					continue
+				} else if err != nil {
+					errs <- err
+					return
+				}
+				i++
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("read-modify-write: %v", err)
+	}
+	got := mustGet(t, s, "a")
+	const total = workers * perWorker
+	if got.Attempt != 1+total || len(got.Attempts) != total || got.Version != 1+total {
+		t.Fatalf("after %d successful updates: Attempt %d, %d attempts, version %d; want %d, %d, %d",
+			total, got.Attempt, len(got.Attempts), got.Version, 1+total, total, 1+total)
+	}
+	for i, a := range got.Attempts {
+		if a.Attempt != i {
+			t.Fatalf("Attempts[%d].Attempt = %d: an update was lost or doubled", i, a.Attempt)
+		}
+	}
+}
+
+func testConcurrentCreate(t *testing.T, s store.Store) {
+	const workers = 8
+	ctx := context.Background()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		creates int
+		seen    []store.Record
+		errs    []error
+	)
+	start := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			rec := Sample("a")
+			rec.Message = fmt.Sprintf("worker %d", w)
+			<-start
+			got, created, err := s.Create(ctx, rec)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			if created {
+				creates++
+			}
+			seen = append(seen, got)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("concurrent Create: %v", errs)
+	}
+	if creates != 1 {
+		t.Fatalf("concurrent Create: %d callers created the record, want 1", creates)
+	}
+	stored := mustGet(t, s, "a")
+	for _, got := range seen {
+		if diff := cmp.Diff(stored, got); diff != "" {
+			t.Errorf("a Create returned a record other than the stored one (-stored +got):\n%s", diff)
+		}
+	}
+}
+
+func testRoundTrip(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tests := map[string]func(r *store.Record){
+		"every field set": func(r *store.Record) {},
+		"zero record but ID": func(r *store.Record) {
+			*r = store.Record{ID: r.ID}
+		},
+		"exit code nil": func(r *store.Record) { r.ExitCode = nil },
+		"exit code 0":   func(r *store.Record) { r.ExitCode = ptr[int32](0) },
+		"exit code negative": func(r *store.Record) {
+			r.ExitCode = ptr[int32](-1)
+		},
+		"result nil":     func(r *store.Record) { r.Result = nil },
+		"result empty":   func(r *store.Record) { r.Result = []byte{} },
+		"result binary":  func(r *store.Record) { r.Result = []byte{0, 1, 2, 0xff, 0} },
+		"task nil":       func(r *store.Record) { r.Task = nil },
+		"task empty":     func(r *store.Record) { r.Task = []byte{} },
+		"attempts nil":   func(r *store.Record) { r.Attempts = nil },
+		"attempts empty": func(r *store.Record) { r.Attempts = []store.AttemptOutcome{} },
+		"attempts with exit codes nil and 0 and zero times": func(r *store.Record) {
+			r.Attempts = []store.AttemptOutcome{
+				{Attempt: 0, Pod: "p0", ExitCode: nil},
+				{Attempt: 1, Pod: "p1", ExitCode: ptr[int32](0), FinishedAt: base, ObservedAt: base.Add(time.Nanosecond)},
+				{Attempt: 2, Pod: "p2", ExitCode: ptr[int32](2), Message: "unicode ✓ \"quoted\"\n", Retryable: true},
+			}
+		},
+		"zero times": func(r *store.Record) {
+			r.CancelledAt, r.NextAttemptAt = time.Time{}, time.Time{}
+		},
+		"times in UTC and at the Unix epoch": func(r *store.Record) {
+			r.CancelledAt = time.Unix(0, 0).UTC()
+			r.NextAttemptAt = time.Unix(1, 1).UTC()
+		},
+		"terminal": func(r *store.Record) { r.Terminal, r.Phase = true, "Succeeded" },
+		"strings with quotes and unicode": func(r *store.Record) {
+			r.Namespace, r.Name, r.Message = "ns'; DROP TABLE tasks; --", "näme", "line1\nline2\x00end"
+		},
+	}
+	i := 0
+	for name, mutate := range tests {
+		i++
+		t.Run(name, func(t *testing.T) {
+			// Through Create.
+			in := Sample(fmt.Sprintf("rt-%02d", i))
+			mutate(&in)
+			got := mustCreate(t, s, in)
+			if diff := cmp.Diff(in, got, ignoreStoreSet); diff != "" {
+				t.Errorf("Create result (-in +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(in, mustGet(t, s, in.ID), ignoreStoreSet); diff != "" {
+				t.Errorf("Get after Create (-in +got):\n%s", diff)
+			}
+			// Through Update, from a record with every field set.
+			id := fmt.Sprintf("rt-upd-%02d", i)
+			prev := mustCreate(t, s, Sample(id))
+			in = Sample(id)
+			mutate(&in)
+			in.ID, in.Version = id, prev.Version
+			got, err := s.Update(ctx, in)
+			if err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			if diff := cmp.Diff(in, got, ignoreStoreSet); diff != "" {
+				t.Errorf("Update result (-in +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(in, mustGet(t, s, id), ignoreStoreSet); diff != "" {
+				t.Errorf("Get after Update (-in +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func testCancelledContext(t *testing.T, s store.Store) {
+	rec := mustCreate(t, s, Sample("a"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := s.Create(ctx, Sample("b")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Create: err = %v, want context.Canceled", err)
+	}
+	if _, err := s.Get(ctx, "a"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get: err = %v, want context.Canceled", err)
+	}
+	if _, err := s.Update(ctx, rec); !errors.Is(err, context.Canceled) {
+		t.Errorf("Update: err = %v, want context.Canceled", err)
+	}
+	if _, err := s.List(ctx, store.ListOptions{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("List: err = %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff(rec, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("calls with a cancelled context changed the record (-want +got):\n%s", diff)
+	}
+	if _, err := s.Get(context.Background(), "b"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Create with a cancelled context stored a record: Get err = %v", err)
+	}
+}
