@@ -1,0 +1,423 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (pure Go)
+)
+
+// OpenSQLite opens the SQLite database at path, creating the file and its
+// schema if needed, and returns a durable Store. It is safe for concurrent
+// use and for one process at a time per file (other processes may read).
+//
+// Guarantees: once Create or Update returns nil, the write is committed in
+// WAL mode with synchronous=FULL, so it survives the process being killed and
+// the machine losing power. Times round-trip to the nanosecond and come back
+// in UTC; non-zero times must lie within the range of time.UnixNano (years
+// 1678 to 2262). nil and empty Task, Result and Attempts stay distinct.
+//
+// A file that is not a SQLite database, or one whose schema is newer than
+// this binary knows, is refused with an error that names path.
+func OpenSQLite(ctx context.Context, path string) (Store, error) {
+	return OpenSQLiteWithClock(ctx, path, clock.RealClock{})
+}
+
+// OpenSQLiteWithClock is OpenSQLite with the clock that sets CreatedAt and
+// UpdatedAt, so tests can control them.
+func OpenSQLiteWithClock(ctx context.Context, path string, clk clock.PassiveClock) (Store, error) {
+	s, err := openSQLite(ctx, path, clk)
+	if err != nil {
+		return nil, fmt.Errorf("task store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// sqliteBusyTimeout bounds how long a connection waits for another one's
+// lock (another process holding the file, or a checkpoint) before failing.
+const sqliteBusyTimeout = 10 * time.Second
+
+// sqliteReaders is the number of connections serving Get and List. WAL lets
+// them read while the single writer commits.
+const sqliteReaders = 2
+
+// sqliteMigrations are applied in order; schema_version holds how many ran.
+// Append only: never edit a released migration.
+var sqliteMigrations = []string{
+	`CREATE TABLE tasks (
+		id              TEXT    NOT NULL PRIMARY KEY,
+		namespace       TEXT    NOT NULL,
+		name            TEXT    NOT NULL,
+		executor        TEXT    NOT NULL,
+		task            BLOB,
+		attempt         INTEGER NOT NULL,
+		phase           TEXT    NOT NULL,
+		reason          TEXT    NOT NULL,
+		message         TEXT    NOT NULL,
+		exit_code       INTEGER,
+		retryable       INTEGER NOT NULL,
+		result          BLOB,
+		terminal        INTEGER NOT NULL,
+		cancelled_at    INTEGER,
+		next_attempt_at INTEGER,
+		pod_created     INTEGER NOT NULL,
+		attempts        TEXT,
+		created_at      INTEGER NOT NULL,
+		updated_at      INTEGER NOT NULL,
+		version         INTEGER NOT NULL
+	);
+	CREATE INDEX tasks_by_executor ON tasks (executor, terminal, id);
+	CREATE INDEX tasks_by_terminal ON tasks (terminal, id);`,
+}
+
+var _ Store = (*sqliteStore)(nil)
+
+type sqliteStore struct {
+	clock clock.PassiveClock
+	// w is the only connection that writes: one writer serialises Create and
+	// Update in-process instead of making them wait on SQLite's file lock.
+	w *sql.DB
+	// r serves Get and List on read-only connections.
+	r *sql.DB
+}
+
+func openSQLite(ctx context.Context, path string, clk clock.PassiveClock) (_ *sqliteStore, err error) {
+	if path == "" || strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
+		return nil, errors.New("path must be a plain file name (no '?', no file: URI)")
+	}
+	pragmas := []string{
+		fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds()),
+		"journal_mode(WAL)",
+		"synchronous(FULL)",
+	}
+	dsn := path + "?_txlock=immediate"
+	for _, p := range pragmas {
+		dsn += "&_pragma=" + p
+	}
+	s := &sqliteStore{clock: clk}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.w, err = sql.Open("sqlite", dsn); err != nil {
+		return nil, fmt.Errorf("database open: %w", err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if s.r, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)"); err != nil {
+		return nil, fmt.Errorf("database open: %w", err)
+	}
+	s.r.SetMaxOpenConns(sqliteReaders)
+	s.r.SetMaxIdleConns(sqliteReaders)
+	if err := s.r.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("database open: %w", err)
+	}
+	return s, nil
+}
+
+// migrate creates or upgrades the schema in one transaction.
+func (s *sqliteStore) migrate(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("database open: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	var version int
+	switch err := tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&version); {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return fmt.Errorf("schema version: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if version > len(sqliteMigrations) {
+		return fmt.Errorf("schema version %d is newer than this binary's %d", version, len(sqliteMigrations))
+	}
+	if version == len(sqliteMigrations) {
+		return nil
+	}
+	for i := version; i < len(sqliteMigrations); i++ {
+		if _, err := tx.ExecContext(ctx, sqliteMigrations[i]); err != nil {
+			return fmt.Errorf("schema migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(sqliteMigrations)); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("schema migration commit: %w", err)
+	}
+	return nil
+}
+
+const sqliteColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
+	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
+	attempts, created_at, updated_at, version`
+
+func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
+	if rec.ID == "" {
+		return Record{}, false, errors.New("task record create: empty ID")
+	}
+	now := s.clock.Now()
+	rec = rec.DeepCopy()
+	rec.Version = 1
+	rec.CreatedAt, rec.UpdatedAt = now, now
+	args, err := recordArgs(rec)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `INSERT INTO tasks (`+sqliteColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`, args...)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	created := n == 1
+	if !created {
+		// Read back inside the transaction: the stored record, not ours.
+		if rec, err = scanRecord(tx.QueryRowContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`, rec.ID)); err != nil {
+			return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create commit: %w", rec.ID, err)
+	}
+	return rec, created, nil
+}
+
+func (s *sqliteStore) Get(ctx context.Context, id string) (Record, error) {
+	rec, err := scanRecord(s.r.QueryRowContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, fmt.Errorf("task record %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
+	rec = rec.DeepCopy()
+	expected := rec.Version
+	rec.Version = expected + 1
+	rec.UpdatedAt = s.clock.Now()
+	rec.CreatedAt = time.Time{} // kept as stored; the caller's is ignored
+	args, err := recordArgs(rec)
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+	}
+	defer tx.Rollback()
+	// args follow sqliteColumns; id (0) and created_at (17) are not written.
+	var createdAt int64
+	err = tx.QueryRowContext(ctx, `UPDATE tasks SET
+		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
+		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
+		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?
+		WHERE id = ? AND version = ?
+		RETURNING created_at`,
+		append(append(args[1:17:17], args[18:]...), rec.ID, expected)...).Scan(&createdAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		var stored int64
+		switch err := tx.QueryRowContext(ctx, `SELECT version FROM tasks WHERE id = ?`, rec.ID).Scan(&stored); {
+		case errors.Is(err, sql.ErrNoRows):
+			return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, ErrNotFound)
+		case err != nil:
+			return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+		}
+		return Record{}, fmt.Errorf("task record %s update (version %d, stored %d): %w", rec.ID, expected, stored, ErrConflict)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Record{}, fmt.Errorf("task record %s update commit: %w", rec.ID, err)
+	}
+	rec.CreatedAt = time.Unix(0, createdAt).UTC()
+	return rec, nil
+}
+
+func (s *sqliteStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+	q := `SELECT ` + sqliteColumns + ` FROM tasks`
+	var where []string
+	var args []any
+	if opts.Executor != "" {
+		where, args = append(where, "executor = ?"), append(args, opts.Executor)
+	}
+	if opts.NonTerminal {
+		where = append(where, "terminal = 0")
+	}
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id"
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("task record list: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("task record list: %w", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("task record list: %w", err)
+	}
+	return out, nil
+}
+
+// Close closes the database; calls after Close fail.
+func (s *sqliteStore) Close() error {
+	var errs []error
+	for _, db := range []*sql.DB{s.r, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("task store close: %w", err)
+	}
+	return nil
+}
+
+// recordArgs returns rec's column values in sqliteColumns order.
+func recordArgs(rec Record) ([]any, error) {
+	var exitCode sql.NullInt32
+	if rec.ExitCode != nil {
+		exitCode = sql.NullInt32{Int32: *rec.ExitCode, Valid: true}
+	}
+	var attempts sql.NullString
+	if rec.Attempts != nil {
+		b, err := json.Marshal(rec.Attempts)
+		if err != nil {
+			return nil, fmt.Errorf("attempts encoding: %w", err)
+		}
+		attempts = sql.NullString{String: string(b), Valid: true}
+	}
+	for _, t := range []time.Time{rec.CancelledAt, rec.NextAttemptAt, rec.CreatedAt, rec.UpdatedAt} {
+		if !t.IsZero() && !inUnixNanoRange(t) {
+			return nil, fmt.Errorf("time %v out of the storable range", t)
+		}
+	}
+	return []any{
+		rec.ID, rec.Namespace, rec.Name, rec.Executor, blobArg(rec.Task), rec.Attempt,
+		rec.Phase, rec.Reason, rec.Message, exitCode, rec.Retryable, blobArg(rec.Result),
+		rec.Terminal, timeArg(rec.CancelledAt), timeArg(rec.NextAttemptAt), rec.PodCreated,
+		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
+	}, nil
+}
+
+var (
+	minUnixNano = time.Unix(0, -1<<63)
+	maxUnixNano = time.Unix(0, 1<<63-1)
+)
+
+func inUnixNanoRange(t time.Time) bool {
+	return !t.Before(minUnixNano) && !t.After(maxUnixNano)
+}
+
+// blobArg keeps nil (NULL) distinct from empty (a zero-length blob).
+func blobArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// timeArg stores the zero time as NULL and any other as Unix nanoseconds.
+func timeArg(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (Record, error) {
+	var (
+		rec                        Record
+		task, result               nullBlob
+		exitCode                   sql.NullInt32
+		cancelledAt, nextAttemptAt sql.NullInt64
+		attempts                   sql.NullString
+		createdAt, updatedAt       int64
+	)
+	if err := row.Scan(&rec.ID, &rec.Namespace, &rec.Name, &rec.Executor, &task, &rec.Attempt,
+		&rec.Phase, &rec.Reason, &rec.Message, &exitCode, &rec.Retryable, &result,
+		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
+		&attempts, &createdAt, &updatedAt, &rec.Version); err != nil {
+		return Record{}, err
+	}
+	rec.Task, rec.Result = task.b, result.b
+	if exitCode.Valid {
+		rec.ExitCode = &exitCode.Int32
+	}
+	if attempts.Valid {
+		if err := json.Unmarshal([]byte(attempts.String), &rec.Attempts); err != nil {
+			return Record{}, fmt.Errorf("task record %s attempts decoding: %w", rec.ID, err)
+		}
+	}
+	rec.CancelledAt = timeFromNull(cancelledAt)
+	rec.NextAttemptAt = timeFromNull(nextAttemptAt)
+	rec.CreatedAt = time.Unix(0, createdAt).UTC()
+	rec.UpdatedAt = time.Unix(0, updatedAt).UTC()
+	return rec, nil
+}
+
+func timeFromNull(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64).UTC()
+}
+
+// nullBlob scans a BLOB column, NULL into nil and a zero-length blob into
+// an empty, non-nil slice.
+type nullBlob struct{ b []byte }
+
+func (n *nullBlob) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		n.b = nil
+	case []byte:
+		n.b = append([]byte{}, v...)
+	case string:
+		n.b = append([]byte{}, v...)
+	default:
+		return fmt.Errorf("blob column: unexpected %T", src)
+	}
+	return nil
+}
