@@ -1,0 +1,23 @@
+// Package executor runs many tasks as pods and reports every state change of
+// every task, with the pod watcher failure that started kubetask designed out.
+//
+// Guarantees:
+//   - Pods are watched with client-go informers (one LIST+WATCH per namespace,
+//     filtered by kubetask's labels, cached objects trimmed); the informer's
+//     Reflector relists on 410 Expired, apiserver restarts and dropped
+//     connections. There is no hand-written watch loop and no error that
+//     stops the executor.
+//   - Reconciliation is level-based and keyed by task ID (a workqueue): each
+//     pass derives the task's state from the pod as it is now (podstate), so a
+//     relist loses nothing, and a task whose pod was deleted is noticed.
+//   - Every task pod carries kubetask's finalizer. An attempt's terminal
+//     outcome is written to the Store before the finalizer is removed, so a
+//     pod deleted by someone else, or garbage-collected, cannot take its exit
+//     code with it — also while the executor is down.
+//   - Each attempt's outcome is recorded exactly once (a compare-and-swap on
+//     the record guards it), also across executor restarts and crashes; the
+//     Store is the source of truth and OnEvent a notification of its changes,
+//     delivered in order per task.
+//   - A finalizer is never left behind: pods whose task is finished, unknown
+//     or cancelled are released.
+package executor

@@ -1,0 +1,50 @@
+package executor
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the executor's Prometheus metrics.
+type metrics struct {
+	tasks         *prometheus.GaugeVec
+	podCreations  *prometheus.CounterVec
+	lists         *prometheus.CounterVec
+	watchErrors   *prometheus.CounterVec
+	reconcile     prometheus.Histogram
+	outcomeLag    prometheus.Histogram
+	outcomes      *prometheus.CounterVec
+	apiRequests   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		tasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubetask_tasks", Help: "Tasks known to this executor by phase.",
+		}, []string{"phase"}),
+		podCreations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_pod_creations_total", Help: "Pod creations by result (created, exists, error).",
+		}, []string{"result"}),
+		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_pod_lists_total", Help: "LIST requests of the pod informers (the first per namespace, then one per relist), by result.",
+		}, []string{"result"}),
+		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_watch_errors_total", Help: "Pod watch failures that made an informer relist, by kind (expired, other).",
+		}, []string{"kind"}),
+		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kubetask_reconcile_seconds", Help: "Duration of one reconcile pass of one task.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		outcomeLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "kubetask_outcome_lag_seconds", Help: "Time from the main container's termination to the recorded outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_attempt_outcomes_total", Help: "Recorded attempt outcomes by phase and reason.",
+		}, []string{"phase", "reason"}),
+		apiRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubetask_api_requests_total", Help: "Requests the executor's client sent to the API server.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.tasks, m.podCreations, m.lists, m.watchErrors, m.reconcile, m.outcomeLag, m.outcomes, m.apiRequests)
+	}
+	return m
+}

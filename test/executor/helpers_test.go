@@ -1,0 +1,198 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/executor"
+	"github.com/kubetask/kubetask/internal/localcluster"
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/store"
+	"github.com/kubetask/kubetask/internal/task"
+)
+
+// events collects executor events per task.
+type events struct {
+	mu sync.Mutex
+	by map[string][]executor.Event
+}
+
+func newEvents() *events { return &events{by: map[string][]executor.Event{}} }
+
+func (e *events) add(ev executor.Event) {
+	e.mu.Lock()
+	e.by[ev.ID] = append(e.by[ev.ID], ev)
+	e.mu.Unlock()
+}
+
+// terminal returns the terminal events of id.
+func (e *events) terminal(id string) []executor.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []executor.Event
+	for _, ev := range e.by[id] {
+		if ev.Terminal {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// attemptsFinished returns the AttemptFinished events of id.
+func (e *events) attemptsFinished(id string) []executor.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []executor.Event
+	for _, ev := range e.by[id] {
+		if ev.AttemptFinished {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// waitTerminal waits until every id has a terminal event.
+func (e *events) waitTerminal(t *testing.T, timeout time.Duration, ids ...string) {
+	t.Helper()
+	clustertest.Eventually(t, timeout, "every task terminal", func(context.Context) error {
+		var missing []string
+		for _, id := range ids {
+			if len(e.terminal(id)) == 0 {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			if len(missing) > 5 {
+				missing = append(missing[:5], fmt.Sprintf("... (%d in all)", len(missing)))
+			}
+			return fmt.Errorf("not terminal: %s", strings.Join(missing, ", "))
+		}
+		return nil
+	})
+}
+
+// startExecutor runs an executor in the test's namespace until the test ends
+// (or stop is called) and returns it.
+func startExecutor(t *testing.T, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
+	t.Helper()
+	cfg.RESTConfig = env.Config
+	cfg.Namespaces = []string{env.Namespace}
+	cfg.DefaultNamespace = env.Namespace
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = "test"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 200, 400
+	}
+	ex, err := executor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ex.Start(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("executor Start: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	clustertest.Eventually(t, time.Minute, "executor healthy", func(context.Context) error { return ex.Healthy() })
+	return ex, stop
+}
+
+// localTask runs script with sh on the local process node, optionally with a
+// sidecar script.
+func localTask(name, script, sidecar string) *task.Task {
+	grace := int64(2)
+	t := &task.Task{
+		TypeMeta:   metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+	}
+	t.Spec.MainContainer = "main"
+	spec := &t.Spec.Template.Spec
+	spec.TerminationGracePeriodSeconds = &grace
+	spec.NodeSelector = map[string]string{"kubetask.dev/node": "local"}
+	spec.Tolerations = []corev1.Toleration{{Key: "kubetask.dev/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	spec.Containers = []corev1.Container{{
+		Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
+		Env: []corev1.EnvVar{{Name: "ATTEMPT", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['kubetask.dev/attempt']"}}}},
+	}}
+	if sidecar != "" {
+		spec.Containers = append(spec.Containers, corev1.Container{Name: "envoy", Image: "envoyproxy/envoy:v1.31", Command: []string{"sh", "-c", sidecar}})
+	}
+	return t
+}
+
+// simTask runs on kwok nodes; annotations drive what the simulated kubelet does.
+func simTask(name string, annotations map[string]string) *task.Task {
+	t := &task.Task{
+		TypeMeta:   metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+	}
+	t.Spec.MainContainer = "main"
+	t.Spec.Template.Annotations = annotations
+	spec := &t.Spec.Template.Spec
+	spec.NodeSelector = localcluster.SimNodeSelector()
+	spec.Tolerations = []corev1.Toleration{localcluster.SimNodeToleration()}
+	spec.Containers = []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"true"}},
+		{Name: "envoy", Image: "envoyproxy/envoy:v1.31", Command: []string{"envoy"}}}
+	return t
+}
+
+func submit(t *testing.T, ex *executor.Executor, id string, tk *task.Task) {
+	t.Helper()
+	if _, err := ex.Submit(context.Background(), id, tk); err != nil {
+		t.Fatalf("submitting %s: %v", id, err)
+	}
+}
+
+// waitNoTaskPods waits until no kubetask pod is left in the namespace.
+func waitNoTaskPods(t *testing.T, env *clustertest.Env, timeout time.Duration) {
+	t.Helper()
+	clustertest.Eventually(t, timeout, "no task pod left", func(ctx context.Context) error {
+		pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			p := pods.Items[0]
+			return fmt.Errorf("%d pods left, e.g. %s (phase %s, deleting %v, finalizers %v)", n, p.Name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers)
+		}
+		return nil
+	})
+}
+
+func exitCode(ev executor.Event) int32 {
+	if ev.ExitCode == nil {
+		return -1
+	}
+	return *ev.ExitCode
+}
+
+func record(t *testing.T, st store.Store, id string) store.Record {
+	t.Helper()
+	r, err := st.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
