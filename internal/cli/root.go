@@ -61,5 +61,6 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug details to stderr")
 	root.AddCommand(newClusterCommand())
 	root.AddCommand(newNodeCommand())
+	root.AddCommand(newRunCommand())
 	return root
 }
