@@ -15,7 +15,9 @@ import (
 
 // OpenSQLite opens the SQLite database at path, creating the file and its
 // schema if needed, and returns a durable Store. It is safe for concurrent
-// use and for one process at a time per file (other processes may read).
+// use. Writes from one Store are serialised on a single connection; another
+// process that opens the same file waits on SQLite's lock for up to
+// sqliteBusyTimeout (10s) before a write fails.
 //
 // Guarantees: once Create or Update returns nil, the write is committed in
 // WAL mode with synchronous=FULL, so it survives the process being killed and
