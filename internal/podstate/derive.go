@@ -91,6 +91,10 @@ type deriver struct {
 	p       Policy
 	now     time.Time
 	recheck time.Time
+	// signalExit is set while judging a main container whose exit code says a
+	// signal ended it (above 128): only then can a deletion requested in the
+	// same second as the exit (timestamps have second precision) have caused it.
+	signalExit bool
 }
 
 // expired reports whether limit has passed since start, and otherwise remembers when it
@@ -233,7 +237,10 @@ func (d *deriver) finished(name string, st *corev1.ContainerStatus) State {
 			return s
 		}
 	}
-	if k, ok := d.killed(t.FinishedAt.Time); ok {
+	d.signalExit = code > 128
+	k, ok := d.killed(t.FinishedAt.Time)
+	d.signalExit = false
+	if ok {
 		k.ExitCode = &code
 		k.Message += fmt.Sprintf("; main container %q exited with code %d", name, code)
 		return k
@@ -290,7 +297,11 @@ func (d *deriver) killed(at time.Time) (State, bool) {
 		if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
 			requested = requested.Add(-time.Duration(*g) * time.Second)
 		}
-		if notBefore(at, requested) {
+		// A container that exited by itself in the very second the deletion was
+		// requested keeps its own outcome: second-precision timestamps cannot
+		// order the two, and only a signal exit points at the deletion.
+		sameSecond := !at.IsZero() && at.Truncate(time.Second).Equal(requested.Truncate(time.Second))
+		if notBefore(at, requested) && (!sameSecond || d.signalExit) {
 			return failed(ReasonDeletedExternally, "the pod was deleted by someone else before the main container finished"), true
 		}
 	}

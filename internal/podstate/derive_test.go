@@ -463,6 +463,15 @@ func TestDerive(t *testing.T) {
 				Phase(corev1.PodFailed),
 			want: outcome{Phase: podstate.Failed, Reason: podstate.ReasonDeletedExternally, Exit: exit(143), Retryable: true},
 		},
+		"deleted in the same second main failed on its own (kubectl delete right after the exit)": {
+			pod: running().Sidecar("envoy").Running().After(time.Minute).On("base").Terminated(2).
+				Deleted(0),
+			want: outcome{Phase: podstate.Failed, Reason: podstate.ReasonExitCode, Exit: exit(2)},
+		},
+		"main killed by a signal in the same second the deletion was requested": {
+			pod: running().After(time.Minute).Deleted(0).On("base").Terminated(143),
+			want: outcome{Phase: podstate.Failed, Reason: podstate.ReasonDeletedExternally, Exit: exit(143), Retryable: true},
+		},
 		"deleted after main had exited 0": {
 			pod: running().Sidecar("envoy").Running().After(time.Minute).On("base").Terminated(0).
 				After(time.Minute).Deleted(30 * time.Second),
