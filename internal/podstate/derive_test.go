@@ -469,7 +469,7 @@ func TestDerive(t *testing.T) {
 			want: outcome{Phase: podstate.Failed, Reason: podstate.ReasonExitCode, Exit: exit(2)},
 		},
 		"main killed by a signal in the same second the deletion was requested": {
-			pod: running().After(time.Minute).Deleted(0).On("base").Terminated(143),
+			pod:  running().After(time.Minute).Deleted(0).On("base").Terminated(143),
 			want: outcome{Phase: podstate.Failed, Reason: podstate.ReasonDeletedExternally, Exit: exit(143), Retryable: true},
 		},
 		"deleted after main had exited 0": {
