@@ -14,15 +14,16 @@ import (
 	"github.com/kubetask/kubetask/internal/podstate"
 	"github.com/kubetask/kubetask/internal/store"
 	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/test/exectest"
 )
 
 // TestOutcomesOnLocalNode: exit codes decide, an envoy-like sidecar that
 // never exits does not hold the task, and every pod is cleaned up.
 func TestOutcomesOnLocalNode(t *testing.T) {
 	env := clustertest.New(t)
-	evs := newEvents()
+	evs := exectest.NewEvents()
 	st := store.NewMemory()
-	ex, _ := startExecutor(t, env, executor.Config{Store: st, OnEvent: evs.add})
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add})
 
 	forever := `trap 'exit 0' TERM; while :; do sleep 1; done`
 	cases := map[string]struct {
@@ -31,41 +32,41 @@ func TestOutcomesOnLocalNode(t *testing.T) {
 		reason podstate.Reason
 		code   int32
 	}{
-		"ok":             {localTask("ok", "echo hi", ""), podstate.Succeeded, podstate.ReasonCompleted, 0},
-		"exit-3":         {localTask("exit3", "exit 3", ""), podstate.Failed, podstate.ReasonExitCode, 3},
-		"sidecar-ok":     {localTask("side", "sleep 1; exit 0", forever), podstate.Succeeded, podstate.ReasonCompleted, 0},
-		"sidecar-exit-4": {localTask("side4", "exit 4", "sleep 100000"), podstate.Failed, podstate.ReasonExitCode, 4},
+		"ok":             {exectest.LocalTask("ok", "echo hi", ""), podstate.Succeeded, podstate.ReasonCompleted, 0},
+		"exit-3":         {exectest.LocalTask("exit3", "exit 3", ""), podstate.Failed, podstate.ReasonExitCode, 3},
+		"sidecar-ok":     {exectest.LocalTask("side", "sleep 1; exit 0", forever), podstate.Succeeded, podstate.ReasonCompleted, 0},
+		"sidecar-exit-4": {exectest.LocalTask("side4", "exit 4", "sleep 100000"), podstate.Failed, podstate.ReasonExitCode, 4},
 	}
 	var ids []string
 	for id, tc := range cases {
-		submit(t, ex, id, tc.task)
+		exectest.Submit(t, ex, id, tc.task)
 		ids = append(ids, id)
 	}
-	evs.waitTerminal(t, 2*time.Minute, ids...)
+	evs.WaitTerminal(t, 2*time.Minute, ids...)
 	for id, tc := range cases {
-		term := evs.terminal(id)
+		term := evs.Terminal(id)
 		if len(term) != 1 {
 			t.Errorf("%s: %d terminal events, want exactly 1: %+v", id, len(term), term)
 			continue
 		}
 		ev := term[0]
-		if podstate.Phase(ev.Phase) != tc.phase || podstate.Reason(ev.Reason) != tc.reason || exitCode(ev) != tc.code {
-			t.Errorf("%s: got %s/%s exit %d (%s), want %s/%s exit %d", id, ev.Phase, ev.Reason, exitCode(ev), ev.Message, tc.phase, tc.reason, tc.code)
+		if podstate.Phase(ev.Phase) != tc.phase || podstate.Reason(ev.Reason) != tc.reason || exectest.ExitCode(ev) != tc.code {
+			t.Errorf("%s: got %s/%s exit %d (%s), want %s/%s exit %d", id, ev.Phase, ev.Reason, exectest.ExitCode(ev), ev.Message, tc.phase, tc.reason, tc.code)
 		}
 	}
-	waitNoTaskPods(t, env, time.Minute)
+	exectest.WaitNoTaskPods(t, env, time.Minute)
 }
 
 // TestKeepStopsSidecars: with cleanup Keep the pod stays but nothing in it runs.
 func TestKeepStopsSidecars(t *testing.T) {
 	env := clustertest.New(t)
-	evs := newEvents()
-	ex, _ := startExecutor(t, env, executor.Config{OnEvent: evs.add})
-	tk := localTask("keep", "exit 0", `trap 'exit 0' TERM; while :; do sleep 1; done`)
+	evs := exectest.NewEvents()
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{OnEvent: evs.Add})
+	tk := exectest.LocalTask("keep", "exit 0", `trap 'exit 0' TERM; while :; do sleep 1; done`)
 	tk.Spec.Cleanup = task.CleanupKeep
-	submit(t, ex, "keep", tk)
-	evs.waitTerminal(t, time.Minute, "keep")
-	if ev := evs.terminal("keep")[0]; ev.Phase != string(podstate.Succeeded) {
+	exectest.Submit(t, ex, "keep", tk)
+	evs.WaitTerminal(t, time.Minute, "keep")
+	if ev := evs.Terminal("keep")[0]; ev.Phase != string(podstate.Succeeded) {
 		t.Fatalf("outcome %+v, want Succeeded", ev)
 	}
 	name := task.PodName(task.Identity{Namespace: env.Namespace, Name: "keep", RunID: "keep", Executor: "test"}, 0)
@@ -90,34 +91,34 @@ func TestKeepStopsSidecars(t *testing.T) {
 // pod per attempt and one recorded outcome per attempt.
 func TestRetryOnExitCode(t *testing.T) {
 	env := clustertest.New(t)
-	evs := newEvents()
+	evs := exectest.NewEvents()
 	st := store.NewMemory()
-	ex, _ := startExecutor(t, env, executor.Config{Store: st, OnEvent: evs.add})
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add})
 	// Fails on the first attempt, succeeds on the second.
-	tk := localTask("flaky", `[ "$ATTEMPT" != 0 ] || exit 7`, "")
+	tk := exectest.LocalTask("flaky", `[ "$ATTEMPT" != 0 ] || exit 7`, "")
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](2), Backoff: "1s", RetryOn: []string{"ExitCode"}}
-	submit(t, ex, "flaky", tk)
-	evs.waitTerminal(t, 2*time.Minute, "flaky")
-	att := evs.attemptsFinished("flaky")
-	if len(att) != 2 || att[0].Attempt != 0 || exitCode(att[0]) != 7 || att[1].Attempt != 1 || att[1].Phase != "Succeeded" {
+	exectest.Submit(t, ex, "flaky", tk)
+	evs.WaitTerminal(t, 2*time.Minute, "flaky")
+	att := evs.AttemptsFinished("flaky")
+	if len(att) != 2 || att[0].Attempt != 0 || exectest.ExitCode(att[0]) != 7 || att[1].Attempt != 1 || att[1].Phase != "Succeeded" {
 		t.Fatalf("attempt outcomes %+v, want attempt 0 exit 7 then attempt 1 Succeeded", att)
 	}
-	rec := record(t, st, "flaky")
+	rec := exectest.Record(t, st, "flaky")
 	if len(rec.Attempts) != 2 || !rec.Terminal || rec.Phase != "Succeeded" {
 		t.Errorf("record %+v", rec)
 	}
-	waitNoTaskPods(t, env, time.Minute)
+	exectest.WaitNoTaskPods(t, env, time.Minute)
 }
 
 // TestPodDeletedExternally: a running task's pod deleted by someone else is
 // reported DeletedExternally (the finalizer kept it visible) and retried.
 func TestPodDeletedExternally(t *testing.T) {
 	env := clustertest.New(t)
-	evs := newEvents()
-	ex, _ := startExecutor(t, env, executor.Config{OnEvent: evs.add})
-	tk := localTask("victim", `trap 'exit 143' TERM; [ "$ATTEMPT" != 0 ] || while :; do sleep 1; done`, "")
+	evs := exectest.NewEvents()
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{OnEvent: evs.Add})
+	tk := exectest.LocalTask("victim", `trap 'exit 143' TERM; [ "$ATTEMPT" != 0 ] || while :; do sleep 1; done`, "")
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](1), Backoff: "1s"}
-	submit(t, ex, "victim", tk)
+	exectest.Submit(t, ex, "victim", tk)
 	name := task.PodName(task.Identity{Namespace: env.Namespace, Name: "victim", RunID: "victim", Executor: "test"}, 0)
 	clustertest.Eventually(t, time.Minute, "pod running", func(ctx context.Context) error {
 		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -132,12 +133,12 @@ func TestPodDeletedExternally(t *testing.T) {
 	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	evs.waitTerminal(t, 2*time.Minute, "victim")
-	att := evs.attemptsFinished("victim")
+	evs.WaitTerminal(t, 2*time.Minute, "victim")
+	att := evs.AttemptsFinished("victim")
 	if len(att) != 2 || att[0].Reason != string(podstate.ReasonDeletedExternally) || att[1].Phase != string(podstate.Succeeded) {
 		t.Fatalf("attempts %+v, want DeletedExternally then Succeeded", att)
 	}
-	waitNoTaskPods(t, env, time.Minute)
+	exectest.WaitNoTaskPods(t, env, time.Minute)
 }
 
 // TestSubmitIsIdempotentAndValidates: a second Submit of an ID returns the
@@ -145,24 +146,24 @@ func TestPodDeletedExternally(t *testing.T) {
 func TestSubmitIsIdempotentAndValidates(t *testing.T) {
 	env := clustertest.New(t)
 	st := store.NewMemory()
-	ex, _ := startExecutor(t, env, executor.Config{Store: st})
-	first, err := ex.Submit(context.Background(), "same", localTask("one", "true", ""))
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st})
+	first, err := ex.Submit(context.Background(), "same", exectest.LocalTask("one", "true", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := ex.Submit(context.Background(), "same", localTask("two", "false", ""))
+	second, err := ex.Submit(context.Background(), "same", exectest.LocalTask("two", "false", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if second.Name != first.Name || second.Name != "one" {
 		t.Errorf("second submit returned %q, want the first task %q", second.Name, first.Name)
 	}
-	bad := localTask("bad", "true", "")
+	bad := exectest.LocalTask("bad", "true", "")
 	bad.Spec.MainContainer = "nope"
 	if _, err := ex.Submit(context.Background(), "bad", bad); err == nil {
 		t.Error("a task naming a missing main container was accepted")
 	}
-	if _, err := ex.Submit(context.Background(), "not a label!", localTask("x", "true", "")); err == nil {
+	if _, err := ex.Submit(context.Background(), "not a label!", exectest.LocalTask("x", "true", "")); err == nil {
 		t.Error("an ID that is not a label value was accepted")
 	}
 	if _, err := st.Get(context.Background(), "bad"); err == nil {

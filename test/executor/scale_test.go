@@ -16,6 +16,7 @@ import (
 	"github.com/kubetask/kubetask/internal/podstate"
 	"github.com/kubetask/kubetask/internal/store"
 	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/test/exectest"
 )
 
 // simSpec is what a simulated task will do: its main container exits with
@@ -26,7 +27,7 @@ type simSpec struct {
 }
 
 func (s simSpec) task(name string) *task.Task {
-	return simTask(name, map[string]string{
+	return exectest.SimTask(name, map[string]string{
 		kwokstages.ExitContainer: "main",
 		kwokstages.ExitCode:      fmt.Sprint(s.code),
 		kwokstages.ExitAfter:     s.delay.String(),
@@ -42,21 +43,21 @@ func (s simSpec) want() (podstate.Phase, int32) {
 
 // checkExactlyOnce checks that each task has exactly one terminal event with
 // the expected outcome, and one recorded attempt.
-func checkExactlyOnce(t *testing.T, evs *events, st store.Store, specs map[string]simSpec) {
+func checkExactlyOnce(t *testing.T, evs *exectest.Events, st store.Store, specs map[string]simSpec) {
 	t.Helper()
 	bad := 0
 	for id, s := range specs {
-		term := evs.terminal(id)
+		term := evs.Terminal(id)
 		phase, code := s.want()
 		switch {
 		case len(term) != 1:
 			t.Errorf("%s: %d terminal events, want exactly 1", id, len(term))
 			bad++
-		case podstate.Phase(term[0].Phase) != phase || exitCode(term[0]) != code:
-			t.Errorf("%s: %s exit %d (%s), want %s exit %d", id, term[0].Phase, exitCode(term[0]), term[0].Message, phase, code)
+		case podstate.Phase(term[0].Phase) != phase || exectest.ExitCode(term[0]) != code:
+			t.Errorf("%s: %s exit %d (%s), want %s exit %d", id, term[0].Phase, exectest.ExitCode(term[0]), term[0].Message, phase, code)
 			bad++
 		}
-		if rec := record(t, st, id); len(rec.Attempts) != 1 || !rec.Terminal {
+		if rec := exectest.Record(t, st, id); len(rec.Attempts) != 1 || !rec.Terminal {
 			t.Errorf("%s: record has %d attempts, terminal=%v: %+v", id, len(rec.Attempts), rec.Terminal, rec.Attempts)
 			bad++
 		}
@@ -72,9 +73,9 @@ func checkExactlyOnce(t *testing.T, evs *events, st store.Store, specs map[strin
 // no pod is left.
 func TestAPIServerRestartedTwiceWith200Tasks(t *testing.T) {
 	env := clustertest.New(t)
-	evs := newEvents()
+	evs := exectest.NewEvents()
 	st := store.NewMemory()
-	ex, _ := startExecutor(t, env, executor.Config{Store: st, OnEvent: evs.add, Parallelism: 250, Workers: 16})
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add, Parallelism: 250, Workers: 16})
 	rng := rand.New(rand.NewPCG(1, 2))
 	specs := map[string]simSpec{}
 	var ids []string
@@ -83,7 +84,7 @@ func TestAPIServerRestartedTwiceWith200Tasks(t *testing.T) {
 		s := simSpec{delay: time.Duration(5+rng.IntN(20)) * time.Second, code: []int{0, 0, 0, 2}[rng.IntN(4)]}
 		specs[id] = s
 		ids = append(ids, id)
-		submit(t, ex, id, s.task(id))
+		exectest.Submit(t, ex, id, s.task(id))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -94,9 +95,9 @@ func TestAPIServerRestartedTwiceWith200Tasks(t *testing.T) {
 		}
 		t.Logf("apiserver restart %d done", i+1)
 	}
-	evs.waitTerminal(t, 3*time.Minute, ids...)
+	evs.WaitTerminal(t, 3*time.Minute, ids...)
 	checkExactlyOnce(t, evs, st, specs)
-	waitNoTaskPods(t, env, 2*time.Minute)
+	exectest.WaitNoTaskPods(t, env, 2*time.Minute)
 }
 
 // waitRunning waits until at least n task pods run.
@@ -127,13 +128,13 @@ func waitRunning(t *testing.T, env *clustertest.Env, n int) {
 func TestFinishedWhileDownAndDeleted(t *testing.T) {
 	env := clustertest.New(t)
 	st := store.NewMemory()
-	first := newEvents()
-	ex, stop := startExecutor(t, env, executor.Config{Store: st, OnEvent: first.add})
+	first := exectest.NewEvents()
+	ex, stop := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: first.Add})
 	specs := map[string]simSpec{}
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("d%02d", i)
 		specs[id] = simSpec{delay: 4 * time.Second, code: i % 3}
-		submit(t, ex, id, specs[id].task(id))
+		exectest.Submit(t, ex, id, specs[id].task(id))
 	}
 	waitRunning(t, env, 10)
 	stop()
@@ -156,18 +157,18 @@ func TestFinishedWhileDownAndDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id := range specs {
-		if len(first.terminal(id)) != 0 {
+		if len(first.Terminal(id)) != 0 {
 			t.Fatalf("%s reported before the executor restart", id)
 		}
 	}
 
-	second := newEvents()
-	startExecutor(t, env, executor.Config{Store: st, OnEvent: second.add})
+	second := exectest.NewEvents()
+	exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: second.Add})
 	var ids []string
 	for id := range specs {
 		ids = append(ids, id)
 	}
-	second.waitTerminal(t, 2*time.Minute, ids...)
+	second.WaitTerminal(t, 2*time.Minute, ids...)
 	checkExactlyOnce(t, second, st, specs)
-	waitNoTaskPods(t, env, time.Minute)
+	exectest.WaitNoTaskPods(t, env, time.Minute)
 }

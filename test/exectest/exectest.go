@@ -1,4 +1,7 @@
-package executor
+// Package exectest has helpers for executor tests against the local cluster:
+// an event collector, an executor run for the length of a test, task
+// builders for the local process node and for kwok nodes.
+package exectest
 
 import (
 	"context"
@@ -21,22 +24,24 @@ import (
 	"github.com/kubetask/kubetask/internal/task"
 )
 
-// events collects executor events per task.
-type events struct {
+// Events collects executor events per task; Add is an executor.Config.OnEvent.
+type Events struct {
 	mu sync.Mutex
 	by map[string][]executor.Event
 }
 
-func newEvents() *events { return &events{by: map[string][]executor.Event{}} }
+// NewEvents returns an empty collector.
+func NewEvents() *Events { return &Events{by: map[string][]executor.Event{}} }
 
-func (e *events) add(ev executor.Event) {
+// Add records ev.
+func (e *Events) Add(ev executor.Event) {
 	e.mu.Lock()
 	e.by[ev.ID] = append(e.by[ev.ID], ev)
 	e.mu.Unlock()
 }
 
-// terminal returns the terminal events of id.
-func (e *events) terminal(id string) []executor.Event {
+// Terminal returns the terminal events of id.
+func (e *Events) Terminal(id string) []executor.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []executor.Event
@@ -48,8 +53,8 @@ func (e *events) terminal(id string) []executor.Event {
 	return out
 }
 
-// attemptsFinished returns the AttemptFinished events of id.
-func (e *events) attemptsFinished(id string) []executor.Event {
+// AttemptsFinished returns the AttemptFinished events of id.
+func (e *Events) AttemptsFinished(id string) []executor.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []executor.Event
@@ -61,13 +66,13 @@ func (e *events) attemptsFinished(id string) []executor.Event {
 	return out
 }
 
-// waitTerminal waits until every id has a terminal event.
-func (e *events) waitTerminal(t *testing.T, timeout time.Duration, ids ...string) {
+// WaitTerminal waits until every id has a terminal event.
+func (e *Events) WaitTerminal(t *testing.T, timeout time.Duration, ids ...string) {
 	t.Helper()
 	clustertest.Eventually(t, timeout, "every task terminal", func(context.Context) error {
 		var missing []string
 		for _, id := range ids {
-			if len(e.terminal(id)) == 0 {
+			if len(e.Terminal(id)) == 0 {
 				missing = append(missing, id)
 			}
 		}
@@ -82,9 +87,9 @@ func (e *events) waitTerminal(t *testing.T, timeout time.Duration, ids ...string
 	})
 }
 
-// startExecutor runs an executor in the test's namespace until the test ends
+// StartExecutor runs an executor in the test's namespace until the test ends
 // (or stop is called) and returns it.
-func startExecutor(t *testing.T, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
+func StartExecutor(t *testing.T, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
 	t.Helper()
 	cfg.RESTConfig = env.Config
 	cfg.Namespaces = []string{env.Namespace}
@@ -119,9 +124,9 @@ func startExecutor(t *testing.T, env *clustertest.Env, cfg executor.Config) (*ex
 	return ex, stop
 }
 
-// localTask runs script with sh on the local process node, optionally with a
+// LocalTask runs script with sh on the local process node, optionally with a
 // sidecar script.
-func localTask(name, script, sidecar string) *task.Task {
+func LocalTask(name, script, sidecar string) *task.Task {
 	grace := int64(2)
 	t := &task.Task{
 		TypeMeta:   metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind},
@@ -142,8 +147,8 @@ func localTask(name, script, sidecar string) *task.Task {
 	return t
 }
 
-// simTask runs on kwok nodes; annotations drive what the simulated kubelet does.
-func simTask(name string, annotations map[string]string) *task.Task {
+// SimTask runs on kwok nodes; annotations drive what the simulated kubelet does.
+func SimTask(name string, annotations map[string]string) *task.Task {
 	t := &task.Task{
 		TypeMeta:   metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -158,15 +163,16 @@ func simTask(name string, annotations map[string]string) *task.Task {
 	return t
 }
 
-func submit(t *testing.T, ex *executor.Executor, id string, tk *task.Task) {
+// Submit submits tk under id or fails the test.
+func Submit(t *testing.T, ex *executor.Executor, id string, tk *task.Task) {
 	t.Helper()
 	if _, err := ex.Submit(context.Background(), id, tk); err != nil {
 		t.Fatalf("submitting %s: %v", id, err)
 	}
 }
 
-// waitNoTaskPods waits until no kubetask pod is left in the namespace.
-func waitNoTaskPods(t *testing.T, env *clustertest.Env, timeout time.Duration) {
+// WaitNoTaskPods waits until no kubetask pod is left in the namespace.
+func WaitNoTaskPods(t *testing.T, env *clustertest.Env, timeout time.Duration) {
 	t.Helper()
 	clustertest.Eventually(t, timeout, "no task pod left", func(ctx context.Context) error {
 		pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
@@ -181,14 +187,16 @@ func waitNoTaskPods(t *testing.T, env *clustertest.Env, timeout time.Duration) {
 	})
 }
 
-func exitCode(ev executor.Event) int32 {
+// ExitCode is ev's exit code, -1 when it has none.
+func ExitCode(ev executor.Event) int32 {
 	if ev.ExitCode == nil {
 		return -1
 	}
 	return *ev.ExitCode
 }
 
-func record(t *testing.T, st store.Store, id string) store.Record {
+// Record reads id from st or fails the test.
+func Record(t *testing.T, st store.Store, id string) store.Record {
 	t.Helper()
 	r, err := st.Get(context.Background(), id)
 	if err != nil {
