@@ -57,6 +57,11 @@ type Config struct {
 	// LivenessTimeout: Healthy fails when the pod informers have not been
 	// able to list for this long. Default 2 minutes.
 	LivenessTimeout time.Duration
+	// WatchTimeout, when set, bounds each pod WATCH request; the informer then
+	// resumes from its last resourceVersion (or relists on 410 Expired). Zero
+	// leaves client-go's default of 5 to 10 minutes. Short values keep
+	// connections fresh where a middlebox may silently stall them.
+	WatchTimeout time.Duration
 	// ResyncPeriod re-reconciles every task this often, a safety net.
 	// Default 5 minutes.
 	ResyncPeriod time.Duration

@@ -217,7 +217,23 @@ func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.LabelSelector = selector
-			return pods.Watch(ctx, opts)
+			if e.cfg.WatchTimeout > 0 {
+				secs := int64(max(e.cfg.WatchTimeout/time.Second, 1))
+				opts.TimeoutSeconds = &secs
+			}
+			w, err := pods.Watch(ctx, opts)
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				// A streaming list (client-go's WatchListClient): the
+				// informer's (re)list, counted with the LISTs.
+				e.noteList(err)
+				return w, err
+			}
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			e.metrics.watches.WithLabelValues(result).Inc()
+			return w, err
 		},
 	}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{

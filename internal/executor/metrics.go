@@ -4,14 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the executor's Prometheus metrics.
 type metrics struct {
-	tasks         *prometheus.GaugeVec
-	podCreations  *prometheus.CounterVec
-	lists         *prometheus.CounterVec
-	watchErrors   *prometheus.CounterVec
-	reconcile     prometheus.Histogram
-	outcomeLag    prometheus.Histogram
-	outcomes      *prometheus.CounterVec
-	apiRequests   prometheus.Counter
+	tasks        *prometheus.GaugeVec
+	podCreations *prometheus.CounterVec
+	lists        *prometheus.CounterVec
+	watches      *prometheus.CounterVec
+	watchErrors  *prometheus.CounterVec
+	reconcile    prometheus.Histogram
+	outcomeLag   prometheus.Histogram
+	outcomes     *prometheus.CounterVec
+	apiRequests  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -23,10 +24,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kubetask_pod_creations_total", Help: "Pod creations by result (created, exists, error).",
 		}, []string{"result"}),
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_pod_lists_total", Help: "LIST requests of the pod informers (the first per namespace, then one per relist), by result.",
+			Name: "kubetask_pod_lists_total", Help: "Lists of the pod informers (LIST requests or streaming watch-lists; the first per namespace, then one per relist), by result.",
+		}, []string{"result"}),
+		watches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_pod_watches_total", Help: "WATCH requests of the pod informers that resume from a resourceVersion (each restart of a watch), by result.",
 		}, []string{"result"}),
 		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_watch_errors_total", Help: "Pod watch failures that made an informer relist, by kind (expired, other).",
+			Name: "kubetask_watch_errors_total", Help: "Failed list-and-watch cycles of the pod informers, by kind (expired, other). A watch that ends with 410 Expired is not counted here: the informer relists at once (see kubetask_pod_lists_total).",
 		}, []string{"kind"}),
 		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kubetask_reconcile_seconds", Help: "Duration of one reconcile pass of one task.",
@@ -44,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.podCreations, m.lists, m.watchErrors, m.reconcile, m.outcomeLag, m.outcomes, m.apiRequests)
+		reg.MustRegister(m.tasks, m.podCreations, m.lists, m.watches, m.watchErrors, m.reconcile, m.outcomeLag, m.outcomes, m.apiRequests)
 	}
 	return m
 }

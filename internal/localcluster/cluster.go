@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -601,6 +602,10 @@ func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("reading etcd revision: %w", err)
 	}
 	if err := c.etcdCall(ctx, http.MethodPost, "/v3/kv/compaction", map[string]any{"revision": strconv.FormatInt(rev, 10), "physical": true}, nil); err != nil {
+		// Nothing was written since the last compaction: already compacted.
+		if strings.Contains(err.Error(), "required revision has been compacted") {
+			return rev, nil
+		}
 		return 0, fmt.Errorf("compacting etcd: %w", err)
 	}
 	return rev, nil

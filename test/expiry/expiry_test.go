@@ -15,7 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	clustertest.MainWith(m, clustertest.Options{LocalNodes: -1, OnDemandExpiry: true})
+	clustertest.MainWith(m, clustertest.Options{LocalNodes: -1, SimNodes: 2, OnDemandExpiry: true})
 }
 
 func TestCompactionExpiresOlderWatches(t *testing.T) {
