@@ -253,6 +253,13 @@ func (e *Executor) recordOutcome(ctx context.Context, t *task.Task, rec store.Re
 	}
 	e.releaseSlot(rec.ID)
 	e.observe(rec)
+	// Act on the pod before telling anyone, so that an embedding that exits
+	// on the terminal event leaves no finalizer behind. A failure here is
+	// retried by the next pass (the outcome is recorded, so it only cleans up).
+	var finishErr error
+	if pod != nil {
+		finishErr = e.finishPod(ctx, t, pod, state)
+	}
 	if e.cfg.OnEvent != nil {
 		e.cfg.OnEvent(Event{ID: rec.ID, Attempt: finished, Phase: string(state.Phase), Reason: string(state.Reason),
 			Message: state.Message, ExitCode: state.ExitCode, AttemptFinished: true, Terminal: rec.Terminal, Time: now})
@@ -263,10 +270,7 @@ func (e *Executor) recordOutcome(ctx context.Context, t *task.Task, rec store.Re
 	if retry {
 		e.queue.AddAfter(rec.ID, rec.NextAttemptAt.Sub(now))
 	}
-	if pod == nil {
-		return nil
-	}
-	return e.finishPod(ctx, t, pod, state)
+	return finishErr
 }
 
 // finishPod stops what still runs in a pod whose attempt's outcome is

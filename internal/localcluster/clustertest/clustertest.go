@@ -91,6 +91,8 @@ func run(m *testing.M, opts Options) int {
 	}
 	fmt.Fprintf(os.Stderr, "clustertest: cluster ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), c.Kubeconfig())
 	shared = c
+	// Code that loads the default kubeconfig (examples, kubectl) reaches the test cluster.
+	os.Setenv("KUBECONFIG", c.Kubeconfig())
 	code := m.Run()
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stopCancel()
