@@ -381,7 +381,7 @@ func (p *printer) outcome(o *runner.Outcome, showResult bool) {
 		if p.quiet {
 			return
 		}
-		fmt.Fprintf(w, "[%6.1fs] %s/%s: %s (pod %s/%s %s)\n", o.Elapsed.Seconds(), o.Phase, o.Reason, o.Message, o.Namespace, o.Pod, cleanupWord(o.Cleanup))
+		fmt.Fprintf(w, "outcome: %s/%s: %s (decided after %.1fs; pod %s/%s %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), o.Namespace, o.Pod, cleanupWord(o.Cleanup))
 		if showResult && o.Result != nil {
 			r := o.Result
 			more := ""
@@ -392,7 +392,7 @@ func (p *printer) outcome(o *runner.Outcome, showResult bool) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "[%6.1fs] FAILED %s/%s: %s (pod %s/%s %s)\n", o.Elapsed.Seconds(), o.Phase, o.Reason, o.Message, o.Namespace, o.Pod, cleanupWord(o.Cleanup))
+	fmt.Fprintf(w, "outcome: FAILED %s/%s: %s (decided after %.1fs; pod %s/%s %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), o.Namespace, o.Pod, cleanupWord(o.Cleanup))
 	if o.ResultError != "" && o.Reason != runner.ReasonResultFailed {
 		fmt.Fprintf(w, "result: %s\n", o.ResultError)
 	}

@@ -38,6 +38,10 @@ const (
 	LogsNone LogMode = "none"
 )
 
+// finishTimeout bounds the work after the outcome is decided (result, stop,
+// delete, release), which a cancellation does not interrupt.
+const finishTimeout = 5 * time.Minute
+
 // ReasonResultFailed is the reason of an outcome whose main container succeeded
 // but whose result could not be read: missing, or larger than result.maxBytes.
 // It extends podstate's reasons; Run never reports it for a failed main container.
@@ -234,7 +238,11 @@ func (r *run) run(ctx context.Context) (*Outcome, error) {
 		st := podstate.Derive(pod, r.policy, r.opts.Clock.Now())
 		r.report(st)
 		if st.Terminal() {
-			return r.finish(ctx, ctx, out, pod, st, mainLogs, stopLogs)
+			// Once the outcome is decided, cleaning up must not be cut short by a
+			// cancellation: it is bounded instead.
+			fctx, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+			defer done()
+			return r.finish(fctx, ctx, out, pod, st, mainLogs, stopLogs)
 		}
 		var recheck <-chan time.Time
 		var timer clock.Timer
@@ -513,7 +521,8 @@ func (r *run) finish(ctx, runCtx context.Context, out *Outcome, pod *corev1.Pod,
 	if pod != nil {
 		outcome := st
 		outcome.Phase = out.Phase
-		if attempt.ShouldDelete(r.t.Spec.Cleanup, outcome) {
+		deleted := attempt.ShouldDelete(r.t.Spec.Cleanup, outcome)
+		if deleted {
 			r.event(Event{Type: "deleting"})
 			if err := attempt.Delete(ctx, r.client, r.ns, r.name); err != nil {
 				return out, err
@@ -528,10 +537,7 @@ func (r *run) finish(ctx, runCtx context.Context, out *Outcome, pod *corev1.Pod,
 				}
 			}
 		}
-		if err := attempt.Release(ctx, r.client, r.ns, r.name); err != nil {
-			return out, err
-		}
-		r.event(Event{Type: "released"})
+		r.settle(ctx, pod, deleted)
 	}
 	return out, nil
 }
@@ -599,7 +605,7 @@ func (r *run) cancel(ctx context.Context, out *Outcome, mainLogs <-chan struct{}
 		grace = *pod.Spec.TerminationGracePeriodSeconds
 	}
 	bound := time.Duration(grace)*time.Second + 30*time.Second
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), bound+30*time.Second)
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), 2*bound+30*time.Second)
 	defer done()
 
 	policy := r.policy
@@ -621,17 +627,61 @@ func (r *run) cancel(ctx context.Context, out *Outcome, mainLogs <-chan struct{}
 		return out, err
 	}
 	out.Cleanup = "deleted"
-	// Wait until the kubelet stopped every container (it then reports a final
-	// phase) before letting the object go.
-	r.waitFor(cctx, bound, func(p *corev1.Pod) bool {
-		return p == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	})
-	if err := attempt.Release(cctx, r.client, r.ns, r.name); err != nil {
-		return out, err
-	}
-	r.event(Event{Type: "released"})
-	r.waitFor(cctx, bound, func(p *corev1.Pod) bool { return p == nil })
+	r.settle(cctx, pod, true)
 	return out, nil
+}
+
+// settle waits until every container of the pod stopped (the kubelet reports
+// a final phase, or the pod is gone), releases kubetask's finalizer and, when
+// the pod was deleted, waits for the object to go. A finalizer that comes
+// back (a node that writes a stale copy of the pod with its status) is removed
+// again. Each wait is bounded by the pod's grace period plus 30 s; a pod that
+// is still there then is released anyway and the wait is logged.
+func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	bound := time.Duration(grace)*time.Second + 30*time.Second
+	r.waitFor(ctx, bound, stopped)
+	release := func(p *corev1.Pod) {
+		if p == nil || !slices.Contains(p.Finalizers, task.Finalizer) {
+			return
+		}
+		if err := attempt.Release(ctx, r.client, r.ns, r.name); err != nil {
+			r.log().Warn("releasing pod", "pod", r.ns+"/"+r.name, "err", err)
+		}
+	}
+	release(r.cached())
+	r.event(Event{Type: "released"})
+	r.waitFor(ctx, bound, func(p *corev1.Pod) bool {
+		if deleted {
+			release(p)
+			return p == nil
+		}
+		release(p)
+		return p == nil || !slices.Contains(p.Finalizers, task.Finalizer)
+	})
+}
+
+// stopped reports whether no container of p runs any more: the pod is gone,
+// was never bound to a node, has a final phase, or is being deleted and no
+// container status says running.
+func stopped(p *corev1.Pod) bool {
+	if p == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if p.DeletionTimestamp == nil {
+		return false
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, s := range list {
+			if s.State.Running != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // waitFor waits until cond holds for the cached pod, at most d.

@@ -1,0 +1,98 @@
+package runner
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/task"
+)
+
+func testTask(t *testing.T) *task.Task {
+	t.Helper()
+	tk, err := task.Parse([]byte(`{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"t"},
+"spec":{"template":{"spec":{"containers":[{"name":"base","image":"busybox","command":["true"]}]}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func TestSelectPods(t *testing.T) {
+	tk := testTask(t)
+	id := task.Identity{Namespace: "ns", Name: "t", RunID: "cli-abc", Executor: "cli"}
+	other := id
+	other.RunID = "cli-other"
+	pod := func(id task.Identity, attempt int, finalizer bool, mutate ...func(*corev1.Pod)) corev1.Pod {
+		p, err := task.BuildPod(tk, id, attempt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !finalizer {
+			p.Finalizers = nil
+		}
+		for _, m := range mutate {
+			m(p)
+		}
+		return *p
+	}
+	forged := func(p *corev1.Pod) { p.Annotations[task.AnnotationRun] = "cli-abc"; p.Name = "forged" }
+	for name, tc := range map[string]struct {
+		pods     []corev1.Pod
+		wantOpen []string
+		wantNext int
+	}{
+		"none":                        {nil, nil, 0},
+		"a finished attempt":          {[]corev1.Pod{pod(id, 0, false)}, nil, 1},
+		"an unfinished attempt":       {[]corev1.Pod{pod(id, 0, true)}, []string{task.PodName(id, 0)}, 1},
+		"finished and unfinished":     {[]corev1.Pod{pod(id, 0, false), pod(id, 1, true)}, []string{task.PodName(id, 1)}, 2},
+		"two unfinished (ambiguous)":  {[]corev1.Pod{pod(id, 1, true), pod(id, 0, true)}, []string{task.PodName(id, 0), task.PodName(id, 1)}, 2},
+		"another run is ignored":      {[]corev1.Pod{pod(other, 3, true)}, nil, 0},
+		"a pod with a forged name":    {[]corev1.Pod{pod(other, 0, true, forged)}, nil, 0},
+		"an unmanaged pod is ignored": {[]corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "x", Finalizers: []string{task.Finalizer}}}}, nil, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			open, next := selectPods(tc.pods, id)
+			var names []string
+			for _, p := range open {
+				names = append(names, p.Name)
+			}
+			if d := cmp.Diff(tc.wantOpen, names); d != "" {
+				t.Errorf("open (-want +got):\n%s", d)
+			}
+			if next != tc.wantNext {
+				t.Errorf("next attempt %d, want %d", next, tc.wantNext)
+			}
+		})
+	}
+}
+
+func TestContainerProgress(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	exited := func(code int32) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	for name, tc := range map[string]struct {
+		policy              corev1.RestartPolicy
+		state               corev1.ContainerState
+		started, terminated bool
+	}{
+		"waiting":                   {corev1.RestartPolicyNever, waiting, false, false},
+		"running":                   {corev1.RestartPolicyNever, running, true, false},
+		"exited under Never":        {corev1.RestartPolicyNever, exited(1), true, true},
+		"failed under OnFailure":    {corev1.RestartPolicyOnFailure, exited(1), true, false},
+		"succeeded under OnFailure": {corev1.RestartPolicyOnFailure, exited(0), true, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy},
+				Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: tc.state}}}}
+			s, term, gone := containerProgress(p, "c")
+			if s != tc.started || term != tc.terminated || gone {
+				t.Errorf("started %v terminated %v gone %v, want %v %v false", s, term, gone, tc.started, tc.terminated)
+			}
+		})
+	}
+}

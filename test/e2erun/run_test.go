@@ -1,0 +1,315 @@
+package e2erun
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/task"
+)
+
+func TestRunSucceeds(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "ok", "", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo hello; echo world']}`)
+	p := run(t, env, "run", "-f", f)
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0", p.code)
+	}
+	if got := p.stdout.String(); got != "hello\nworld\n" {
+		t.Errorf("stdout %q, want the main container's log", got)
+	}
+	if !strings.Contains(p.stderr.String(), "Succeeded/Completed") {
+		t.Errorf("stderr does not report Succeeded/Completed:\n%s", p.stderr)
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+}
+
+func TestRunFailurePropagatesExitCode(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "fails", "", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo working; echo broken-input >&2; exit 7']}`)
+	p := run(t, env, "run", "-f", f)
+	if p.code != 7 {
+		t.Fatalf("exit %d, want 7", p.code)
+	}
+	for _, want := range []string{"FAILED Failed/ExitCode", "exited with code 7", "last log lines", "broken-input", "pod events"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+}
+
+// A main container that exits 0 while an envoy-like sidecar runs forever: the
+// command exits 0 within a few seconds of the main container's exit and the
+// pod (and every process of it) is gone.
+func TestRunSidecarForever(t *testing.T) {
+	env := clustertest.New(t)
+	mark := marker()
+	f := taskFile(t, "sidecar", "  mainContainer: base", fmt.Sprintf(`      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'sleep 1; echo main-done']}
+        - {name: envoy, image: envoyproxy/envoy:v1.31.0, command: %s}`, sidecarCmd(mark)))
+	p := start(t, env, "run", "-f", f)
+	eventually(t, time.Minute, "the main container's last line", func() bool { return strings.Contains(p.stdout.String(), "main-done") })
+	mainDone := time.Now()
+	code := p.wait(t, time.Minute)
+	took := time.Since(mainDone)
+	t.Logf("exit %d %s after the main container's last line\nstderr:\n%s", code, took, p.stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if took > 5*time.Second {
+		t.Errorf("exited %s after the main container finished, want a few seconds at most", took)
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+	eventually(t, 10*time.Second, "no sidecar process on the node", func() bool { return len(processes(mark)) == 0 })
+}
+
+// The same with --cleanup Keep: the pod stays, nothing of it keeps running, and
+// kubetask's finalizer is gone.
+func TestRunSidecarKeep(t *testing.T) {
+	env := clustertest.New(t)
+	mark := marker()
+	f := taskFile(t, "keep", "  mainContainer: base", fmt.Sprintf(`      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo main-done']}
+        - {name: envoy, image: envoyproxy/envoy:v1.31.0, command: %s}`, sidecarCmd(mark)))
+	start := time.Now()
+	p := run(t, env, "run", "-f", f, "--cleanup", "Keep")
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0", p.code)
+	}
+	t.Logf("run took %s", time.Since(start))
+	var pod corev1.Pod
+	eventually(t, 30*time.Second, "the kept pod's containers to stop", func() bool {
+		ps := pods(t, env)
+		if len(ps) != 1 {
+			return false
+		}
+		pod = ps[0]
+		if pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+			return false
+		}
+		for _, s := range pod.Status.ContainerStatuses {
+			if s.State.Terminated == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if slices.Contains(pod.Finalizers, task.Finalizer) {
+		t.Errorf("kept pod still has the finalizer %s", task.Finalizer)
+	}
+	if pod.DeletionTimestamp != nil {
+		t.Errorf("kept pod is being deleted")
+	}
+	t.Logf("kept pod: phase %s reason %s", pod.Status.Phase, pod.Status.Reason)
+	eventually(t, 10*time.Second, "no sidecar process on the node", func() bool { return len(processes(mark)) == 0 })
+}
+
+func TestRunNativeSidecar(t *testing.T) {
+	env := clustertest.New(t)
+	mark := marker()
+	f := taskFile(t, "native", "", fmt.Sprintf(`      initContainers:
+        - {name: shipper, image: fluent/fluent-bit:3.1, restartPolicy: Always, command: %s}
+      containers:
+        - {name: report, image: busybox, command: [sh, -c, 'echo report-done; exit 0']}`, sidecarCmd(mark)))
+	p := run(t, env, "run", "-f", f)
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0", p.code)
+	}
+	if !strings.Contains(p.stdout.String(), "report-done") {
+		t.Errorf("stdout lacks the main container's log")
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+	eventually(t, 10*time.Second, "no sidecar process on the node", func() bool { return len(processes(mark)) == 0 })
+}
+
+func TestRunResultFromTerminationMessage(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "termmsg", "  result: {from: TerminationMessage}", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'printf "{\"answer\": 42}" > /dev/termination-log']}`)
+	out := filepath.Join(t.TempDir(), "result.json")
+	p := run(t, env, "run", "-f", f, "--result", out, "-o", "json")
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0", p.code)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != `{"answer": 42}` {
+		t.Errorf("result %q", got)
+	}
+	var o map[string]any
+	if err := json.Unmarshal([]byte(outcomeLine(t, p.stdout.String())), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o["result"] != `{"answer": 42}` || o["reason"] != "Completed" {
+		t.Errorf("outcome %v", o)
+	}
+}
+
+func TestRunResultFromFile100KiB(t *testing.T) {
+	env := clustertest.New(t)
+	const size = 100 << 10
+	f := taskFile(t, "fileresult", "  result: {from: File, path: /kubetask/result.txt, maxBytes: 1Mi}", fmt.Sprintf(`      containers:
+        - {name: main, image: busybox, command: [sh, -c, 'yes 0123456789abcdef | head -c %d > /kubetask/result.txt']}`, size))
+	out := filepath.Join(t.TempDir(), "result.txt")
+	p := run(t, env, "run", "-f", f, "--result", out)
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0", p.code)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("0123456789abcdef\n"), size/17+1)[:size]
+	if !bytes.Equal(got, want) {
+		t.Errorf("result: %d bytes, want %d bytes of the pattern", len(got), size)
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+}
+
+// Infrastructure failures fail fast with their reason and exit code, and the pod is
+// cleaned up.
+func TestRunInfrastructureFailures(t *testing.T) {
+	for name, tc := range map[string]struct {
+		spec, pod string
+		code      int
+		reason    string
+	}{
+		"image pull": {"  timeouts: {imagePull: 2s}", `      containers:
+        - {name: base, image: kubetask.invalid/pull-error/app, command: [sh, -c, 'exit 0']}`, 67, "ImagePullFailed"},
+		"missing configmap": {"  timeouts: {containerConfig: 2s}", `      containers:
+        - name: base
+          image: busybox
+          command: [sh, -c, 'exit 0']
+          env: [{name: X, valueFrom: {configMapKeyRef: {name: missing, key: k}}}]`, 68, "ConfigError"},
+		"unschedulable": {"  timeouts: {schedule: 3s}", `      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: no-such-label, operator: Exists}]}]}}}
+      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'exit 0']}`, 69, "ScheduleTimeout"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := clustertest.New(t)
+			f := taskFile(t, "infra", tc.spec, tc.pod)
+			begin := time.Now()
+			p := run(t, env, "run", "-f", f)
+			if p.code != tc.code {
+				t.Errorf("exit %d, want %d", p.code, tc.code)
+			}
+			if took := time.Since(begin); took > 20*time.Second {
+				t.Errorf("took %s, want a fast failure", took)
+			}
+			if !strings.Contains(p.stderr.String(), "FAILED Failed/"+tc.reason) {
+				t.Errorf("stderr does not name %s", tc.reason)
+			}
+			eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+		})
+	}
+}
+
+// Ctrl-C mid-run deletes the pod, leaves no process on the node, exits 130.
+func TestRunInterrupted(t *testing.T) {
+	env := clustertest.New(t)
+	mark := marker()
+	f := taskFile(t, "interrupted", "  mainContainer: base", fmt.Sprintf(`      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo started; while :; do sleep 1; done', %s]}
+        - {name: envoy, image: envoyproxy/envoy:v1.31.0, command: %s}`, mark, sidecarCmd(mark)))
+	p := start(t, env, "run", "-f", f)
+	eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+	eventually(t, 10*time.Second, "both containers' processes", func() bool { return len(processes(mark)) >= 2 })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, time.Minute)
+	t.Logf("stderr:\n%s", p.stderr)
+	if code != 130 {
+		t.Errorf("exit %d, want 130", code)
+	}
+	if ps := pods(t, env); len(ps) != 0 {
+		t.Errorf("pod %s still exists after kubetask exited", ps[0].Name)
+	}
+	if pids := processes(mark); len(pids) != 0 {
+		t.Errorf("processes of the pod still run: %v", pids)
+	}
+}
+
+// kube-apiserver restarted while the log streams: the full log, no line twice.
+func TestRunLogsSurviveAPIServerRestart(t *testing.T) {
+	env := clustertest.New(t)
+	const n = 300
+	f := taskFile(t, "restart", "", fmt.Sprintf(`      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'i=1; while [ $i -le %d ]; do echo line-$i; i=$((i+1)); sleep 0.05; done']}`, n))
+	p := start(t, env, "run", "-f", f)
+	eventually(t, time.Minute, "the first lines", func() bool { return len(lines(p.stdout.String())) >= 10 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := env.Cluster.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver restarted after %d lines", len(lines(p.stdout.String())))
+	code := p.wait(t, 2*time.Minute)
+	t.Logf("stderr:\n%s", p.stderr)
+	if code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+	got := lines(p.stdout.String())
+	var want []string
+	for i := 1; i <= n; i++ {
+		want = append(want, fmt.Sprintf("line-%d", i))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("log: %d lines, want %d in order without duplicates; got:\n%s", len(got), n, strings.Join(got, "\n"))
+	}
+}
+
+// The CLI killed mid-run; `kubetask run --attach` with the same task attaches to
+// the same pod, creates no second one and reports the correct outcome.
+func TestRunAttachAfterKill(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "attach", "", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo started; sleep 4; echo finished; exit 5']}`)
+	p := start(t, env, "run", "-f", f)
+	eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+	before := pods(t, env)
+	if len(before) != 1 {
+		t.Fatalf("%d pods after the kill, want 1", len(before))
+	}
+	a := run(t, env, "run", "-f", f, "--attach", "-o", "json")
+	if a.code != 5 {
+		t.Errorf("exit %d, want 5", a.code)
+	}
+	var o map[string]any
+	if err := json.Unmarshal([]byte(outcomeLine(t, a.stdout.String())), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o["attached"] != true || o["pod"] != before[0].Name || o["reason"] != "ExitCode" {
+		t.Errorf("outcome %v, want attached to %s with reason ExitCode", o, before[0].Name)
+	}
+	if !strings.Contains(a.stdout.String(), `"line":"finished"`) {
+		t.Errorf("attached run did not stream the rest of the log")
+	}
+	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+
+	// Nothing left to attach to: a clear error and its own exit code.
+	again := run(t, env, "run", "-f", f, "--attach")
+	if again.code != 66 || !strings.Contains(again.stderr.String(), "no unfinished pod") {
+		t.Errorf("attach with nothing to attach to: exit %d, stderr %q", again.code, again.stderr)
+	}
+}
