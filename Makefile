@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up down test unit lint vet fmt clean
+.PHONY: help build components up demo down test unit lint vet fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,10 @@ components: build ## build (or reuse from the cache) etcd, kube-apiserver, sched
 
 up: components ## start the local cluster in the background (one local process node)
 	$(BIN)/kubetask cluster up
+
+demo: components ## run examples/local/sidecar-task.yaml with kubetask run on the local cluster (started if needed)
+	$(BIN)/kubetask cluster up >/dev/null
+	$(BIN)/kubetask run -f examples/local/sidecar-task.yaml --kubeconfig "$$($(BIN)/kubetask cluster kubeconfig)"
 
 down: build ## stop the local cluster and remove its state
 	$(BIN)/kubetask cluster down

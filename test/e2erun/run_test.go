@@ -61,12 +61,25 @@ func TestRunSidecarForever(t *testing.T) {
 	f := taskFile(t, "sidecar", "  mainContainer: base", fmt.Sprintf(`      containers:
         - {name: base, image: busybox, command: [sh, -c, 'sleep 1; echo main-done']}
         - {name: envoy, image: envoyproxy/envoy:v1.31.0, command: %s}`, sidecarCmd(mark)))
-	p := start(t, env, "run", "-f", f)
-	eventually(t, time.Minute, "the main container's last line", func() bool { return strings.Contains(p.stdout.String(), "main-done") })
-	mainDone := time.Now()
+	p := start(t, env, "run", "-f", f, "-o", "json")
 	code := p.wait(t, time.Minute)
-	took := time.Since(mainDone)
-	t.Logf("exit %d %s after the main container's last line\nstderr:\n%s", code, took, p.stderr)
+	exited := time.Now()
+	// The kubelet's timestamp of the main container's last line (same host clock).
+	var mainDone time.Time
+	for _, l := range lines(p.stdout.String()) {
+		var ev struct {
+			Type, Line string
+			Time       time.Time
+		}
+		if json.Unmarshal([]byte(l), &ev) == nil && ev.Type == "log" && ev.Line == "main-done" {
+			mainDone = ev.Time
+		}
+	}
+	if mainDone.IsZero() {
+		t.Fatalf("no log line main-done in:\n%s", p.stdout)
+	}
+	took := exited.Sub(mainDone)
+	t.Logf("exit %d %s after the main container's last line\nstdout:\n%s", code, took, p.stdout)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
@@ -311,5 +324,24 @@ func TestRunAttachAfterKill(t *testing.T) {
 	again := run(t, env, "run", "-f", f, "--attach")
 	if again.code != 66 || !strings.Contains(again.stderr.String(), "no unfinished pod") {
 		t.Errorf("attach with nothing to attach to: exit %d, stderr %q", again.code, again.stderr)
+	}
+}
+
+// Every example under examples/local runs to success on the local node (make demo
+// runs one of them).
+func TestRunLocalExamples(t *testing.T) {
+	files, err := filepath.Glob("../../examples/local/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no local examples: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			env := clustertest.New(t)
+			p := run(t, env, "run", "-f", f, "--result", filepath.Join(t.TempDir(), "result"))
+			if p.code != 0 {
+				t.Fatalf("exit %d, want 0", p.code)
+			}
+			eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+		})
 	}
 }
