@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,8 +102,15 @@ func New(cfg Config) (*Executor, error) {
 		e.client = c
 	}
 	e.execer = attempt.NewExecer(rc, e.client)
+	// Per-task exponential backoff for failed passes (429, 5xx, exceeded
+	// quota...), capped at 30 s so that a task blocked by a passing quota
+	// shortage starts soon after it clears; plus an overall rate limit.
+	limiter := workqueue.NewTypedMaxOfRateLimiter[string](
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+	)
 	e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
+		limiter,
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubetask-executor", Clock: cfg.Clock})
 	return e, nil
 }
@@ -142,11 +150,13 @@ func (e *Executor) Start(ctx context.Context) error {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	sel := e.podSelector().String()
+	e.mu.Lock()
 	for _, ns := range namespaces {
 		inf := e.newInformer(ns, sel)
 		e.informers = append(e.informers, inf)
 		e.indexers = append(e.indexers, inf.GetIndexer())
 	}
+	e.mu.Unlock()
 	for _, inf := range e.informers {
 		go inf.RunWithContext(ctx)
 	}
@@ -303,7 +313,7 @@ func (e *Executor) noteList(err error) {
 // has been failing to LIST for LivenessTimeout.
 func (e *Executor) Healthy() error {
 	e.mu.Lock()
-	startedAt, listFail, started := e.startedAt, e.listFail, e.started
+	startedAt, listFail, started, informers := e.startedAt, e.listFail, e.started, e.informers
 	e.mu.Unlock()
 	now := e.cfg.Clock.Now()
 	if !started {
@@ -312,7 +322,7 @@ func (e *Executor) Healthy() error {
 	if !listFail.IsZero() && now.Sub(listFail) >= e.cfg.LivenessTimeout {
 		return fmt.Errorf("pod informers cannot list since %s", listFail.Format(time.RFC3339))
 	}
-	for _, inf := range e.informers {
+	for _, inf := range informers {
 		if !inf.HasSynced() && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
 			return fmt.Errorf("pod informers not synced %s after start", now.Sub(startedAt).Round(time.Second))
 		}
