@@ -67,7 +67,8 @@ type Executor struct {
 	active     map[string]bool // tasks whose current attempt holds a parallelism slot
 	waiting    []string        // tasks waiting for a slot, FIFO
 	waitingSet map[string]bool
-	listFail   time.Time // first failed LIST since the last success
+	phases     map[string]string // latest phase per task, for the tasks gauge
+	listFail   time.Time         // first failed LIST since the last success
 	startedAt  time.Time
 	started    bool
 }
@@ -84,6 +85,7 @@ func New(cfg Config) (*Executor, error) {
 		creates:    make(chan struct{}, cfg.CreateConcurrency),
 		active:     map[string]bool{},
 		waitingSet: map[string]bool{},
+		phases:     map[string]string{},
 	}
 	rc := rest.CopyConfig(cfg.RESTConfig)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
@@ -179,6 +181,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		if r.PodCreated {
 			e.holdSlot(r.ID)
 		}
+		e.observe(r)
 		e.queue.Add(r.ID)
 	}
 	log.Info("executor started", "unfinished", len(recs))
@@ -388,6 +391,7 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task) (Status,
 		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if created {
+		e.observe(rec)
 		e.emit(rec, false)
 	}
 	e.queue.Add(id)

@@ -363,10 +363,23 @@ func mainFinishedAt(pod *corev1.Pod, main string) time.Time {
 	return time.Time{}
 }
 
-// observe updates the tasks-by-phase gauge from a record change. It is an
-// approximation across restarts (it counts what this process saw).
+// observe keeps the kubetask_tasks gauge: the tasks this process has seen,
+// by their latest phase (terminal phases included).
 func (e *Executor) observe(rec store.Record) {
-	_ = rec
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old, ok := e.phases[rec.ID]; ok {
+		if old == rec.Phase {
+			return
+		}
+		e.metrics.tasks.WithLabelValues(old).Dec()
+	}
+	e.metrics.tasks.WithLabelValues(rec.Phase).Inc()
+	if rec.Terminal {
+		delete(e.phases, rec.ID) // final: nothing will move it again
+		return
+	}
+	e.phases[rec.ID] = rec.Phase
 }
 
 // acquireSlot takes a parallelism slot for id, or queues id for the next free one.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -23,7 +24,8 @@ func TestOutcomesOnLocalNode(t *testing.T) {
 	env := clustertest.New(t)
 	evs := exectest.NewEvents()
 	st := store.NewMemory()
-	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add})
+	reg := prometheus.NewRegistry()
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add, Registerer: reg})
 
 	forever := `trap 'exit 0' TERM; while :; do sleep 1; done`
 	cases := map[string]struct {
@@ -55,6 +57,21 @@ func TestOutcomesOnLocalNode(t *testing.T) {
 		}
 	}
 	exectest.WaitNoTaskPods(t, env, time.Minute)
+	gauge := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kubetask_tasks" {
+			for _, m := range mf.Metric {
+				gauge[m.Label[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if gauge["Succeeded"] != 2 || gauge["Failed"] != 2 || gauge["Pending"] != 0 || gauge["Running"] != 0 {
+		t.Errorf("kubetask_tasks = %v, want 2 Succeeded, 2 Failed, none Pending or Running", gauge)
+	}
 }
 
 // TestKeepStopsSidecars: with cleanup Keep the pod stays but nothing in it runs.
