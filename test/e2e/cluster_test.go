@@ -317,3 +317,42 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterUpWithNodes: by default `cluster up` starts one local process
+// node; --sim-nodes adds kwok nodes. down stops all of them.
+func TestClusterUpWithNodes(t *testing.T) {
+	dir, env := stateEnv(t)
+	if r := kubetask(t, env, "cluster", "up", "--sim-nodes", "2"); r.code != 0 {
+		t.Fatalf("cluster up --sim-nodes 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := kubetask(t, env, "cluster", "status")
+	if r.code != 0 {
+		t.Fatalf("status: exit %d\n%s", r.code, r.stdout)
+	}
+	for _, node := range []string{"local-0", "sim-0", "sim-1"} {
+		found := false
+		for _, line := range strings.Split(r.stdout, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == node && f[1] == "Ready" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("status does not show node %s Ready:\n%s", node, r.stdout)
+		}
+	}
+	st := readState(t, dir)
+	var pids []int
+	names := map[string]bool{}
+	for _, p := range st.Processes {
+		pids = append(pids, p.PID)
+		names[p.Name] = true
+	}
+	if !names["node-local-0"] || !names["kwok"] {
+		t.Errorf("state lists %v; want the local node and kwok among the processes", names)
+	}
+	if r := kubetask(t, env, "cluster", "down"); r.code != 0 {
+		t.Fatalf("cluster down: exit %d\n%s", r.code, r.stderr)
+	}
+	waitGone(t, append(pids, st.SupervisorPID), st.Ports)
+}
