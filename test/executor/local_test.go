@@ -187,3 +187,35 @@ func TestSubmitIsIdempotentAndValidates(t *testing.T) {
 		t.Error("a refused task was stored")
 	}
 }
+
+// TestCancel: cancelling a running task stops its pod and ends the task
+// Failed/Cancelled, not retried; cancelling it again does nothing.
+func TestCancel(t *testing.T) {
+	env := clustertest.New(t)
+	evs := exectest.NewEvents()
+	st := store.NewMemory()
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, OnEvent: evs.Add})
+	tk := exectest.LocalTask("endless", `trap 'exit 143' TERM; while :; do sleep 1; done`, "")
+	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](3), Backoff: "1s", RetryOn: []string{"Infrastructure", "ExitCode"}}
+	exectest.Submit(t, ex, "endless", tk)
+	clustertest.Eventually(t, time.Minute, "task running", func(ctx context.Context) error {
+		if r := exectest.Record(t, st, "endless"); r.Phase != string(podstate.Running) {
+			return fmt.Errorf("phase %s", r.Phase)
+		}
+		return nil
+	})
+	if err := ex.Cancel(context.Background(), "endless"); err != nil {
+		t.Fatal(err)
+	}
+	evs.WaitTerminal(t, time.Minute, "endless")
+	if ev := evs.Terminal("endless"); len(ev) != 1 || ev[0].Reason != string(podstate.ReasonCancelled) {
+		t.Fatalf("terminal events %+v, want one Cancelled", ev)
+	}
+	if err := ex.Cancel(context.Background(), "endless"); err != nil {
+		t.Errorf("cancelling a finished task: %v", err)
+	}
+	if r := exectest.Record(t, st, "endless"); len(r.Attempts) != 1 {
+		t.Errorf("%d attempts recorded, want 1 (a cancelled task is not retried)", len(r.Attempts))
+	}
+	exectest.WaitNoTaskPods(t, env, time.Minute)
+}
