@@ -1,0 +1,178 @@
+package runner
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kubetask/kubetask/internal/podstate"
+	"github.com/kubetask/kubetask/internal/task"
+)
+
+// newFake returns a fake clientset whose pod creates get a creation timestamp
+// from clk, as the API server would.
+func newFake(clk *clocktesting.FakeClock) *fake.Clientset {
+	c := fake.NewClientset()
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		p.CreationTimestamp = metav1.NewTime(clk.Now())
+		return false, nil, nil
+	})
+	return c
+}
+
+func parseTask(t *testing.T, js string) *task.Task {
+	t.Helper()
+	tk, err := task.Parse([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+type result struct {
+	out *Outcome
+	err error
+}
+
+func start(ctx context.Context, t *testing.T, c *fake.Clientset, tk *task.Task, clk *clocktesting.FakeClock) (<-chan result, task.Identity) {
+	t.Helper()
+	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli"}
+	ch := make(chan result, 1)
+	go func() {
+		o, err := Run(ctx, c, nil, tk, Options{Identity: id, Clock: clk, Logs: LogsNone})
+		ch <- result{o, err}
+	}()
+	return ch, id
+}
+
+// poll waits for cond with a real-time deadline (the fake clock only drives the runner).
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The schedule timeout fires from Derive's Recheck on the injected clock, not
+// on the wall clock.
+func TestRunScheduleTimeoutOnInjectedClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newFake(clk)
+	tk := parseTask(t, `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"t"},
+"spec":{"timeouts":{"schedule":"10m"},"template":{"spec":{"containers":[{"name":"base","image":"busybox","command":["true"]}]}}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done, id := start(ctx, t, c, tk, clk)
+	name := task.PodName(id, 0)
+	poll(t, "the pod and the runner's recheck timer", func() bool {
+		_, err := c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		return err == nil && clk.HasWaiters()
+	})
+	clk.Step(9 * time.Minute)
+	select {
+	case r := <-done:
+		t.Fatalf("finished before the schedule timeout: %+v %v", r.out, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	clk.Step(2 * time.Minute)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome after the schedule timeout passed on the fake clock")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.out.Reason != podstate.ReasonScheduleTimeout || r.out.Cleanup != "deleted" {
+		t.Errorf("outcome %+v, want ScheduleTimeout, deleted", r.out)
+	}
+	if _, err := c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Error("pod not deleted")
+	}
+}
+
+// Main exited 0 while a sidecar runs, cleanup Keep: the runner lowers
+// activeDeadlineSeconds, waits until the kubelet reports the pod finished,
+// then releases its finalizer; the outcome is the main container's.
+func TestRunKeepStopsSidecar(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newFake(clk)
+	tk := parseTask(t, `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"t"},
+"spec":{"mainContainer":"base","cleanup":"Keep","template":{"spec":{"containers":[
+ {"name":"base","image":"busybox","command":["true"]},{"name":"envoy","image":"envoy","command":["sleep","inf"]}]}}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done, id := start(ctx, t, c, tk, clk)
+	name := task.PodName(id, 0)
+	var pod *corev1.Pod
+	poll(t, "the pod", func() bool {
+		var err error
+		pod, err = c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	})
+	// The kubelet: main exited 0 a minute after start, the sidecar runs on.
+	started := metav1.NewTime(clk.Now())
+	clk.Step(time.Minute)
+	pod.Spec.NodeName = "node"
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &started, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "base", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: started, FinishedAt: metav1.NewTime(clk.Now())}}},
+		{Name: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}},
+	}}
+	if _, err := c.CoreV1().Pods("ns").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "activeDeadlineSeconds lowered", func() bool {
+		p, err := c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Spec.ActiveDeadlineSeconds != nil {
+			pod = p
+			return true
+		}
+		return false
+	})
+	if got := *pod.Spec.ActiveDeadlineSeconds; got < 60 || got > 62 {
+		t.Errorf("activeDeadlineSeconds %d, want just after now (61)", got)
+	}
+	if !slices.Contains(pod.Finalizers, task.Finalizer) {
+		t.Fatal("finalizer released before the pod's containers stopped")
+	}
+	// The kubelet stops the pod.
+	pod.Status.Phase, pod.Status.Reason = corev1.PodFailed, "DeadlineExceeded"
+	pod.Status.ContainerStatuses[1].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143}}
+	if _, err := c.CoreV1().Pods("ns").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.out.Phase != podstate.Succeeded || r.out.Cleanup != "kept" {
+		t.Errorf("outcome %+v, want Succeeded, kept", r.out)
+	}
+	p, err := c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(p.Finalizers, task.Finalizer) {
+		t.Error("finalizer not released")
+	}
+}
