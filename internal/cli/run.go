@@ -231,6 +231,10 @@ func runTask(cmd *cobra.Command, f *runFlags, cf *genericclioptions.ConfigFlags)
 	out, err := runner.Run(ctx, client, cfg, t, opts)
 	if err != nil {
 		code := ExitCluster
+		var sig Signalled
+		if errors.As(context.Cause(ctx), &sig) {
+			code = ExitCode(&runner.Outcome{Reason: podstate.ReasonCancelled}, sig)
+		}
 		if errors.Is(err, runner.ErrNothingToAttach) || errors.Is(err, runner.ErrAmbiguous) {
 			code = ExitAttach
 		}

@@ -171,6 +171,7 @@ func (f *follower) run(ctx context.Context) {
 		case err == nil:
 			// The stream ended: the container exited (the pod status may lag) or
 			// the connection was closed cleanly. Read again from the cursor.
+			f.debug("log stream ended before the container terminated; resuming", "container", f.container, "since", f.cur.last)
 			backoff = 200 * time.Millisecond
 			if !f.wait(ctx, 500*time.Millisecond) {
 				return

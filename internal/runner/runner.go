@@ -219,7 +219,7 @@ func (r *run) run(ctx context.Context) (*Outcome, error) {
 	// The informer outlives ctx: after a cancellation it still watches the pod go.
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
-	if err := r.watch(watchCtx); err != nil {
+	if err := r.watch(watchCtx, ctx); err != nil {
 		return nil, err
 	}
 
@@ -233,6 +233,9 @@ func (r *run) run(ctx context.Context) (*Outcome, error) {
 		}
 		pod, err := r.current(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				continue // the cancel path above
+			}
 			return nil, err
 		}
 		st := podstate.Derive(pod, r.policy, r.opts.Clock.Now())
@@ -336,7 +339,7 @@ func selectPods(pods []corev1.Pod, id task.Identity) (open []*corev1.Pod, next i
 // watch starts an informer on the one pod (a field selector on its name). The
 // informer relists on 410 Expired and after API server restarts; the runner is
 // level-based and reads the pod from its store on every change.
-func (r *run) watch(ctx context.Context) error {
+func (r *run) watch(ctx, runCtx context.Context) error {
 	f := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(r.ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", r.name).String()
@@ -350,8 +353,10 @@ func (r *run) watch(ctx context.Context) error {
 	}
 	r.lister = inf.GetIndexer()
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("watching pod %s/%s: %w", r.ns, r.name, ctx.Err())
+	// A cancellation during the first list is handled by the caller's cancel
+	// path (which reads the pod with a GET), so only runCtx ends the wait.
+	if !cache.WaitForCacheSync(runCtx.Done(), inf.HasSynced) && runCtx.Err() == nil {
+		return fmt.Errorf("watching pod %s/%s: cache did not sync", r.ns, r.name)
 	}
 	return nil
 }
@@ -500,7 +505,7 @@ func (r *run) finish(ctx, runCtx context.Context, out *Outcome, pod *corev1.Pod,
 	}
 
 	// Read the result before stopping anything: a File result lives in the holder.
-	if pod != nil && r.t.Spec.Result != nil && st.ExitCode != nil {
+	if pod != nil && r.t.Spec.Result != nil && st.ExitCode != nil && (r.opts.Execer != nil || r.t.Spec.Result.From != task.ResultFromFile) {
 		res, err := attempt.ReadResult(ctx, r.opts.Execer, pod, r.t)
 		switch {
 		case err != nil && st.Phase == podstate.Succeeded:
@@ -599,14 +604,12 @@ func eventTime(e *corev1.Event) time.Time {
 // deleted with its grace period, Run waits until its containers stopped,
 // releases the finalizer and waits for the object to go.
 func (r *run) cancel(ctx context.Context, out *Outcome, mainLogs <-chan struct{}) (*Outcome, error) {
-	pod := r.cached()
-	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-	if pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *pod.Spec.TerminationGracePeriodSeconds
-	}
-	bound := time.Duration(grace)*time.Second + 30*time.Second
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), 2*bound+30*time.Second)
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer done()
+	pod, err := r.current(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("cancelling: %w", err)
+	}
 
 	policy := r.policy
 	policy.CancelledAt = r.opts.Clock.Now()

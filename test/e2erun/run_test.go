@@ -210,6 +210,8 @@ func TestRunInfrastructureFailures(t *testing.T) {
           image: busybox
           command: [sh, -c, 'exit 0']
           env: [{name: X, valueFrom: {configMapKeyRef: {name: missing, key: k}}}]`, 68, "ConfigError"},
+		"run timeout": {"  timeouts: {run: 2s}", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'sleep 60']}`, 71, "RunTimeout"},
 		"unschedulable": {"  timeouts: {schedule: 3s}", `      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: no-such-label, operator: Exists}]}]}}}
       containers:
         - {name: base, image: busybox, command: [sh, -c, 'exit 0']}`, 69, "ScheduleTimeout"},
@@ -233,29 +235,37 @@ func TestRunInfrastructureFailures(t *testing.T) {
 	}
 }
 
-// Ctrl-C mid-run deletes the pod, leaves no process on the node, exits 130.
+// Ctrl-C (or SIGTERM) mid-run deletes the pod, leaves no process on the node,
+// and exits 130 (143).
 func TestRunInterrupted(t *testing.T) {
-	env := clustertest.New(t)
-	mark := marker()
-	f := taskFile(t, "interrupted", "  mainContainer: base", fmt.Sprintf(`      containers:
+	for name, tc := range map[string]struct {
+		sig  syscall.Signal
+		code int
+	}{"SIGINT": {syscall.SIGINT, 130}, "SIGTERM": {syscall.SIGTERM, 143}} {
+		t.Run(name, func(t *testing.T) {
+			env := clustertest.New(t)
+			mark := marker()
+			f := taskFile(t, "interrupted", "  mainContainer: base", fmt.Sprintf(`      containers:
         - {name: base, image: busybox, command: [sh, -c, 'echo started; while :; do sleep 1; done', %s]}
         - {name: envoy, image: envoyproxy/envoy:v1.31.0, command: %s}`, mark, sidecarCmd(mark)))
-	p := start(t, env, "run", "-f", f)
-	eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
-	eventually(t, 10*time.Second, "both containers' processes", func() bool { return len(processes(mark)) >= 2 })
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	code := p.wait(t, time.Minute)
-	t.Logf("stderr:\n%s", p.stderr)
-	if code != 130 {
-		t.Errorf("exit %d, want 130", code)
-	}
-	if ps := pods(t, env); len(ps) != 0 {
-		t.Errorf("pod %s still exists after kubetask exited", ps[0].Name)
-	}
-	if pids := processes(mark); len(pids) != 0 {
-		t.Errorf("processes of the pod still run: %v", pids)
+			p := start(t, env, "run", "-f", f)
+			eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+			eventually(t, 10*time.Second, "both containers' processes", func() bool { return len(processes(mark)) >= 2 })
+			if err := p.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			code := p.wait(t, time.Minute)
+			t.Logf("stderr:\n%s", p.stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d", code, tc.code)
+			}
+			if ps := pods(t, env); len(ps) != 0 {
+				t.Errorf("pod %s still exists after kubetask exited", ps[0].Name)
+			}
+			if pids := processes(mark); len(pids) != 0 {
+				t.Errorf("processes of the pod still run: %v", pids)
+			}
+		})
 	}
 }
 
@@ -265,7 +275,7 @@ func TestRunLogsSurviveAPIServerRestart(t *testing.T) {
 	const n = 300
 	f := taskFile(t, "restart", "", fmt.Sprintf(`      containers:
         - {name: base, image: busybox, command: [sh, -c, 'i=1; while [ $i -le %d ]; do echo line-$i; i=$((i+1)); sleep 0.05; done']}`, n))
-	p := start(t, env, "run", "-f", f)
+	p := start(t, env, "-v", "run", "-f", f)
 	eventually(t, time.Minute, "the first lines", func() bool { return len(lines(p.stdout.String())) >= 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -285,6 +295,10 @@ func TestRunLogsSurviveAPIServerRestart(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("log: %d lines, want %d in order without duplicates; got:\n%s", len(got), n, strings.Join(got, "\n"))
+	}
+	// The restart did break the stream (logged at debug level with -v).
+	if !strings.Contains(p.stderr.String(), "log stream broke; resuming") && !strings.Contains(p.stderr.String(), "log stream ended") {
+		t.Errorf("the log stream was never resumed; the test did not exercise a broken stream")
 	}
 }
 
