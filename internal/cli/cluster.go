@@ -31,6 +31,16 @@ func (f *clusterFlags) dir() (localcluster.StateDir, error) {
 	return localcluster.StateDir(d), err
 }
 
+// state resolves the state directory and reads its state (nil when there is none).
+func (f *clusterFlags) state() (localcluster.StateDir, *localcluster.State, error) {
+	dir, err := f.dir()
+	if err != nil {
+		return "", nil, err
+	}
+	st, err := dir.Read()
+	return dir, st, err
+}
+
 func newClusterCommand() *cobra.Command {
 	f := &clusterFlags{}
 	cmd := &cobra.Command{
@@ -186,11 +196,7 @@ func newClusterDownCommand(f *clusterFlags) *cobra.Command {
 		Short: "Stop the local cluster and remove its state (unless --keep)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := f.dir()
-			if err != nil {
-				return err
-			}
-			st, err := dir.Read()
+			dir, st, err := f.state()
 			if err != nil {
 				return err
 			}
@@ -218,11 +224,7 @@ func newClusterStatusCommand(f *clusterFlags) *cobra.Command {
 		Short: "Show whether the local cluster runs, its components and nodes (exit 1 when it is not up)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := f.dir()
-			if err != nil {
-				return err
-			}
-			st, err := dir.Read()
+			dir, st, err := f.state()
 			if err != nil {
 				return err
 			}
@@ -280,11 +282,7 @@ func newClusterKubeconfigCommand(f *clusterFlags) *cobra.Command {
 		Short: "Print the path of the local cluster's kubeconfig",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := f.dir()
-			if err != nil {
-				return err
-			}
-			st, err := dir.Read()
+			dir, st, err := f.state()
 			if err != nil {
 				return err
 			}

@@ -440,9 +440,16 @@ func (c *Cluster) apiserverReady(ctx context.Context) error {
 
 func insecureHealthz(port int) func(context.Context) error {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // components serve self-signed certificates on loopback
-	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	return healthCheck(client, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+}
+
+// healthCheck returns a check that GETs url with client and wants 200 OK.
+func healthCheck(client *http.Client, url string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return err

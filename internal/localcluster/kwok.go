@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -200,21 +199,5 @@ func (c *Cluster) startKwokLocked(addr string) (*process, error) {
 
 // plainHealthz checks an HTTP health endpoint without TLS.
 func plainHealthz(url string) func(context.Context) error {
-	client := &http.Client{Timeout: 5 * time.Second}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-		}
-		return nil
-	}
+	return healthCheck(&http.Client{Timeout: 5 * time.Second}, url)
 }
