@@ -646,7 +646,7 @@ func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
 		grace = *pod.Spec.TerminationGracePeriodSeconds
 	}
 	bound := time.Duration(grace)*time.Second + 30*time.Second
-	r.waitFor(ctx, bound, stopped)
+	r.waitFor(ctx, bound, stoppedAt(r.opts.Clock.Now))
 	release := func(p *corev1.Pod) {
 		if p == nil || !slices.Contains(p.Finalizers, task.Finalizer) {
 			return
@@ -667,25 +667,40 @@ func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
 	})
 }
 
-// stopped reports whether no container of p runs any more: the pod is gone,
-// was never bound to a node, has a final phase, or is being deleted and no
-// container status says running.
-func stopped(p *corev1.Pod) bool {
-	if p == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	if p.DeletionTimestamp == nil {
-		return false
-	}
-	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-		for _, s := range list {
-			if s.State.Running != nil {
-				return false
+// stoppedAt returns a condition that reports whether no container of a pod
+// runs any more at time now: the pod is gone, was never bound to a node, has a
+// final phase, or is being deleted and either the kubelet confirmed it (it
+// deletes the pod with grace 0 once the containers stopped), the deletion
+// deadline (deletionTimestamp, when the kubelet SIGKILLs) passed by
+// killMargin, or no container status says running.
+func stoppedAt(now func() time.Time) func(*corev1.Pod) bool {
+	return func(p *corev1.Pod) bool {
+		if p == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return true
+		}
+		if p.DeletionTimestamp == nil {
+			return false
+		}
+		if g := p.DeletionGracePeriodSeconds; g != nil && *g == 0 {
+			return true
+		}
+		if now().After(p.DeletionTimestamp.Add(killMargin)) {
+			return true
+		}
+		for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+			for _, s := range list {
+				if s.State.Running != nil {
+					return false
+				}
 			}
 		}
+		return true
 	}
-	return true
 }
+
+// killMargin is how long after a pod's deletion deadline kubetask assumes the
+// kubelet has killed its containers even if it did not report so.
+const killMargin = 2 * time.Second
 
 // waitFor waits until cond holds for the cached pod, at most d.
 func (r *run) waitFor(ctx context.Context, d time.Duration, cond func(*corev1.Pod) bool) bool {
