@@ -218,12 +218,15 @@ func podInformer(client kubernetes.Interface, ns, selector string) cache.SharedI
 type outcomes struct {
 	mu       sync.Mutex
 	recorded map[string]time.Time
-	terminal map[string][]executor.Event
-	running  map[string]bool
+	// delivered is when OnEvent received the AttemptFinished event: the
+	// executor emits it after releasing and deleting the pod.
+	delivered map[string]time.Time
+	terminal  map[string][]executor.Event
+	running   map[string]bool
 }
 
 func newOutcomes() *outcomes {
-	return &outcomes{recorded: map[string]time.Time{}, terminal: map[string][]executor.Event{}, running: map[string]bool{}}
+	return &outcomes{recorded: map[string]time.Time{}, delivered: map[string]time.Time{}, terminal: map[string][]executor.Event{}, running: map[string]bool{}}
 }
 
 func (o *outcomes) add(ev executor.Event) {
@@ -232,6 +235,7 @@ func (o *outcomes) add(ev executor.Event) {
 	if ev.AttemptFinished {
 		if _, ok := o.recorded[ev.ID]; !ok {
 			o.recorded[ev.ID] = ev.Time // the store's AttemptOutcome.ObservedAt
+			o.delivered[ev.ID] = time.Now()
 		}
 	}
 	if ev.Terminal {
@@ -375,7 +379,7 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 	if dup > 0 {
 		b.Errorf("%d tasks with more than one terminal event", dup)
 	}
-	var lags []time.Duration
+	var lags, delivery []time.Duration
 	negative := 0
 	tr.mu.Lock()
 	for id, at := range out.recorded {
@@ -385,6 +389,7 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 				negative++
 			}
 			lags = append(lags, lag)
+			delivery = append(delivery, out.delivered[id].Sub(seen))
 		}
 	}
 	tr.mu.Unlock()
@@ -397,6 +402,8 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 	b.ReportMetric(clusterReqs/float64(n), "cluster-req/task")
 	b.ReportMetric(float64(p50.Microseconds())/1000, "lag-p50-ms")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "lag-p99-ms")
+	d50, d99 := percentile(delivery, 0.5), percentile(delivery, 0.99)
+	b.ReportMetric(float64(d99.Microseconds())/1000, "event-lag-p99-ms")
 	c := s.cfg
 	fmt.Printf(`
 %s: %d tasks on %d kwok nodes (Parallelism %d, Workers %d, CreateConcurrency %d, QPS %.0f, Burst %d)
@@ -406,12 +413,14 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
   executor API requests per task               %8.2f   (%0.f, kubetask_api_requests_total)
   apiserver requests per task, all clients     %8.2f   (apiserver_request_total)
   lag main terminated -> outcome recorded      p50 %s  p99 %s  max %s  (%d tasks, %d negative)
+  lag main terminated -> event delivered       p50 %s  p99 %s  (after the pod is released and deleted)
   outcomes                                     %d terminal, %d not Succeeded, %d duplicated
   CPU from first submit to done (%.1f s):
 %s`,
 		s.name, n, benchNodes, c.Parallelism, c.Workers, c.CreateConcurrency, c.QPS, c.Burst,
 		elapsed.Seconds(), r.tasksPerSecond(), submitted.Seconds(), lastCreate.Seconds(), reqs/float64(n), reqs, clusterReqs/float64(n),
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), percentile(lags, 1).Round(time.Millisecond), len(lags), negative,
+		d50.Round(time.Millisecond), d99.Round(time.Millisecond),
 		len(out.terminal), bad, dup, wall.Seconds(), cpuReport(cpu0, cpu1, wall))
 	b.StartTimer()
 	return r
