@@ -287,8 +287,9 @@ func (r *run) acquire(ctx context.Context) (*corev1.Pod, bool, error) {
 		for i, p := range open {
 			names[i] = p.Name
 		}
-		return nil, false, fmt.Errorf("%w of task %s/%s (run %s): %s; delete all but one, or wait for them to finish",
-			ErrAmbiguous, id.Namespace, id.Name, id.RunID, strings.Join(names, ", "))
+		return nil, false, fmt.Errorf("%w of task %s/%s (run %s): %s; refusing to pick one. Keep one and release the others: "+
+			"kubectl -n %s patch pod NAME --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]' && kubectl -n %s delete pod NAME",
+			ErrAmbiguous, id.Namespace, id.Name, id.RunID, strings.Join(names, ", "), id.Namespace, id.Namespace)
 	case len(open) == 1:
 		return open[0], true, nil
 	case r.opts.AttachOnly:

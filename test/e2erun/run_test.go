@@ -14,7 +14,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubetask/kubetask/internal/attempt"
+	"github.com/kubetask/kubetask/internal/cli"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/task"
 )
@@ -365,4 +368,66 @@ func TestRunLocalExamples(t *testing.T) {
 			eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
 		})
 	}
+}
+
+// Two unfinished pods of the same run: kubetask refuses to pick one, names them,
+// and creates nothing.
+func TestRunRefusesAmbiguousAttach(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "ambiguous", "", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'exit 0']}`)
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := task.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID, err := cli.RunID(tk, env.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := task.Identity{Namespace: env.Namespace, Name: tk.Name, RunID: runID, Executor: "cli"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var names []string
+	for attempt := range 2 {
+		pod, err := task.BuildPod(tk, id, attempt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Spec.NodeName = "no-such-node" // never runs
+		if _, err := env.Client.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, pod.Name)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = releaseAndDelete(ctx, env, pod.Name)
+		})
+	}
+	for _, args := range [][]string{{"run", "-f", f}, {"run", "-f", f, "--attach"}} {
+		p := run(t, env, args...)
+		if p.code != 66 {
+			t.Errorf("%v: exit %d, want 66", args, p.code)
+		}
+		for _, want := range append([]string{"ambiguous"}, names...) {
+			if !strings.Contains(p.stderr.String(), want) {
+				t.Errorf("%v: stderr lacks %q", args, want)
+			}
+		}
+	}
+	if n := len(pods(t, env)); n != 2 {
+		t.Errorf("%d pods, want the 2 created by the test", n)
+	}
+}
+
+// releaseAndDelete removes kubetask's finalizer and deletes the pod.
+func releaseAndDelete(ctx context.Context, env *clustertest.Env, name string) error {
+	if err := attempt.Release(ctx, env.Client, env.Namespace, name); err != nil {
+		return err
+	}
+	return attempt.Delete(ctx, env.Client, env.Namespace, name)
 }
