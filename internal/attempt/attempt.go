@@ -180,6 +180,28 @@ func Release(ctx context.Context, client kubernetes.Interface, namespace, name s
 	return nil
 }
 
+// ReleaseSeen removes kubetask's finalizer from pod, a copy the caller has
+// seen (from an informer cache), in one request: a JSON patch that tests the
+// finalizer is still at the index the copy shows, then removes it. When the
+// pod changed in between, it falls back to Release. Same guarantees as
+// Release, one API call instead of two in the common case.
+func ReleaseSeen(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
+	i := slices.Index(pod.Finalizers, task.Finalizer)
+	if i < 0 {
+		return nil
+	}
+	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, task.Finalizer, i)
+	_, err := client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsBadRequest(err):
+		return Release(ctx, client, pod.Namespace, pod.Name) // the finalizers moved
+	default:
+		return fmt.Errorf("removing finalizer from pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+}
+
 // ShouldDelete reports whether cleanup policy c deletes the pod of an attempt
 // that ended with outcome s.
 func ShouldDelete(c task.Cleanup, s podstate.State) bool {

@@ -283,7 +283,7 @@ func (e *Executor) finishPod(ctx context.Context, t *task.Task, pod *corev1.Pod,
 		}
 	}
 	if slices.Contains(pod.Finalizers, task.Finalizer) {
-		if err := attempt.Release(ctx, e.client, pod.Namespace, pod.Name); err != nil {
+		if err := attempt.ReleaseSeen(ctx, e.client, pod); err != nil {
 			return err
 		}
 	}
@@ -330,7 +330,7 @@ func (e *Executor) releaseUnknown(ctx context.Context, id string) error {
 			continue
 		}
 		e.cfg.Logger.Info("releasing pod of unknown task", "task", id, "pod", p.Namespace+"/"+p.Name)
-		if err := attempt.Release(ctx, e.client, p.Namespace, p.Name); err != nil {
+		if err := attempt.ReleaseSeen(ctx, e.client, p); err != nil {
 			errs = append(errs, err)
 			continue
 		}
