@@ -123,7 +123,7 @@ func (f *runFlags) validate() error {
 
 // loadTask reads the task and applies the flags that change it.
 func (f *runFlags) loadTask(stdin io.Reader) (*task.Task, error) {
-	var r io.Reader = stdin
+	r := stdin
 	if f.file != "-" {
 		fh, err := os.Open(f.file)
 		if err != nil {
@@ -241,7 +241,7 @@ func runTask(cmd *cobra.Command, f *runFlags, cf *genericclioptions.ConfigFlags)
 		return &ExitError{Code: code, Err: err}
 	}
 	if f.result != "" && out.Result != nil {
-		if werr := os.WriteFile(f.result, out.Result, 0o644); werr != nil {
+		if werr := os.WriteFile(f.result, out.Result, 0o600); werr != nil {
 			fmt.Fprintf(stderr, "error: writing result: %v\n", werr)
 		}
 	}
@@ -312,7 +312,7 @@ func (p *printer) jsonLine(v any) {
 	if err != nil {
 		return
 	}
-	p.out.Write(append(b, '\n'))
+	_, _ = p.out.Write(append(b, '\n'))
 }
 
 func (p *printer) log(l runner.LogLine) {

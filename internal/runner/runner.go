@@ -47,12 +47,12 @@ const finishTimeout = 5 * time.Minute
 // It extends podstate's reasons; Run never reports it for a failed main container.
 const ReasonResultFailed podstate.Reason = "ResultFailed"
 
-// ErrNothingToAttach: Options.AttachOnly was set and no unfinished pod of the
-// task's run exists.
+// ErrNothingToAttach is returned when Options.AttachOnly is set and no
+// unfinished pod of the task's run exists.
 var ErrNothingToAttach = errors.New("no unfinished pod to attach to")
 
-// ErrAmbiguous: more than one unfinished pod belongs to the task's run; Run
-// refuses to pick one.
+// ErrAmbiguous is returned when more than one unfinished pod belongs to the
+// task's run; Run refuses to pick one.
 var ErrAmbiguous = errors.New("ambiguous: several unfinished pods")
 
 // Options configure Run. The zero value of every field but Identity is usable.

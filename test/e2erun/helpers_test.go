@@ -15,7 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
@@ -35,7 +34,7 @@ func taskFile(t *testing.T, name, specExtra, podSpec string) string {
 	doc := fmt.Sprintf("apiVersion: kubetask.dev/v1alpha1\nkind: Task\nmetadata: {name: %s}\nspec:\n%s\n  template:\n    spec:%s\n%s\n",
 		name, specExtra, localPlacement, podSpec)
 	p := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -153,11 +152,6 @@ func pods(t *testing.T, env *clustertest.Env) []corev1.Pod {
 		t.Fatal(err)
 	}
 	return l.Items
-}
-
-func podGone(t *testing.T, env *clustertest.Env, name string) bool {
-	_, err := env.Client.CoreV1().Pods(env.Namespace).Get(context.Background(), name, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
 }
 
 // processes returns the pids of host processes whose command line contains mark.
