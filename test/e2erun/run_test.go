@@ -431,3 +431,32 @@ func releaseAndDelete(ctx context.Context, env *clustertest.Env, name string) er
 	}
 	return attempt.Delete(ctx, env.Client, env.Namespace, name)
 }
+
+// Someone deletes the pod mid-run: the finalizer keeps the object until
+// kubetask has seen it, the outcome is DeletedExternally (73), and the pod is gone
+// afterwards.
+func TestRunDeletedExternally(t *testing.T) {
+	env := clustertest.New(t)
+	f := taskFile(t, "deleted", "", `      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'trap "exit 0" TERM; echo started; while :; do sleep 1; done']}`)
+	p := start(t, env, "run", "-f", f)
+	eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+	ps := pods(t, env)
+	if len(ps) != 1 {
+		t.Fatalf("%d pods, want 1", len(ps))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, ps[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, time.Minute)
+	t.Logf("stderr:\n%s", p.stderr)
+	if code != 73 {
+		t.Errorf("exit %d, want 73 (DeletedExternally)", code)
+	}
+	if !strings.Contains(p.stderr.String(), "DeletedExternally") {
+		t.Errorf("stderr does not name DeletedExternally")
+	}
+	eventually(t, 30*time.Second, "the pod to be gone", func() bool { return len(pods(t, env)) == 0 })
+}
