@@ -36,9 +36,11 @@ type Config struct {
 	AdoptFrom []string
 	// Parallelism caps the task pods that exist at once. Default 100.
 	Parallelism int
-	// CreateConcurrency caps concurrent pod creations. Default 8.
+	// CreateConcurrency caps concurrent pod creations. Default 8. It must be
+	// below Workers: the workers not busy creating pods record outcomes, so a
+	// backlog of creations never delays the report of a finished task.
 	CreateConcurrency int
-	// Workers is the number of reconcile workers. Default 8.
+	// Workers is the number of reconcile workers. Default 16.
 	Workers int
 	// QPS and Burst limit the executor's API client. Defaults 50 and 100.
 	QPS   float32
@@ -107,7 +109,10 @@ func (c *Config) defaults() error {
 		c.CreateConcurrency = 8
 	}
 	if c.Workers == 0 {
-		c.Workers = 8
+		c.Workers = max(16, c.CreateConcurrency+4)
+	}
+	if c.CreateConcurrency >= c.Workers {
+		return fmt.Errorf("executor config: CreateConcurrency (%d) must be below Workers (%d): workers busy creating pods would leave none to record outcomes", c.CreateConcurrency, c.Workers)
 	}
 	if c.QPS == 0 {
 		c.QPS = 50

@@ -58,7 +58,6 @@ type Executor struct {
 	store   store.Store
 	queue   workqueue.TypedRateLimitingInterface[string]
 	metrics *metrics
-	creates chan struct{} // creation concurrency semaphore
 
 	informers []cache.SharedIndexInformer
 	indexers  []cache.Indexer
@@ -67,6 +66,9 @@ type Executor struct {
 	active     map[string]bool // tasks whose current attempt holds a parallelism slot
 	waiting    []string        // tasks waiting for a slot, FIFO
 	waitingSet map[string]bool
+	creating   int      // pod creations in flight
+	createWait []string // tasks waiting for a creation slot, FIFO
+	createSet  map[string]bool
 	phases     map[string]string // latest phase per task, for the tasks gauge
 	listFail   time.Time         // first failed LIST since the last success
 	startedAt  time.Time
@@ -82,10 +84,10 @@ func New(cfg Config) (*Executor, error) {
 		cfg:        cfg,
 		store:      cfg.Store,
 		metrics:    newMetrics(cfg.Registerer),
-		creates:    make(chan struct{}, cfg.CreateConcurrency),
 		active:     map[string]bool{},
 		waitingSet: map[string]bool{},
 		phases:     map[string]string{},
+		createSet:  map[string]bool{},
 	}
 	rc := rest.CopyConfig(cfg.RESTConfig)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
@@ -428,6 +430,8 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 		} else if err != nil {
 			return fmt.Errorf("cancelling task %s: %w", id, err)
 		}
+		// A cancelled task never takes the slot it waits for: pass its turn on.
+		e.unwait(id)
 		e.queue.Add(id)
 		return nil
 	}

@@ -151,14 +151,11 @@ func (e *Executor) createAttempt(ctx context.Context, t *task.Task, rec store.Re
 		e.releaseSlot(rec.ID)
 		return fmt.Errorf("building pod of task %s: %w", rec.ID, err)
 	}
-	select {
-	case e.creates <- struct{}{}:
-	case <-ctx.Done():
-		e.releaseSlot(rec.ID)
-		return ctx.Err()
+	if !e.acquireCreate(rec.ID) {
+		return nil // woken when a creation finishes; the worker is free meanwhile
 	}
 	_, err = e.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	<-e.creates
+	e.releaseCreate()
 	switch {
 	case err == nil:
 		e.metrics.podCreations.WithLabelValues("created").Inc()
@@ -380,6 +377,51 @@ func (e *Executor) observe(rec store.Record) {
 		return
 	}
 	e.phases[rec.ID] = rec.Phase
+}
+
+// acquireCreate takes one of CreateConcurrency creation slots, or queues id
+// to be woken when one frees. It never blocks a worker.
+func (e *Executor) acquireCreate(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.creating < e.cfg.CreateConcurrency {
+		e.creating++
+		return true
+	}
+	if !e.createSet[id] {
+		e.createSet[id] = true
+		e.createWait = append(e.createWait, id)
+	}
+	return false
+}
+
+// releaseCreate frees a creation slot and wakes the next waiting task.
+func (e *Executor) releaseCreate() {
+	e.mu.Lock()
+	e.creating--
+	var next string
+	if len(e.createWait) > 0 {
+		next, e.createWait = e.createWait[0], e.createWait[1:]
+		delete(e.createSet, next)
+	}
+	e.mu.Unlock()
+	if next != "" {
+		e.queue.Add(next)
+	}
+}
+
+// unwait removes id from both waiting lines (it will never take the slot).
+func (e *Executor) unwait(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.waitingSet[id] {
+		delete(e.waitingSet, id)
+		e.waiting = slices.DeleteFunc(e.waiting, func(w string) bool { return w == id })
+	}
+	if e.createSet[id] {
+		delete(e.createSet, id)
+		e.createWait = slices.DeleteFunc(e.createWait, func(w string) bool { return w == id })
+	}
 }
 
 // acquireSlot takes a parallelism slot for id, or queues id for the next free one.

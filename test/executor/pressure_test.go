@@ -110,3 +110,51 @@ func TestAdoptFromGoneInstance(t *testing.T) {
 	}
 	exectest.WaitNoTaskPods(t, env, time.Minute)
 }
+
+// TestParallelismCap: with Parallelism 1, tasks run one after another; a
+// task cancelled while it waits for its turn passes the turn on.
+func TestParallelismCap(t *testing.T) {
+	env := clustertest.New(t)
+	evs := exectest.NewEvents()
+	var mu sync.Mutex
+	running, most := 0, 0
+	st := store.NewMemory()
+	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, Parallelism: 1, CreateConcurrency: 1, OnEvent: func(ev executor.Event) {
+		mu.Lock()
+		switch {
+		case ev.Phase == "Running" && !ev.AttemptFinished:
+			running++
+			most = max(most, running)
+		case ev.AttemptFinished:
+			running--
+		}
+		mu.Unlock()
+		evs.Add(ev)
+	}})
+	exectest.Submit(t, ex, "p0", exectest.LocalTask("p0", "sleep 2", ""))
+	exectest.Submit(t, ex, "p1", exectest.LocalTask("p1", "sleep 1", ""))
+	exectest.Submit(t, ex, "p2", exectest.LocalTask("p2", "sleep 1", ""))
+	clustertest.Eventually(t, time.Minute, "p1 waits for a slot", func(context.Context) error {
+		if r := exectest.Record(t, st, "p1"); r.Reason != "WaitingForSlot" {
+			return fmt.Errorf("p1: %s", r.Reason)
+		}
+		return nil
+	})
+	if err := ex.Cancel(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	evs.WaitTerminal(t, 2*time.Minute, "p0", "p1", "p2")
+	if ev := evs.Terminal("p1")[0]; ev.Reason != "Cancelled" {
+		t.Errorf("p1: %+v, want Cancelled", ev)
+	}
+	for _, id := range []string{"p0", "p2"} {
+		if ev := evs.Terminal(id)[0]; ev.Phase != "Succeeded" {
+			t.Errorf("%s: %+v, want Succeeded", id, ev)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("%d tasks ran at once, want 1", most)
+	}
+}
