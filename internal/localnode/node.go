@@ -111,10 +111,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	restCfg.QPS, restCfg.Burst = 200, 400
 	restCfg.UserAgent = "kubetask-node/" + cfg.NodeName
-	client, err := kubernetes.NewForConfig(restCfg)
+	plain, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
+	// Every pod status write replaces only .status (see statusOnlyClient).
+	client := statusOnlyClient{plain}
 
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

@@ -638,3 +638,30 @@ func TestNodeRestartMarksLostPodsFailed(t *testing.T) {
 		t.Errorf("terminated = %+v", tm)
 	}
 }
+
+// TestStatusWritesKeepMetadata: the node's status writes must not bring back
+// metadata changed by others in the meantime (a finalizer removed by a
+// controller while the containers still ran).
+func TestStatusWritesKeepMetadata(t *testing.T) {
+	e := newNodeEnv(t)
+	const n = 6
+	for i := 0; i < n; i++ {
+		p := e.pod(fmt.Sprintf("meta-%d", i), ctr("main", "sh", "-c", "sleep 1; echo done"))
+		p.Finalizers = []string{"example.com/hold"}
+		e.create(p)
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("meta-%d", i)
+		e.waitPod(name, "running", time.Minute, phaseIs(corev1.PodRunning))
+		if _, err := e.Client.CoreV1().Pods(e.Namespace).Patch(context.Background(), name, types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		p := e.waitPod(fmt.Sprintf("meta-%d", i), "succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+		if len(p.Finalizers) != 0 {
+			t.Errorf("%s: finalizers %v came back after the node wrote its status", p.Name, p.Finalizers)
+		}
+	}
+}
