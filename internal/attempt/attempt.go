@@ -13,12 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/streaming/pkg/httpstream"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kubetask/kubetask/internal/podstate"
@@ -90,7 +90,7 @@ func ReadResult(ctx context.Context, ex Execer, pod *corev1.Pod, t *task.Task) (
 	if r == nil {
 		return nil, nil
 	}
-	max := r.Bytes()
+	limit := r.Bytes()
 	switch r.From {
 	case task.ResultFromTerminationMessage:
 		for _, st := range pod.Status.ContainerStatuses {
@@ -104,8 +104,8 @@ func ReadResult(ctx context.Context, ex Execer, pod *corev1.Pod, t *task.Task) (
 			if term == nil {
 				return nil, fmt.Errorf("%w: main container %q has not terminated", ErrNoResult, st.Name)
 			}
-			if int64(len(term.Message)) > max {
-				return nil, fmt.Errorf("%w: termination message is %d bytes, result.maxBytes is %d", ErrResultTooLarge, len(term.Message), max)
+			if int64(len(term.Message)) > limit {
+				return nil, fmt.Errorf("%w: termination message is %d bytes, result.maxBytes is %d", ErrResultTooLarge, len(term.Message), limit)
 			}
 			return []byte(term.Message), nil
 		}
@@ -119,8 +119,8 @@ func ReadResult(ctx context.Context, ex Execer, pod *corev1.Pod, t *task.Task) (
 		if err != nil {
 			return nil, fmt.Errorf("reading result %s: %w", r.Path, err)
 		}
-		if int64(out.Len()) > max {
-			return nil, fmt.Errorf("%w: %s is larger than result.maxBytes (%d bytes)", ErrResultTooLarge, r.Path, max)
+		if int64(out.Len()) > limit {
+			return nil, fmt.Errorf("%w: %s is larger than result.maxBytes (%d bytes)", ErrResultTooLarge, r.Path, limit)
 		}
 		return out.Bytes(), nil
 	}

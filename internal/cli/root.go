@@ -48,7 +48,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Run tasks as Kubernetes pods and report each outcome exactly once",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+		PersistentPreRun: func(_ *cobra.Command, _ []string) {
 			level := slog.LevelInfo
 			if verbose {
 				level = slog.LevelDebug

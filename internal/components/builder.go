@@ -89,8 +89,8 @@ func FindToolsDir() (string, error) {
 		starts = append(starts, wd)
 	}
 	if exe, err := os.Executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
+		if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = resolved
 		}
 		starts = append(starts, filepath.Dir(exe))
 	}
@@ -110,7 +110,7 @@ func FindToolsDir() (string, error) {
 }
 
 func isToolsDir(dir string) bool {
-	data, err := os.ReadFile(filepath.Join(dir, "kube", "go.mod"))
+	data, err := os.ReadFile(filepath.Join(dir, "kube", "go.mod")) //nolint:gosec // the user's own checkout
 	return err == nil && bytes.Contains(data, []byte("module github.com/kubetask/kubetask/tools/kube"))
 }
 
@@ -201,7 +201,7 @@ func (b *Builder) goBin() (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q not found (install Go 1.26 or later and put it on PATH, or set %s): %v", ErrToolchain, name, EnvGo, err)
+		return "", fmt.Errorf("%w: %q not found (install Go 1.26 or later and put it on PATH, or set %s): %w", ErrToolchain, name, EnvGo, err)
 	}
 	return p, nil
 }
@@ -288,7 +288,7 @@ func classifyBuildError(c Component, out, logPath string, err error) error {
 		}
 		return fmt.Errorf("%s: %w: modules could not be downloaded (GOPROXY is %s; check network access to the Go module proxy, or pre-fill the module cache): %s", what, ErrModuleProxy, proxy, lastLines(out, 3))
 	default:
-		return fmt.Errorf("%s failed (%v); full log in %s: %s", what, err, logPath, lastLines(out, 10))
+		return fmt.Errorf("%s failed (%w); full log in %s: %s", what, err, logPath, lastLines(out, 10))
 	}
 }
 
@@ -319,10 +319,10 @@ func (b *Builder) progressf(format string, args ...any) {
 type tailBuffer struct{ buf []byte }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
-	const max = 64 << 10
+	const keep = 64 << 10
 	t.buf = append(t.buf, p...)
-	if len(t.buf) > max {
-		t.buf = t.buf[len(t.buf)-max:]
+	if len(t.buf) > keep {
+		t.buf = t.buf[len(t.buf)-keep:]
 	}
 	return len(p), nil
 }

@@ -409,9 +409,9 @@ func (c *Cluster) waitReady(ctx context.Context, p *process, check func(context.
 		}
 		select {
 		case <-p.exited():
-			return fmt.Errorf("%s exited during start-up (%v); last log lines from %s:\n%s", p.name, p.exitError(), p.logPath, p.logTail(15))
+			return fmt.Errorf("%s exited during start-up (%w); last log lines from %s:\n%s", p.name, p.exitError(), p.logPath, p.logTail(15))
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after waiting (%v): %w; last log lines from %s:\n%s", p.name, ctx.Err(), last, p.logPath, p.logTail(15))
+			return fmt.Errorf("%s not ready after waiting (%w): %w; last log lines from %s:\n%s", p.name, ctx.Err(), last, p.logPath, p.logTail(15))
 		case <-tick.C:
 		}
 	}

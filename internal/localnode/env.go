@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -94,7 +95,7 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		case ef.ConfigMapRef != nil:
 			cm, err := getCM(ef.ConfigMapRef.Name)
 			if err != nil {
-				if _, ok := err.(*configError); ok && isOptional(ef.ConfigMapRef.Optional) {
+				if ce := (*configError)(nil); errors.As(err, &ce) && isOptional(ef.ConfigMapRef.Optional) {
 					continue
 				}
 				return nil, err
@@ -105,7 +106,7 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		case ef.SecretRef != nil:
 			s, err := getSecret(ef.SecretRef.Name)
 			if err != nil {
-				if _, ok := err.(*configError); ok && isOptional(ef.SecretRef.Optional) {
+				if ce := (*configError)(nil); errors.As(err, &ce) && isOptional(ef.SecretRef.Optional) {
 					continue
 				}
 				return nil, err
@@ -139,7 +140,7 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 			ref := vf.ConfigMapKeyRef
 			cm, err := getCM(ref.Name)
 			if err != nil {
-				if _, ok := err.(*configError); ok && isOptional(ref.Optional) {
+				if ce := (*configError)(nil); errors.As(err, &ce) && isOptional(ref.Optional) {
 					continue
 				}
 				return nil, err
@@ -161,7 +162,7 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 			ref := vf.SecretKeyRef
 			s, err := getSecret(ref.Name)
 			if err != nil {
-				if _, ok := err.(*configError); ok && isOptional(ref.Optional) {
+				if ce := (*configError)(nil); errors.As(err, &ce) && isOptional(ref.Optional) {
 					continue
 				}
 				return nil, err

@@ -254,7 +254,7 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 			// Only an InternalIP: the apiserver prefers Hostname addresses, and the
 			// node name does not resolve.
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(port)}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(port)}}, //nolint:gosec // a TCP port fits in int32
 			NodeInfo: corev1.NodeSystemInfo{
 				KubeletVersion:          KubeletVersion,
 				OperatingSystem:         runtime.GOOS,

@@ -613,8 +613,10 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 	c.instances++
 	instDir := filepath.Join(w.dir, "containers", c.spec.Name, strconv.Itoa(instance))
 	termFile := filepath.Join(instDir, "termination-log")
-	if err := os.MkdirAll(instDir, 0o755); err == nil {
-		err = os.WriteFile(termFile, nil, 0o666)
+	if err := os.MkdirAll(instDir, 0o755); err != nil {
+		w.log.Warn("creating container directory", "dir", instDir, "err", err)
+	} else if err := os.WriteFile(termFile, nil, 0o666); err != nil {
+		w.log.Warn("creating termination-message file", "file", termFile, "err", err)
 	}
 	tmPath := c.spec.TerminationMessagePath
 	if tmPath == "" {
@@ -672,7 +674,7 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 func (w *podWorker) terminated(c *ctr) *corev1.ContainerStateTerminated {
 	res := c.proc.Result()
 	t := &corev1.ContainerStateTerminated{
-		ExitCode:    int32(res.ExitCode),
+		ExitCode:    int32(res.ExitCode), //nolint:gosec // exit statuses are 0-255, or 128+signal
 		StartedAt:   metav1.NewTime(res.StartedAt),
 		FinishedAt:  metav1.NewTime(res.FinishedAt),
 		ContainerID: c.curID,

@@ -10,15 +10,15 @@ import (
 type Phase string
 
 const (
-	// Pending: the main container has not started yet (scheduling, init containers,
+	// Pending means the main container has not started yet (scheduling, init containers,
 	// image pulls, container creation).
 	Pending Phase = "Pending"
-	// Running: the main container is running, or is being restarted by the kubelet
+	// Running means the main container is running, or is being restarted by the kubelet
 	// under restartPolicy OnFailure.
 	Running Phase = "Running"
-	// Succeeded: the main container exited with code 0.
+	// Succeeded means the main container exited with code 0.
 	Succeeded Phase = "Succeeded"
-	// Failed: the task cannot succeed with this pod any more.
+	// Failed means the task cannot succeed with this pod any more.
 	Failed Phase = "Failed"
 )
 

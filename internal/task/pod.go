@@ -117,9 +117,9 @@ func PodName(id Identity, attempt int) string {
 	return dnsPrefix(id.Name, MaxPodNameLength-len(suffix), "task") + suffix
 }
 
-// dnsPrefix turns s into a DNS-1123 label of at most max characters (fallback when
+// dnsPrefix turns s into a DNS-1123 label of at most limit characters (fallback when
 // nothing usable is left).
-func dnsPrefix(s string, max int, fallback string) string {
+func dnsPrefix(s string, limit int, fallback string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
 		switch {
@@ -130,8 +130,8 @@ func dnsPrefix(s string, max int, fallback string) string {
 		}
 	}
 	out := b.String()
-	if len(out) > max {
-		out = out[:max]
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	out = strings.Trim(out, "-")
 	if out == "" {

@@ -114,10 +114,10 @@ const MaxBackoff = 10 * time.Minute
 type ResultSource string
 
 const (
-	// ResultFromFile: the main container writes a file at Result.Path; kubetask reads it
+	// ResultFromFile means the main container writes a file at Result.Path; kubetask reads it
 	// through the result-holder container.
 	ResultFromFile ResultSource = "File"
-	// ResultFromTerminationMessage: the main container writes its termination message
+	// ResultFromTerminationMessage means the main container writes its termination message
 	// (at most 4096 bytes).
 	ResultFromTerminationMessage ResultSource = "TerminationMessage"
 )

@@ -46,7 +46,7 @@ type executorSetting struct {
 }
 
 func settings(n int) []executorSetting {
-	base := executor.Config{Parallelism: n, Workers: 16, CreateConcurrency: 16}
+	base := executor.Config{Parallelism: n, Workers: 16, CreateConcurrency: 8}
 	qps := func(q float32, burst int) executor.Config {
 		c := base
 		c.QPS, c.Burst = q, burst
@@ -581,7 +581,7 @@ func benchMemory(b *testing.B, n int) {
 	st := store.NewMemory()
 
 	h0 := heapAfterGC()
-	ex, stop := startExecutor(b, env, executor.Config{Store: st, OnEvent: out.add, Parallelism: n, Workers: 16, CreateConcurrency: 16, QPS: 200, Burst: 400})
+	ex, stop := startExecutor(b, env, executor.Config{Store: st, OnEvent: out.add, Parallelism: n, Workers: 16, CreateConcurrency: 8, QPS: 200, Burst: 400})
 	time.Sleep(time.Second) // let the informer's first LIST settle
 	hStarted := heapAfterGC()
 	for i := 0; i < n; i++ {

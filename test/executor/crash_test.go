@@ -235,10 +235,6 @@ func TestExecutorKilledAndRestarted(t *testing.T) {
 	})
 
 	second := startChild(t, childEnvs)
-	var ids []string
-	for id := range specs {
-		ids = append(ids, id)
-	}
 	st, err := store.OpenSQLite(context.Background(), storeFile)
 	if err != nil {
 		t.Fatal(err)

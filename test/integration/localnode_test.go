@@ -68,7 +68,7 @@ func startLocalNode(t *testing.T, env *clustertest.Env, name string) func() {
 	waitFor(t, time.Minute, "node "+name+" Ready", func() (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("node exited: %v", err)
+			return false, fmt.Errorf("node exited: %w", err)
 		default:
 		}
 		n, err := env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})

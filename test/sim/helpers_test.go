@@ -51,7 +51,7 @@ func waitPod(t testing.TB, env *clustertest.Env, name string, timeout time.Durat
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var last *corev1.Pod
-	why := "not read yet"
+	var why string
 	for {
 		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {

@@ -46,10 +46,8 @@ type Options struct {
 	OnDemandExpiry bool
 }
 
-var (
-	shared      *localcluster.Cluster
-	kubetaskBin string
-)
+// shared is this test binary's cluster.
+var shared *localcluster.Cluster
 
 // Main starts the shared cluster with default options, runs the tests and exits.
 func Main(m *testing.M) { MainWith(m, Options{}) }
@@ -80,7 +78,7 @@ func run(m *testing.M, opts Options) int {
 		return 1
 	}
 	if !keep && cfg.EtcdDataDir != "" {
-		defer os.RemoveAll(cfg.EtcdDataDir)
+		defer func() { _ = os.RemoveAll(cfg.EtcdDataDir) }()
 	}
 	cfg.Logger = log
 	start := time.Now()
@@ -92,7 +90,7 @@ func run(m *testing.M, opts Options) int {
 	fmt.Fprintf(os.Stderr, "clustertest: cluster ready in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), c.Kubeconfig())
 	shared = c
 	// Code that loads the default kubeconfig (examples, kubectl) reaches the test cluster.
-	os.Setenv("KUBECONFIG", c.Kubeconfig())
+	_ = os.Setenv("KUBECONFIG", c.Kubeconfig())
 	code := m.Run()
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stopCancel()

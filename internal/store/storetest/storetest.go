@@ -514,7 +514,7 @@ func testConcurrentCreate(t *testing.T, s store.Store) {
 func testRoundTrip(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	tests := map[string]func(r *store.Record){
-		"every field set": func(r *store.Record) {},
+		"every field set": func(*store.Record) {},
 		"zero record but ID": func(r *store.Record) {
 			*r = store.Record{ID: r.ID}
 		},
