@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -252,32 +251,6 @@ func (o *outcomes) counts() (terminal, running int) {
 	return len(o.terminal), len(o.running)
 }
 
-func startExecutor(b *testing.B, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
-	cfg.RESTConfig = env.Config
-	cfg.Namespaces = []string{env.Namespace}
-	cfg.DefaultNamespace = env.Namespace
-	cfg.InstanceID = "bench"
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ex, err := executor.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ex.Start(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				b.Errorf("executor Start: %v", err)
-			}
-		})
-	}
-	b.Cleanup(stop)
-	clustertest.Eventually(b, time.Minute, "executor healthy", func(context.Context) error { return ex.Healthy() })
-	return ex, stop
-}
 
 // waitFor polls cond every 200 ms, printing progress every 10 s, and fails
 // the benchmark after timeout.
@@ -333,7 +306,8 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 	out := newOutcomes()
 	cfg := s.cfg
 	cfg.Registerer, cfg.OnEvent, cfg.Store = reg, out.add, store.NewMemory()
-	ex, stop := startExecutor(b, env, cfg)
+	cfg.InstanceID = "bench"
+	ex, stop := exectest.StartExecutor(b, env, cfg)
 	startReqs := counterSum(reg, "kubetask_api_requests_total")
 	cluster0 := apiserverRequests(ctx, env.Client)
 	cpu0 := sampleCPU(env.Cluster)
@@ -581,7 +555,7 @@ func benchMemory(b *testing.B, n int) {
 	st := store.NewMemory()
 
 	h0 := heapAfterGC()
-	ex, stop := startExecutor(b, env, executor.Config{Store: st, OnEvent: out.add, Parallelism: n, Workers: 16, CreateConcurrency: 8, QPS: 200, Burst: 400})
+	ex, stop := exectest.StartExecutor(b, env, executor.Config{InstanceID: "bench", Store: st, OnEvent: out.add, Parallelism: n, Workers: 16, CreateConcurrency: 8, QPS: 200, Burst: 400})
 	time.Sleep(time.Second) // let the informer's first LIST settle
 	hStarted := heapAfterGC()
 	for i := 0; i < n; i++ {

@@ -89,7 +89,7 @@ func (e *Events) WaitTerminal(t *testing.T, timeout time.Duration, ids ...string
 
 // StartExecutor runs an executor in the test's namespace until the test ends
 // (or stop is called) and returns it.
-func StartExecutor(t *testing.T, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
+func StartExecutor(t testing.TB, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
 	t.Helper()
 	cfg.RESTConfig = env.Config
 	cfg.Namespaces = []string{env.Namespace}
