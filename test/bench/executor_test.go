@@ -251,7 +251,6 @@ func (o *outcomes) counts() (terminal, running int) {
 	return len(o.terminal), len(o.running)
 }
 
-
 // waitFor polls cond every 200 ms, printing progress every 10 s, and fails
 // the benchmark after timeout.
 func waitFor(b *testing.B, timeout time.Duration, what string, cond func() (bool, string)) {
