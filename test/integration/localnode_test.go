@@ -567,6 +567,12 @@ func TestEmptyDirTerminationMessageAndFallbackToLogs(t *testing.T) {
 	mount := []corev1.VolumeMount{{Name: "shared", MountPath: "/kubetask-test/shared"}}
 	writer := ctr("writer", "sh", "-c", `echo hello > /kubetask-test/shared/f; printf 'result:%s' "$(cat /kubetask-test/shared/f)" > /dev/termination-log`)
 	writer.VolumeMounts = mount
+	// The node creates mount points on the host (empty); remove them after.
+	for _, p := range []string{"/kubetask-test", "/kubetask-test/shared", "/tmp/kubetask-custom-term"} { // cleanups run in reverse
+		if _, err := os.Stat(p); os.IsNotExist(err) {
+			t.Cleanup(func() { _ = os.Remove(p) }) // only if still empty
+		}
+	}
 	custom := ctr("custom", "sh", "-c", `sleep 0.3; cat /kubetask-test/shared/f > /tmp/kubetask-custom-term`)
 	custom.VolumeMounts = mount
 	custom.TerminationMessagePath = "/tmp/kubetask-custom-term"
