@@ -127,14 +127,18 @@ func TestSQLiteNotADatabase(t *testing.T) {
 
 const durabilityEnv = "KUBETASK_STORE_DURABILITY_CHILD"
 
-// TestSQLiteDurabilityChild is the child process of TestSQLiteDurability; it
-// does nothing unless started by it. It updates record "a" in a loop and
-// prints each version right after Update returns.
-func TestSQLiteDurabilityChild(t *testing.T) {
-	path := os.Getenv(durabilityEnv)
-	if path == "" {
-		t.Skip("child process of TestSQLiteDurability")
+// TestMain lets the test binary double as the child process of
+// TestSQLiteDurability.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(durabilityEnv); path != "" {
+		durabilityChild(path)
 	}
+	os.Exit(m.Run())
+}
+
+// durabilityChild updates record "a" in a loop and prints each version right
+// after Update returns, until it is killed.
+func durabilityChild(path string) {
 	ctx := context.Background()
 	s, err := store.OpenSQLite(ctx, path)
 	if err != nil {
@@ -182,7 +186,7 @@ func TestSQLiteDurability(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestSQLiteDurabilityChild$", "-test.count=1")
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), durabilityEnv+"="+path)
 			cmd.Stderr = os.Stderr
 			stdout, err := cmd.StdoutPipe()
