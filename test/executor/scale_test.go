@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubetask/kubetask/internal/components"
 	"github.com/kubetask/kubetask/internal/executor"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localcluster/kwokstages"
@@ -152,9 +154,19 @@ func TestFinishedWhileDownAndDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	if err := env.Client.CoreV1().Pods(env.Namespace).DeleteCollection(context.Background(), metav1.DeleteOptions{},
-		metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}); err != nil {
+	// As a person would: kubectl delete (without waiting: the finalizer
+	// holds the pods until an executor records their outcomes).
+	b, err := components.NewBuilder(nil)
+	if err != nil {
 		t.Fatal(err)
+	}
+	kubectl, err := b.Ensure(context.Background(), components.Kubectl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "-n", env.Namespace, "delete", "pods",
+		"-l", task.ManagedSelector().String(), "--wait=false").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl delete: %v\n%s", err, out)
 	}
 	for id := range specs {
 		if len(first.Terminal(id)) != 0 {
