@@ -132,17 +132,21 @@ func (f *runFlags) loadTask(stdin io.Reader) (*task.Task, error) {
 		defer fh.Close()
 		r = fh
 	}
-	t, err := task.Load(r)
-	if err != nil {
-		return nil, err
-	}
+	// The override is applied before validation: it may be what makes the task
+	// valid (several containers, none named base or main).
+	var edit func(*task.Task)
 	if f.mainContainer != "" {
-		t.Spec.MainContainer = f.mainContainer
-		t.Spec.Logs.Containers = nil
-		t.Default()
-		if err := t.Validate(); err != nil {
+		edit = func(t *task.Task) {
+			t.Spec.MainContainer = f.mainContainer
+			t.Spec.Logs.Containers = nil
+		}
+	}
+	t, err := task.LoadWith(r, edit)
+	if err != nil {
+		if f.mainContainer != "" {
 			return nil, fmt.Errorf("--main-container %s: %w", f.mainContainer, err)
 		}
+		return nil, err
 	}
 	if f.cleanup != "" {
 		t.Spec.Cleanup = task.Cleanup(f.cleanup)

@@ -47,7 +47,12 @@ func (e *InvalidError) Error() string {
 // concern the document's content are an *InvalidError whose field paths are those of
 // the document as written (for a Pod, spec.containers[0] rather than
 // spec.template.spec.containers[0]).
-func Load(r io.Reader) (*Task, error) {
+func Load(r io.Reader) (*Task, error) { return LoadWith(r, nil) }
+
+// LoadWith is Load with edit, if not nil, applied to the decoded task before defaults
+// and validation (for overrides such as the CLI's --main-container, which must be able
+// to make an otherwise invalid document valid).
+func LoadWith(r io.Reader, edit func(*Task)) (*Task, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading task: %w", err)
@@ -55,11 +60,14 @@ func Load(r io.Reader) (*Task, error) {
 	if len(data) > MaxDocumentBytes {
 		return nil, fmt.Errorf("reading task: document larger than %d bytes", MaxDocumentBytes)
 	}
-	return Parse(data)
+	return ParseWith(data, edit)
 }
 
 // Parse is Load for a document in memory.
-func Parse(data []byte) (*Task, error) {
+func Parse(data []byte) (*Task, error) { return ParseWith(data, nil) }
+
+// ParseWith is LoadWith for a document in memory.
+func ParseWith(data []byte, edit func(*Task)) (*Task, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("decoding task: the document is empty")
 	}
@@ -95,6 +103,9 @@ func Parse(data []byte) (*Task, error) {
 		return nil, &InvalidError{Errs: field.ErrorList{field.Invalid(field.NewPath("kind"), tm.Kind,
 			fmt.Sprintf("must be kind %s with apiVersion %s, or kind Pod with apiVersion v1 (got apiVersion %q)",
 				Kind, APIVersion, tm.APIVersion))}}
+	}
+	if edit != nil {
+		edit(t)
 	}
 	t.Default()
 	if err := t.Validate(); err != nil {
