@@ -219,7 +219,7 @@ func validateMainContainer(s *Spec, spec *field.Path) field.ErrorList {
 			"add at least one container: the task's main container")}
 	case s.MainContainer == "":
 		return field.ErrorList{field.Required(p, fmt.Sprintf(
-			"the pod has several containers and none is named base or main: set spec.mainContainer to the one whose exit decides the task (one of %s)", names))}
+			"the pod has several containers and none is named base or main: set spec.mainContainer (on a plain Pod, the annotation "+AnnotationMainContainer+"; with kubetask run, --main-container) to the one whose exit decides the task (one of %s)", names))}
 	case mainContainer(&s.Template.Spec, s.MainContainer) == nil:
 		msg := fmt.Sprintf("no container named %q in spec.template.spec.containers; set it to one of %s", s.MainContainer, names)
 		if hasInit(&s.Template.Spec, s.MainContainer) {

@@ -76,7 +76,7 @@ func TestLoadErrors(t *testing.T) {
 		},
 		"several containers and no main named": {
 			doc:  withSpec("  template: {spec: {containers: [{name: app, image: a}, {name: envoy, image: e}]}}\n"),
-			want: []string{"spec.mainContainer: Required value", "none is named base or main", "one of app, envoy"},
+			want: []string{"spec.mainContainer: Required value", "none is named base or main", "kubetask.dev/main-container", "--main-container", "one of app, envoy"},
 		},
 		"main container not found": {
 			doc:  withSpec("  mainContainer: app\n  template: {spec: {containers: [{name: base, image: a}, {name: envoy, image: e}]}}\n"),
