@@ -19,9 +19,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubetask/kubetask/internal/podstate"
-	"github.com/kubetask/kubetask/internal/runner"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/runner"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // Exit codes of `kubetask run` other than the main container's own exit code.

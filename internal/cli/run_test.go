@@ -8,9 +8,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kubetask/kubetask/internal/podstate"
-	"github.com/kubetask/kubetask/internal/runner"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/runner"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 func code(c int32) *int32 { return &c }

@@ -20,12 +20,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubetask/kubetask/internal/executor"
 	"github.com/kubetask/kubetask/internal/localcluster"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localcluster/kwokstages"
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 

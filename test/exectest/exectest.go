@@ -17,11 +17,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubetask/kubetask/internal/executor"
 	"github.com/kubetask/kubetask/internal/localcluster"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // Events collects executor events per task; Add is an executor.Config.OnEvent.

@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubetask/kubetask/internal/executor"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
-	"github.com/kubetask/kubetask/internal/podstate"
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubetask/kubetask/internal/executor"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // Example embeds the executor: run it, submit a task, wait for its outcome.

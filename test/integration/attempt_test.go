@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubetask/kubetask/internal/attempt"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // TestReleaseSeen: the one-request finalizer removal works on an up-to-date

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 func loadExample(t *testing.T, path string) *task.Task {

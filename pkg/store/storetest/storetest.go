@@ -21,7 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/kubetask/kubetask/internal/store"
+	"github.com/kubetask/kubetask/pkg/store"
 )
 
 // Run runs the conformance suite against the stores that open returns. open

@@ -21,8 +21,8 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/kubetask/kubetask/internal/podstate"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // ErrResultTooLarge reports a result larger than the task's result.maxBytes.

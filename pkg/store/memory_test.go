@@ -7,8 +7,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/store/storetest"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
 func TestMemory(t *testing.T) {

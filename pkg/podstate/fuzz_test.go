@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubetask/kubetask/internal/podstate"
 	"github.com/kubetask/kubetask/internal/podtest"
+	"github.com/kubetask/kubetask/pkg/podstate"
 )
 
 // gen turns fuzzer bytes into choices; once the bytes run out every choice is 0.

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/store/storetest"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
 // BenchmarkStores measures the write path of one task's life as the executor

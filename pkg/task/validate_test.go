@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // base is a valid task; rows replace parts of it.

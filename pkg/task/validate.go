@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kubetask/kubetask/internal/podstate"
+	"github.com/kubetask/kubetask/pkg/podstate"
 )
 
 // Defaults of the task format (see docs/task-format.md).

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubetask/kubetask/internal/podstate"
+	"github.com/kubetask/kubetask/pkg/podstate"
 )
 
 // APIVersion and Kind identify a task document.

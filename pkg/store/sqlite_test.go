@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kubetask/kubetask/internal/store"
-	"github.com/kubetask/kubetask/internal/store/storetest"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
 func openSQLite(t *testing.T, path string) store.Store {

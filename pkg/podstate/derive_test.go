@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kubetask/kubetask/internal/podstate"
 	"github.com/kubetask/kubetask/internal/podtest"
+	"github.com/kubetask/kubetask/pkg/podstate"
 )
 
 // policy is the task policy of most rows: main container "base", the task format's

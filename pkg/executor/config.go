@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
-	"github.com/kubetask/kubetask/internal/store"
+	"github.com/kubetask/kubetask/pkg/store"
 )
 
 // Config configures an Executor. New validates it and fills defaults.

@@ -13,8 +13,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kubetask/kubetask/internal/podstate"
-	"github.com/kubetask/kubetask/internal/task"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // newFake returns a fake clientset whose pod creates get a creation timestamp
