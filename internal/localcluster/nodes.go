@@ -14,7 +14,7 @@ import (
 // local-<i> and waits until it is Ready.
 func (c *Cluster) AddLocalNode(ctx context.Context) error {
 	c.mu.Lock()
-	name := fmt.Sprintf("local-%d", len(c.nodes))
+	name := localNodeName(len(c.nodes))
 	dir := filepath.Join(c.cfg.Dir, "nodes", name)
 	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--name=" + name, "--dir=" + dir})
 	c.nodes = append(c.nodes, p)
@@ -45,38 +45,45 @@ func (c *Cluster) LocalNodeNames() []string {
 	defer c.mu.Unlock()
 	names := make([]string, len(c.nodes))
 	for i := range c.nodes {
-		names[i] = fmt.Sprintf("local-%d", i)
+		names[i] = localNodeName(i)
 	}
 	return names
+}
+
+// localNodeName is the node name of local node i.
+func localNodeName(i int) string { return fmt.Sprintf("local-%d", i) }
+
+// localNode returns local node i's process.
+func (c *Cluster) localNode(i int) (*process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.nodes) {
+		return nil, fmt.Errorf("no local node %d", i)
+	}
+	return c.nodes[i], nil
 }
 
 // StopLocalNode stops local node i's process (its pods' processes die with
 // it); the node turns NotReady when its lease expires.
 func (c *Cluster) StopLocalNode(ctx context.Context, i int) error {
-	c.mu.Lock()
-	if i < 0 || i >= len(c.nodes) {
-		c.mu.Unlock()
-		return fmt.Errorf("no local node %d", i)
+	p, err := c.localNode(i)
+	if err != nil {
+		return err
 	}
-	p := c.nodes[i]
-	c.mu.Unlock()
 	return p.stop(ctx, 10*time.Second)
 }
 
 // StartLocalNode starts local node i's process again after StopLocalNode.
 func (c *Cluster) StartLocalNode(ctx context.Context, i int) error {
-	c.mu.Lock()
-	if i < 0 || i >= len(c.nodes) {
-		c.mu.Unlock()
-		return fmt.Errorf("no local node %d", i)
+	p, err := c.localNode(i)
+	if err != nil {
+		return err
 	}
-	p := c.nodes[i]
-	c.mu.Unlock()
 	if p.running() {
 		return nil
 	}
 	if err := p.start(); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, fmt.Sprintf("local-%d", i)) })
+	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, localNodeName(i)) })
 }
