@@ -42,24 +42,20 @@ func (e *Events) Add(ev executor.Event) {
 
 // Terminal returns the terminal events of id.
 func (e *Events) Terminal(id string) []executor.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []executor.Event
-	for _, ev := range e.by[id] {
-		if ev.Terminal {
-			out = append(out, ev)
-		}
-	}
-	return out
+	return e.filter(id, func(ev executor.Event) bool { return ev.Terminal })
 }
 
 // AttemptsFinished returns the AttemptFinished events of id.
 func (e *Events) AttemptsFinished(id string) []executor.Event {
+	return e.filter(id, func(ev executor.Event) bool { return ev.AttemptFinished })
+}
+
+func (e *Events) filter(id string, keep func(executor.Event) bool) []executor.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []executor.Event
 	for _, ev := range e.by[id] {
-		if ev.AttemptFinished {
+		if keep(ev) {
 			out = append(out, ev)
 		}
 	}
