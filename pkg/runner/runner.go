@@ -637,9 +637,9 @@ func (r *run) cancel(ctx context.Context, out *Outcome, mainLogs <-chan struct{}
 
 // settle waits until every container of the pod stopped (the kubelet reports
 // a final phase, or the pod is gone), releases kubetask's finalizer and, when
-// the pod was deleted, waits for the object to go. A finalizer that comes
-// back (a node that writes a stale copy of the pod with its status) is removed
-// again. Each wait is bounded by the pod's grace period plus 30 s; a pod that
+// the pod was deleted, waits for the object to go. Release is level-based:
+// whenever the cached pod still carries the finalizer, it is removed (again).
+// Each wait is bounded by the pod's grace period plus 30 s; a pod that
 // is still there then is released anyway and the wait is logged.
 func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
 	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
@@ -652,19 +652,15 @@ func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
 		if p == nil || !slices.Contains(p.Finalizers, task.Finalizer) {
 			return
 		}
-		if err := attempt.Release(ctx, r.client, r.ns, r.name); err != nil {
+		if err := attempt.ReleaseSeen(ctx, r.client, p); err != nil {
 			r.log().Warn("releasing pod", "pod", r.ns+"/"+r.name, "err", err)
 		}
 	}
 	release(r.cached())
 	r.event(Event{Type: "released"})
 	r.waitFor(ctx, bound, func(p *corev1.Pod) bool {
-		if deleted {
-			release(p)
-			return p == nil
-		}
 		release(p)
-		return p == nil || !slices.Contains(p.Finalizers, task.Finalizer)
+		return p == nil || (!deleted && !slices.Contains(p.Finalizers, task.Finalizer))
 	})
 }
 
