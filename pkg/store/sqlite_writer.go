@@ -1,0 +1,245 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// sqliteMaxGroup caps the writes in one transaction, so a long queue is
+// committed in several syncs rather than making its first callers wait for
+// all of it.
+const sqliteMaxGroup = 128
+
+// sqliteWrite is one Create or Update call on its way through the writer.
+type sqliteWrite struct {
+	create bool
+	// rec is the record as it will be stored (Version and times set).
+	rec Record
+	// expected is the version an Update requires the stored record to have.
+	expected int64
+	// args are the statement's arguments: rec's columns for an insert, the
+	// updated columns, ID and expected version for an update.
+	args []any
+	// state decides, once, whether the writer applies the write or its
+	// caller gave up on it: writePending, then writeTaken or writeAbandoned.
+	state atomic.Int32
+	// done receives the outcome of a taken write; buffered, so the writer
+	// never waits for a caller.
+	done chan sqliteResult
+}
+
+const (
+	writePending int32 = iota
+	writeTaken
+	writeAbandoned
+)
+
+// take claims w for a transaction; false means its caller abandoned it.
+func (w *sqliteWrite) take() bool { return w.state.CompareAndSwap(writePending, writeTaken) }
+
+// abandon withdraws w; false means the writer has already taken it.
+func (w *sqliteWrite) abandon() bool { return w.state.CompareAndSwap(writePending, writeAbandoned) }
+
+// sqliteResult is the outcome of one write.
+type sqliteResult struct {
+	rec     Record
+	created bool
+	err     error
+}
+
+// write applies w and returns its outcome once it is committed, or the
+// reason it was not applied (see OpenSQLite for the guarantees).
+func (s *sqliteStore) write(ctx context.Context, w *sqliteWrite) sqliteResult {
+	if err := ctx.Err(); err != nil {
+		return sqliteResult{err: err}
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return sqliteResult{err: errClosed}
+	}
+	if s.oneTxPerWrite {
+		defer s.mu.RUnlock()
+		return s.writeAlone(ctx, w)
+	}
+	w.done = make(chan sqliteResult, 1)
+	select {
+	case s.queue <- w:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return sqliteResult{err: ctx.Err()}
+	}
+	select {
+	case res := <-w.done:
+		return res
+	case <-ctx.Done():
+		if w.abandon() {
+			return sqliteResult{err: ctx.Err()}
+		}
+		// Already in a transaction: its outcome is this call's, so the
+		// caller never has to guess whether the write was applied.
+		return <-w.done
+	}
+}
+
+// writeLoop is the writer goroutine. Whenever it is free it takes every
+// write queued by then, up to sqliteMaxGroup, and commits them in one
+// transaction: natural batching, so a lone write is committed at once and
+// writes that arrive during a commit share the next one. It returns when
+// Close has closed the queue and every queued write is answered.
+func (s *sqliteStore) writeLoop() {
+	defer close(s.writerDone)
+	group := make([]*sqliteWrite, 0, sqliteMaxGroup)
+	for w := range s.queue {
+		group = append(group, w)
+	fill:
+		for len(group) < sqliteMaxGroup {
+			select {
+			case w, ok := <-s.queue:
+				if !ok {
+					break fill
+				}
+				group = append(group, w)
+			default:
+				break fill
+			}
+		}
+		s.commitGroup(group)
+		clear(group)
+		group = group[:0]
+	}
+}
+
+// commitGroup applies group's writes in queue order in one transaction and
+// commits it. Each taken write gets its own statement's outcome once the
+// commit succeeded, or the transaction's error (and is not applied) if the
+// transaction failed; an abandoned write is skipped.
+func (s *sqliteStore) commitGroup(group []*sqliteWrite) {
+	// Not a caller's context: one caller giving up must not fail the others.
+	ctx := context.Background()
+	results := make([]sqliteResult, len(group))
+	taken := make([]bool, len(group))
+	fail := func(err error) {
+		for i, w := range group {
+			if taken[i] || w.take() {
+				w.done <- sqliteResult{err: err}
+			}
+		}
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		fail(fmt.Errorf("transaction begin: %w", err))
+		return
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op; after a failure the failure is reported
+	for i, w := range group {
+		if !w.take() {
+			continue
+		}
+		taken[i] = true
+		if results[i], err = applyWrite(ctx, tx, w); err != nil {
+			fail(fmt.Errorf("group of %d writes: %w", len(group), err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("group of %d writes commit: %w", len(group), err))
+		return
+	}
+	s.commits.Add(1)
+	for i, w := range group {
+		if taken[i] {
+			w.done <- results[i]
+		}
+	}
+}
+
+// writeAlone is the write path before group commit, kept as the benchmark's
+// baseline (sqliteOptions.oneTxPerWrite): w in a transaction of its own,
+// begun and committed in the caller's goroutine.
+func (s *sqliteStore) writeAlone(ctx context.Context, w *sqliteWrite) sqliteResult {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return sqliteResult{err: fmt.Errorf("transaction begin: %w", err)}
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	res, err := applyWrite(ctx, tx, w)
+	if err != nil {
+		return sqliteResult{err: err}
+	}
+	if res.err != nil {
+		return res
+	}
+	if err := tx.Commit(); err != nil {
+		return sqliteResult{err: fmt.Errorf("commit: %w", err)}
+	}
+	return res
+}
+
+// applyWrite runs w's statements in tx. The result holds w's own outcome,
+// including ErrConflict and ErrNotFound, which leave tx as it was; a
+// non-nil error is a failed write statement, after which tx must be rolled
+// back.
+func applyWrite(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
+	if w.create {
+		return applyCreate(ctx, tx, w)
+	}
+	return applyUpdate(ctx, tx, w)
+}
+
+func applyCreate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
+	res, err := tx.ExecContext(ctx, `INSERT INTO tasks (`+sqliteColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`, w.args...)
+	if err != nil {
+		return sqliteResult{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return sqliteResult{}, err
+	}
+	if n == 1 {
+		return sqliteResult{rec: w.rec, created: true}, nil
+	}
+	// The ID exists, maybe from an earlier write of this transaction: return
+	// the stored record, not ours. A failed read changes nothing, so it
+	// fails this write only.
+	rec, err := scanRecord(tx.QueryRowContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`, w.rec.ID))
+	if err != nil {
+		return sqliteResult{err: err}, nil
+	}
+	return sqliteResult{rec: rec}, nil
+}
+
+func applyUpdate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
+	// The version check is part of the statement, so a conflict writes
+	// nothing and leaves the rest of the transaction alone.
+	var createdAt int64
+	err := tx.QueryRowContext(ctx, `UPDATE tasks SET
+		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
+		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
+		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?
+		WHERE id = ? AND version = ?
+		RETURNING created_at`, w.args...).Scan(&createdAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		var stored int64
+		switch err := tx.QueryRowContext(ctx, `SELECT version FROM tasks WHERE id = ?`, w.rec.ID).Scan(&stored); {
+		case errors.Is(err, sql.ErrNoRows):
+			return sqliteResult{err: ErrNotFound}, nil
+		case err != nil:
+			return sqliteResult{err: err}, nil
+		}
+		return sqliteResult{err: fmt.Errorf("version %d, stored %d: %w", w.expected, stored, ErrConflict)}, nil
+	}
+	if err != nil {
+		return sqliteResult{}, err
+	}
+	rec := w.rec
+	rec.CreatedAt = time.Unix(0, createdAt).UTC()
+	return sqliteResult{rec: rec}, nil
+}
