@@ -122,6 +122,8 @@ type sqliteStore struct {
 	w *sql.DB
 	// r serves Get and List on read-only connections.
 	r *sql.DB
+	// stmts are the write statements, prepared on w.
+	stmts *sqliteWriteStmts
 
 	oneTxPerWrite bool
 
@@ -165,6 +167,9 @@ func openSQLite(ctx context.Context, path string, clk clock.PassiveClock, opts s
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
 	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if s.stmts, err = prepareWriteStmts(ctx, s.w); err != nil {
 		return nil, err
 	}
 	if s.r, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)"); err != nil {
@@ -325,6 +330,9 @@ func (s *sqliteStore) Close() error {
 	s.mu.Unlock()
 	if s.writerDone != nil {
 		<-s.writerDone
+	}
+	if s.stmts != nil {
+		s.stmts.close()
 	}
 	var errs []error
 	for _, db := range []*sql.DB{s.r, s.w} {

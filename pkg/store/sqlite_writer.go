@@ -142,7 +142,7 @@ func (s *sqliteStore) commitGroup(group []*sqliteWrite) {
 			continue
 		}
 		taken[i] = true
-		if results[i], err = applyWrite(ctx, tx, w); err != nil {
+		if results[i], err = s.stmts.apply(ctx, tx, w); err != nil {
 			fail(fmt.Errorf("group of %d writes: %w", len(group), err))
 			return
 		}
@@ -168,7 +168,7 @@ func (s *sqliteStore) writeAlone(ctx context.Context, w *sqliteWrite) sqliteResu
 		return sqliteResult{err: fmt.Errorf("transaction begin: %w", err)}
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	res, err := applyWrite(ctx, tx, w)
+	res, err := s.stmts.apply(ctx, tx, w)
 	if err != nil {
 		return sqliteResult{err: err}
 	}
@@ -181,21 +181,68 @@ func (s *sqliteStore) writeAlone(ctx context.Context, w *sqliteWrite) sqliteResu
 	return res
 }
 
-// applyWrite runs w's statements in tx. The result holds w's own outcome,
+// apply runs w's statements in tx. The result holds w's own outcome,
 // including ErrConflict and ErrNotFound, which leave tx as it was; a
 // non-nil error is a failed write statement, after which tx must be rolled
 // back.
-func applyWrite(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
+func (st *sqliteWriteStmts) apply(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
 	if w.create {
-		return applyCreate(ctx, tx, w)
+		return st.applyCreate(ctx, tx, w)
 	}
-	return applyUpdate(ctx, tx, w)
+	return st.applyUpdate(ctx, tx, w)
 }
 
-func applyCreate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
-	res, err := tx.ExecContext(ctx, `INSERT INTO tasks (`+sqliteColumns+`)
+// sqliteWriteSQL are the write path's statements, prepared once on the
+// writer connection (preparing a statement costs about as much as running it).
+var sqliteWriteSQL = struct{ insert, selectByID, update, version string }{
+	insert: `INSERT INTO tasks (` + sqliteColumns + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO NOTHING`, w.args...)
+		ON CONFLICT (id) DO NOTHING`,
+	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
+	// The version check is part of the statement, so a conflict writes
+	// nothing and leaves the rest of the transaction alone.
+	update: `UPDATE tasks SET
+		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
+		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
+		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?
+		WHERE id = ? AND version = ?
+		RETURNING created_at`,
+	version: `SELECT version FROM tasks WHERE id = ?`,
+}
+
+// sqliteWriteStmts are sqliteWriteSQL prepared on the writer connection.
+type sqliteWriteStmts struct{ insert, selectByID, update, version *sql.Stmt }
+
+func prepareWriteStmts(ctx context.Context, db *sql.DB) (*sqliteWriteStmts, error) {
+	var st sqliteWriteStmts
+	var err error
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&st.insert, sqliteWriteSQL.insert},
+		{&st.selectByID, sqliteWriteSQL.selectByID},
+		{&st.update, sqliteWriteSQL.update},
+		{&st.version, sqliteWriteSQL.version},
+	} {
+		if *p.stmt, err = db.PrepareContext(ctx, p.sql); err != nil {
+			st.close()
+			return nil, fmt.Errorf("statement prepare: %w", err)
+		}
+	}
+	return &st, nil
+}
+
+func (st *sqliteWriteStmts) close() {
+	for _, s := range []*sql.Stmt{st.insert, st.selectByID, st.update, st.version} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
+
+func (st *sqliteWriteStmts) applyCreate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
+	res, err := tx.StmtContext(ctx, st.insert).ExecContext(ctx, w.args...)
 	if err != nil {
 		return sqliteResult{}, err
 	}
@@ -209,26 +256,19 @@ func applyCreate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult,
 	// The ID exists, maybe from an earlier write of this transaction: return
 	// the stored record, not ours. A failed read changes nothing, so it
 	// fails this write only.
-	rec, err := scanRecord(tx.QueryRowContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`, w.rec.ID))
+	rec, err := scanRecord(tx.StmtContext(ctx, st.selectByID).QueryRowContext(ctx, w.rec.ID))
 	if err != nil {
 		return sqliteResult{err: err}, nil
 	}
 	return sqliteResult{rec: rec}, nil
 }
 
-func applyUpdate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
-	// The version check is part of the statement, so a conflict writes
-	// nothing and leaves the rest of the transaction alone.
+func (st *sqliteWriteStmts) applyUpdate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
 	var createdAt int64
-	err := tx.QueryRowContext(ctx, `UPDATE tasks SET
-		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
-		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
-		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?
-		WHERE id = ? AND version = ?
-		RETURNING created_at`, w.args...).Scan(&createdAt)
+	err := tx.StmtContext(ctx, st.update).QueryRowContext(ctx, w.args...).Scan(&createdAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		var stored int64
-		switch err := tx.QueryRowContext(ctx, `SELECT version FROM tasks WHERE id = ?`, w.rec.ID).Scan(&stored); {
+		switch err := tx.StmtContext(ctx, st.version).QueryRowContext(ctx, w.rec.ID).Scan(&stored); {
 		case errors.Is(err, sql.ErrNoRows):
 			return sqliteResult{err: ErrNotFound}, nil
 		case err != nil:
