@@ -84,6 +84,11 @@ type ListOptions struct {
 }
 
 // Store persists task records. Implementations are safe for concurrent use.
+//
+// A Create or Update whose context ends before it completes returns the
+// context's error only if its write was not applied; a store may instead
+// finish the write and return its result. Get and List see every write whose
+// call has returned.
 type Store interface {
 	// Create stores rec (Version is set to 1) unless a record with rec.ID
 	// exists. It returns the stored record and whether this call created it,

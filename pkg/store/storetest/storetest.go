@@ -1,7 +1,12 @@
 // Package storetest is the conformance suite every store.Store implementation
 // must pass. It pins down the contract the executor relies on: idempotent
 // Create, compare-and-swap Update, deep-copy isolation, List filtering and
-// order, and a lossless round trip of every Record field.
+// order, a lossless round trip of every Record field, and the same outcomes
+// for each write when many run at once (as a store that commits concurrent
+// writes together must keep them): one winner per compare-and-swap race, a
+// conflict that fails only its own write, a cancelled call that either
+// applied its write or reports that it did not, and a Close that leaves no
+// call hanging.
 //
 // Precision: times round-trip to the nanosecond (compared with time.Equal);
 // a time's location is not part of the contract, so a store may return it in
@@ -47,6 +52,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentCreateOneCreator", testConcurrentCreate},
 		{"RoundTrip", testRoundTrip},
 		{"CancelledContext", testCancelledContext},
+		{"ConcurrentWritersDistinctAndSame", testConcurrentWriters},
+		{"MixedOutcomesTogether", testMixedOutcomes},
+		{"CancelWhileWaiting", testCancelWhileWaiting},
+		{"CloseWhileWriting", testCloseWhileWriting},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -605,4 +614,339 @@ func testCancelledContext(t *testing.T, s store.Store) {
 	if _, err := s.Get(context.Background(), "b"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Create with a cancelled context stored a record: Get err = %v", err)
 	}
+}
+
+// testConcurrentWriters runs, round after round, writers that each update a
+// record of their own beside racers that all update one shared record from
+// the same version, all released at once: every own-record write succeeds
+// and exactly one racer wins each round, the others get ErrConflict.
+func testConcurrentWriters(t *testing.T, s store.Store) {
+	const distinct, racers, rounds = 32, 32, 10
+	ctx := context.Background()
+	own := make([]store.Record, distinct)
+	for i := range own {
+		own[i] = mustCreate(t, s, Sample(fmt.Sprintf("own-%02d", i)))
+	}
+	shared := mustCreate(t, s, Sample("shared"))
+	for round := range rounds {
+		var (
+			wg        sync.WaitGroup
+			mu        sync.Mutex
+			wins      []store.Record
+			conflicts int
+			errs      []error
+		)
+		start := make(chan struct{})
+		for i := range own {
+			wg.Go(func() {
+				rec := own[i].DeepCopy()
+				rec.Message = fmt.Sprintf("round %d", round)
+				<-start
+				out, err := s.Update(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, fmt.Errorf("own-%02d: %w", i, err))
+				case out.Version != own[i].Version+1 || out.Message != rec.Message:
+					errs = append(errs, fmt.Errorf("own-%02d: got version %d message %q, want %d %q",
+						i, out.Version, out.Message, own[i].Version+1, rec.Message))
+				default:
+					own[i] = out
+				}
+			})
+		}
+		for r := range racers {
+			wg.Go(func() {
+				rec := shared.DeepCopy()
+				rec.Message = fmt.Sprintf("round %d racer %d", round, r)
+				<-start
+				out, err := s.Update(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins = append(wins, out)
+				case errors.Is(err, store.ErrConflict):
+					conflicts++
+				default:
+					errs = append(errs, fmt.Errorf("racer %d: %w", r, err))
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("round %d: %v", round, errors.Join(errs...))
+		}
+		if len(wins) != 1 || conflicts != racers-1 {
+			t.Fatalf("round %d: %d racers won and %d got ErrConflict, want 1 and %d", round, len(wins), conflicts, racers-1)
+		}
+		if wins[0].Version != shared.Version+1 {
+			t.Fatalf("round %d: winner's version %d, want %d", round, wins[0].Version, shared.Version+1)
+		}
+		shared = wins[0]
+	}
+	for _, want := range append(own, shared) {
+		if diff := cmp.Diff(want, mustGet(t, s, want.ID)); diff != "" {
+			t.Errorf("%s: stored record is not the last returned one (-returned +stored):\n%s", want.ID, diff)
+		}
+	}
+}
+
+// testMixedOutcomes releases at once writes whose outcomes differ (as a store
+// that groups concurrent writes puts them in one transaction): updates that
+// succeed beside stale and missing ones, two Creates of one new ID and a
+// Create of an existing one. Each write gets its own outcome whatever the
+// order, and a failing write changes nothing for the others.
+func testMixedOutcomes(t *testing.T, s store.Store) {
+	const n = 4
+	ctx := context.Background()
+	cur := make([]store.Record, n)   // at version 2
+	stale := make([]store.Record, n) // at version 1
+	for i := range n {
+		stale[i] = mustCreate(t, s, Sample(fmt.Sprintf("upd-%d", i)))
+		var err error
+		if cur[i], err = s.Update(ctx, stale[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	existing := mustCreate(t, s, Sample("existing"))
+
+	type outcome struct {
+		rec     store.Record
+		created bool
+		err     error
+	}
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		mu    sync.Mutex
+		got   = map[string]outcome{}
+	)
+	run := func(name string, call func() (store.Record, bool, error)) {
+		wg.Go(func() {
+			<-start
+			rec, created, err := call()
+			mu.Lock()
+			defer mu.Unlock()
+			got[name] = outcome{rec, created, err}
+		})
+	}
+	update := func(rec store.Record) func() (store.Record, bool, error) {
+		return func() (store.Record, bool, error) {
+			out, err := s.Update(ctx, rec)
+			return out, false, err
+		}
+	}
+	create := func(rec store.Record) func() (store.Record, bool, error) {
+		return func() (store.Record, bool, error) { return s.Create(ctx, rec) }
+	}
+	good := make([]store.Record, n)
+	for i := range n {
+		good[i] = cur[i].DeepCopy()
+		good[i].Message = "good"
+		run(fmt.Sprintf("good %d", i), update(good[i]))
+		bad := stale[i].DeepCopy()
+		bad.Message = "stale"
+		run(fmt.Sprintf("stale %d", i), update(bad))
+		ahead := cur[i].DeepCopy()
+		ahead.Version += 5
+		ahead.Message = "ahead"
+		run(fmt.Sprintf("ahead %d", i), update(ahead))
+		missing := Sample(fmt.Sprintf("missing-%d", i))
+		missing.Version = 1
+		run(fmt.Sprintf("missing %d", i), update(missing))
+		for c := range 2 {
+			rec := Sample(fmt.Sprintf("new-%d", i))
+			rec.Message = fmt.Sprintf("creator %d", c)
+			run(fmt.Sprintf("new %d creator %d", i, c), create(rec))
+		}
+		again := Sample("existing")
+		again.Message = fmt.Sprintf("again %d", i)
+		run(fmt.Sprintf("existing %d", i), create(again))
+	}
+	close(start)
+	wg.Wait()
+
+	for i := range n {
+		g := got[fmt.Sprintf("good %d", i)]
+		if g.err != nil {
+			t.Errorf("good update %d: %v", i, g.err)
+		} else if diff := cmp.Diff(good[i], g.rec, ignoreStoreSet); diff != "" || g.rec.Version != 3 {
+			t.Errorf("good update %d: version %d, want 3; record (-want +got):\n%s", i, g.rec.Version, diff)
+		}
+		for _, name := range []string{"stale", "ahead"} {
+			if err := got[fmt.Sprintf("%s %d", name, i)].err; !errors.Is(err, store.ErrConflict) {
+				t.Errorf("%s update %d: err = %v, want ErrConflict", name, i, err)
+			}
+		}
+		if err := got[fmt.Sprintf("missing %d", i)].err; !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("update of missing %d: err = %v, want ErrNotFound", i, err)
+		}
+		if diff := cmp.Diff(g.rec, mustGet(t, s, cur[i].ID)); g.err == nil && diff != "" {
+			t.Errorf("upd-%d: stored record is not the good update's (-update +stored):\n%s", i, diff)
+		}
+		if _, err := s.Get(ctx, fmt.Sprintf("missing-%d", i)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("update of missing-%d created it: Get err = %v", i, err)
+		}
+
+		stored := mustGet(t, s, fmt.Sprintf("new-%d", i))
+		creators := 0
+		for c := range 2 {
+			o := got[fmt.Sprintf("new %d creator %d", i, c)]
+			if o.err != nil {
+				t.Errorf("create new-%d by creator %d: %v", i, c, o.err)
+				continue
+			}
+			if o.created {
+				creators++
+			}
+			if diff := cmp.Diff(stored, o.rec); diff != "" {
+				t.Errorf("create new-%d by creator %d returned a record other than the stored one (-stored +got):\n%s", i, c, diff)
+			}
+		}
+		if creators != 1 {
+			t.Errorf("new-%d: %d of 2 Creates created it, want 1", i, creators)
+		}
+
+		if o := got[fmt.Sprintf("existing %d", i)]; o.err != nil || o.created {
+			t.Errorf("create of an existing ID %d: created %v, err %v; want false, nil", i, o.created, o.err)
+		} else if diff := cmp.Diff(existing, o.rec); diff != "" {
+			t.Errorf("create of an existing ID %d returned (-stored +got):\n%s", i, diff)
+		}
+	}
+	if diff := cmp.Diff(existing, mustGet(t, s, "existing")); diff != "" {
+		t.Errorf("Creates of an existing ID changed it (-before +after):\n%s", diff)
+	}
+}
+
+// testCancelWhileWaiting updates records while each call's context is
+// cancelled when a neighbouring writer's call returns, so cancellations land
+// at arbitrary moments, also while a call waits for its write to commit: a
+// call that returns nil applied its write, one that returns the context's
+// error did not, and nothing else may happen (no half-applied write, no
+// version skipped).
+func testCancelWhileWaiting(t *testing.T, s store.Store) {
+	const writers, perWriter = 16, 20
+	ctx := context.Background()
+	var (
+		wg                 sync.WaitGroup
+		applied, cancelled atomicCounter
+		mu                 sync.Mutex
+		inFlight           [writers]context.CancelFunc // each writer's current call
+	)
+	cancelNeighbour := func(w int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c := inFlight[(w+1)%writers]; c != nil {
+			c()
+		}
+	}
+	errs := make(chan error, writers)
+	for w := range writers {
+		cur := mustCreate(t, s, Sample(fmt.Sprintf("w-%02d", w)))
+		wg.Go(func() {
+			for i := range perWriter {
+				next := cur.DeepCopy()
+				next.Message = fmt.Sprintf("write %d", i)
+				callCtx, cancel := context.WithCancel(ctx)
+				mu.Lock()
+				inFlight[w] = cancel
+				mu.Unlock()
+				out, err := s.Update(callCtx, next)
+				mu.Lock()
+				inFlight[w] = nil
+				mu.Unlock()
+				cancel()
+				cancelNeighbour(w)
+				switch {
+				case err == nil:
+					if out.Version != cur.Version+1 || out.Message != next.Message {
+						errs <- fmt.Errorf("%s: returned version %d message %q, want %d %q", cur.ID, out.Version, out.Message, cur.Version+1, next.Message)
+						return
+					}
+					cur = out
+					applied.add()
+				case errors.Is(err, context.Canceled):
+					cancelled.add()
+				default:
+					errs <- fmt.Errorf("%s: %w", cur.ID, err)
+					return
+				}
+				stored, err := s.Get(ctx, cur.ID)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if diff := cmp.Diff(cur, stored); diff != "" {
+					errs <- fmt.Errorf("%s after write %d: stored record differs from what the calls reported (-reported +stored):\n%s", cur.ID, i, diff)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d writes applied, %d cancelled", applied.get(), cancelled.get())
+}
+
+// testCloseWhileWriting closes the store while writers are busy: every call
+// returns (with its result or an error), and calls after Close fail.
+func testCloseWhileWriting(t *testing.T, s store.Store) {
+	const writers = 16
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var ok atomicCounter
+	started := make(chan struct{}, writers)
+	for w := range writers {
+		cur := mustCreate(t, s, Sample(fmt.Sprintf("w-%02d", w)))
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				out, err := s.Update(ctx, cur)
+				if err != nil {
+					return
+				}
+				cur = out
+				ok.add()
+				if i == 0 {
+					started <- struct{}{}
+				}
+			}
+		})
+	}
+	for range writers {
+		<-started
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	wg.Wait() // a call left hanging by Close hangs the test
+	if _, err := s.Update(ctx, Sample("w-00")); err == nil {
+		t.Errorf("Update after Close: err = nil")
+	}
+	if _, _, err := s.Create(ctx, Sample("after")); err == nil {
+		t.Errorf("Create after Close: err = nil")
+	}
+	t.Logf("%d writes returned nil before Close", ok.get())
+}
+
+type atomicCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCounter) add() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *atomicCounter) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
