@@ -98,6 +98,13 @@ func (w *PodWrapper) SchedulingGated() *PodWrapper {
 		"Scheduling is blocked due to non-empty scheduling gates")
 }
 
+// Ungated removes the scheduling gates (a queue admitted the pod); like the API
+// server, it leaves the SchedulingGated condition for the scheduler to update.
+func (w *PodWrapper) Ungated() *PodWrapper {
+	w.pod.Spec.SchedulingGates = nil
+	return w
+}
+
 // Scheduled binds the pod to NodeName now and, like the kubelet, sets status.startTime,
 // the PodScheduled condition and every container waiting (ContainerCreating or
 // PodInitializing).

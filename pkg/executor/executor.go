@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -255,7 +256,12 @@ func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
 		ResyncPeriod: e.cfg.ResyncPeriod,
 		Indexers:     cache.Indexers{runIndex: indexByRun},
 	})
-	_ = inf.SetTransform(trimPod)
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			podstate.Trim(pod)
+		}
+		return obj, nil
+	})
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		kind := "other"
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {

@@ -100,7 +100,7 @@ func (e *Executor) sync(ctx context.Context, id string) error {
 		live, err := e.client.CoreV1().Pods(rec.Namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
-			pod = trimPodCopy(live)
+			pod = live
 		case apierrors.IsNotFound(err):
 		default:
 			return fmt.Errorf("reading pod %s: %w", name, err)

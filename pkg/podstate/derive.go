@@ -41,10 +41,28 @@ func Derive(pod *corev1.Pod, p Policy, now time.Time) State {
 	if s.Phase.Terminal() {
 		s.StopPod = d.mustStop()
 		s.Recheck = time.Time{}
+		s.Timed = d.timed
 	} else {
 		s.Recheck = d.recheck
 	}
 	return s
+}
+
+// Stopped reports whether no container of pod runs any more, as far as the
+// control plane knows: the pod is gone (nil), was never bound to a node, has a
+// final phase, or is being deleted with grace period 0 (what the kubelet does
+// once it stopped every container, and what a forced deletion or the pod
+// garbage collector does for a node that is gone). A pod merely being deleted
+// with a grace period, or on a node that stopped reporting, may still run.
+// This is the Job controller's rule for replacing a pod
+// (podReplacementPolicy: Failed): no new attempt while the old one may run.
+func Stopped(pod *corev1.Pod) bool {
+	if pod == nil || pod.Spec.NodeName == "" ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	g := pod.DeletionGracePeriodSeconds
+	return pod.DeletionTimestamp != nil && g != nil && *g == 0
 }
 
 // DefaultMainContainer returns the main container of spec when the task does not name
@@ -95,6 +113,8 @@ type deriver struct {
 	// signal ended it (above 128): only then can a deletion requested in the
 	// same second as the exit (timestamps have second precision) have caused it.
 	signalExit bool
+	// timed is set when a deadline judged by the clock has passed.
+	timed bool
 }
 
 // expired reports whether limit has passed since start, and otherwise remembers when it
@@ -105,6 +125,7 @@ func (d *deriver) expired(start time.Time, limit time.Duration) bool {
 	}
 	deadline := start.Add(limit)
 	if !d.now.Before(deadline) {
+		d.timed = d.timed || limit > 0
 		return true
 	}
 	if d.recheck.IsZero() || deadline.Before(d.recheck) {
@@ -174,19 +195,33 @@ func (d *deriver) derive() State {
 	scheduled, scheduledAt := d.scheduled()
 	if !scheduled {
 		s := State{Phase: Pending, Reason: ReasonScheduling, Message: "waiting for the scheduler"}
+		if gates := pod.Spec.SchedulingGates; len(gates) > 0 {
+			// Queued (Kueue and the like): not the scheduler's turn yet, so no
+			// schedule timeout runs.
+			names := make([]string, len(gates))
+			for i, g := range gates {
+				names[i] = g.Name
+			}
+			s.Message = "waiting for scheduling gates to be removed: " + strings.Join(names, ", ")
+			return s
+		}
 		if c := findCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
 			switch c.Reason {
 			case corev1.PodReasonUnschedulable:
 				s.Reason, s.Message = ReasonUnschedulable, "no node can run the pod: "+oneLine(c.Message)
 			case corev1.PodReasonSchedulingGated:
-				s.Message = "waiting for scheduling gates to be removed: " + oneLine(c.Message)
+				// The gates are gone; the condition is the scheduler's to update.
 			default:
 				if c.Message != "" {
 					s.Message = "waiting for the scheduler: " + oneLine(c.Message)
 				}
 			}
 		}
-		if d.p.ScheduleTimeout > 0 && d.expired(pod.CreationTimestamp.Time, d.p.ScheduleTimeout) {
+		since := pod.CreationTimestamp.Time
+		if d.p.UngatedAt.After(since) {
+			since = d.p.UngatedAt
+		}
+		if d.p.ScheduleTimeout > 0 && d.expired(since, d.p.ScheduleTimeout) {
 			return failed(ReasonScheduleTimeout, fmt.Sprintf(
 				"the pod was not scheduled within the schedule timeout (%s); last: %s", d.p.ScheduleTimeout, s.Message))
 		}
@@ -282,7 +317,9 @@ func (d *deriver) killed(at time.Time) (State, bool) {
 		return failed(ReasonNodeLost, "the pod's node was lost"+podCause(pod)), true
 	}
 	if deadline, ok := activeDeadline(pod); ok {
-		if (pod.Status.Reason == "DeadlineExceeded" || !d.now.Before(deadline)) && notBefore(at, deadline) {
+		reported := pod.Status.Reason == "DeadlineExceeded"
+		if (reported || !d.now.Before(deadline)) && notBefore(at, deadline) {
+			d.timed = d.timed || !reported
 			return failed(ReasonDeadlineExceeded, fmt.Sprintf(
 				"the pod ran longer than spec.activeDeadlineSeconds (%ds)", *pod.Spec.ActiveDeadlineSeconds)), true
 		}

@@ -2,6 +2,8 @@ package podstate_test
 
 import (
 	"slices"
+
+	"github.com/google/go-cmp/cmp"
 	"testing"
 	"time"
 
@@ -169,6 +171,16 @@ func FuzzDerive(f *testing.F) {
 		pod, p, now := fuzzPod(data)
 		s := podstate.Derive(pod, p, now)
 		checkInvariants(t, pod, p, s)
+
+		// Trim keeps everything Derive reads: an informer that caches trimmed
+		// pods decides exactly as one that caches whole pods.
+		if pod != nil {
+			trimmed := pod.DeepCopy()
+			podstate.Trim(trimmed)
+			if got := podstate.Derive(trimmed, p, now); !cmp.Equal(got, s) {
+				t.Fatalf("Derive(Trim(pod)) differs from Derive(pod):\n%s", cmp.Diff(s, got))
+			}
+		}
 
 		// The statuses of regular containers other than the main one never change
 		// the outcome: drop them, or replace them with other states.

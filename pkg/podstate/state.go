@@ -95,6 +95,24 @@ const (
 	ReasonPodFailed Reason = "PodFailed"
 )
 
+// Reasons the attempt lifecycle (pkg/attempt) sets around Derive's decision.
+// Derive never returns them.
+const (
+	// ReasonStopping: the pod is being stopped by someone else (deleted, evicted,
+	// preempted, past its activeDeadlineSeconds, its node lost) while the main
+	// container has not finished; kubetask waits until no container runs before
+	// it decides, because a main container that exits by itself (for example 0
+	// on SIGTERM) keeps its own outcome. Phase Pending or Running.
+	ReasonStopping Reason = "Stopping"
+	// ReasonResultFailed: the main container exited 0 but the task's result
+	// could not be read (missing, larger than result.maxBytes, or the result
+	// holder could not be reached in time). Phase Failed, not retryable.
+	ReasonResultFailed Reason = "ResultFailed"
+)
+
+// LifecycleReasons lists the reasons the attempt lifecycle adds to Reasons.
+var LifecycleReasons = []Reason{ReasonStopping, ReasonResultFailed}
+
 // Reasons lists every Reason Derive can return, in documentation order.
 var Reasons = []Reason{
 	ReasonScheduling, ReasonUnschedulable, ReasonInitializing, ReasonStarting,
@@ -145,6 +163,12 @@ type State struct {
 	// Recheck, when not zero, is the earliest time at which Derive could return a
 	// different state for the same pod because a timeout or grace period expires.
 	Recheck time.Time
+	// Timed is set on a terminal state that rests on the clock having passed a
+	// deadline (a timeout, a grace period, activeDeadlineSeconds before the
+	// kubelet reported it) rather than on what the pod reports. A caller that
+	// derived it from a cached pod must confirm it on a freshly read pod: a
+	// stalled watch must never turn a running or finished pod into a timeout.
+	Timed bool
 }
 
 // Terminal reports whether the task's outcome is decided.
@@ -187,4 +211,9 @@ type Policy struct {
 	// CancelledAt, when not zero, is when kubetask was asked to cancel the task. A main
 	// container that finished before it keeps its outcome.
 	CancelledAt time.Time
+	// UngatedAt, when not zero, is when the caller first saw the pod without the
+	// scheduling gates it had (a queue such as Kueue admitted it). The schedule
+	// timeout counts from the later of the pod's creation and UngatedAt; while
+	// the pod has scheduling gates it does not run at all.
+	UngatedAt time.Time
 }
