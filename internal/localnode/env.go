@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubernetes/pkg/fieldpath"
-	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 )
 
 // configError is a container configuration problem the kubelet reports as
@@ -119,7 +117,7 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 
 	for _, ev := range c.Env {
 		if ev.ValueFrom == nil {
-			env.set(ev.Name, expansion.Expand(ev.Value, expansion.MappingFuncFor(env.vals)))
+			env.set(ev.Name, expandVars(ev.Value, env.vals))
 			continue
 		}
 		vf := ev.ValueFrom
@@ -180,24 +178,6 @@ func (w *podWorker) resolveEnv(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 	}
 	return env, nil
-}
-
-// podFieldValue resolves a downward-API field path. Pods share the host network, so
-// every IP is 127.0.0.1.
-func podFieldValue(pod *corev1.Pod, path string) (string, error) {
-	switch path {
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs":
-		return "127.0.0.1", nil
-	}
-	v, err := fieldpath.ExtractFieldPathAsString(pod, path)
-	if err != nil {
-		return "", &configError{fmt.Sprintf("field path %q: %v", path, err)}
-	}
-	return v, nil
 }
 
 // resourceFieldValue resolves limits.* and requests.*; a missing limit is the node's

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
 	"github.com/kubetask/kubetask/internal/container"
 )
@@ -623,10 +622,9 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		tmPath = corev1.TerminationMessagePathDefault
 	}
 	mounts = append(mounts, container.Mount{HostPath: termFile, ContainerPath: tmPath})
-	mapping := expansion.MappingFuncFor(env.vals)
 	var argv []string
 	for _, a := range append(append([]string(nil), c.spec.Command...), c.spec.Args...) {
-		argv = append(argv, expansion.Expand(a, mapping))
+		argv = append(argv, expandVars(a, env.vals))
 	}
 	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)
 	c.termFile = termFile
