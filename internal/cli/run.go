@@ -309,6 +309,11 @@ type printer struct {
 	out, errw   io.Writer
 	json, quiet bool
 	prefix      bool
+	// With prefix: the container whose line stdout ends in the middle of ("" at
+	// the start of a line), and the containers whose line another container's
+	// output interrupted.
+	midLine     string
+	interrupted map[string]bool
 }
 
 func (p *printer) jsonLine(v any) {
@@ -319,16 +324,42 @@ func (p *printer) jsonLine(v any) {
 	_, _ = p.out.Write(append(b, '\n'))
 }
 
+// log writes a line (or piece of one) as the container wrote it: a newline only
+// when the line had one. With prefix (several containers), "[name] " starts each
+// line; a line interrupted by another container's output is broken there and
+// continues on a new line with its prefix again.
 func (p *printer) log(l runner.LogLine) {
 	if p.json {
-		p.jsonLine(map[string]any{"type": "log", "container": l.Container, "time": l.Time, "line": l.Text})
+		p.jsonLine(map[string]any{"type": "log", "container": l.Container, "time": l.Time, "line": l.Text, "newline": l.Newline})
 		return
 	}
-	if p.prefix {
-		fmt.Fprintf(p.out, "[%s] %s\n", l.Container, l.Text)
-		return
+	var b []byte
+	if p.prefix && p.midLine != l.Container {
+		if p.interrupted[l.Container] && l.Text == "" && l.Newline {
+			// The end of an interrupted line, already broken.
+			delete(p.interrupted, l.Container)
+			return
+		}
+		if p.midLine != "" {
+			b = append(b, '\n')
+			if p.interrupted == nil {
+				p.interrupted = map[string]bool{}
+			}
+			p.interrupted[p.midLine] = true
+		}
+		b = fmt.Appendf(b, "[%s] ", l.Container)
+		delete(p.interrupted, l.Container)
 	}
-	fmt.Fprintln(p.out, l.Text)
+	b = append(b, l.Text...)
+	if l.Newline {
+		b = append(b, '\n')
+	}
+	if l.Newline || !p.prefix {
+		p.midLine = ""
+	} else {
+		p.midLine = l.Container
+	}
+	_, _ = p.out.Write(b)
 }
 
 func (p *printer) event(e runner.Event) {

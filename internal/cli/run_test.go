@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 
 	"fmt"
 	"strings"
@@ -160,5 +161,61 @@ func TestRunIDIsDeterministic(t *testing.T) {
 	tk.Spec.Timeouts.Run = "5m"
 	if b := id(tk, "ns"); a != b {
 		t.Error("cleanup and timeouts (not part of the pod) change the run ID; --attach after changing them would not find the pod")
+	}
+}
+
+// The printer reproduces a container's output byte for byte: a newline only
+// where the line had one; with several containers, prefixes start lines only.
+func TestPrinterLog(t *testing.T) {
+	for name, tc := range map[string]struct {
+		prefix bool
+		lines  []runner.LogLine
+		want   string
+	}{
+		"main: bytes as written, no newline added": {
+			lines: []runner.LogLine{
+				{Container: "main", Text: "a", Newline: true},
+				{Container: "main", Text: "\r\xff", Newline: true},
+				{Container: "main", Text: "piece "},
+				{Container: "main", Text: "and rest", Newline: true},
+				{Container: "main", Text: "", Newline: true},
+				{Container: "main", Text: "last, no newline"},
+			},
+			want: "a\n\r\xff\npiece and rest\n\nlast, no newline",
+		},
+		"all: a prefix at the start of each line only": {
+			prefix: true,
+			lines: []runner.LogLine{
+				{Container: "a", Text: "one", Newline: true},
+				{Container: "a", Text: "lo"},
+				{Container: "a", Text: "ng", Newline: true},
+				{Container: "b", Text: "end"},
+			},
+			want: "[a] one\n[a] long\n[b] end",
+		},
+		"all: a line interrupted by another container continues with its prefix": {
+			prefix: true,
+			lines: []runner.LogLine{
+				{Container: "a", Text: "half"},
+				{Container: "b", Text: "other", Newline: true},
+				{Container: "a", Text: " rest", Newline: true},
+				{Container: "a", Text: "x"},
+				{Container: "b", Text: "y", Newline: true},
+				{Container: "a", Text: "", Newline: true},
+				{Container: "a", Text: "z", Newline: true},
+			},
+			want: "[a] half\n[b] other\n[a]  rest\n[a] x\n[b] y\n[a] z\n",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out strings.Builder
+			p := &printer{out: &out, errw: io.Discard, prefix: tc.prefix}
+			for _, l := range tc.lines {
+				p.log(l)
+			}
+			if out.String() != tc.want {
+				t.Errorf("stdout %q, want %q", out.String(), tc.want)
+			}
+		})
 	}
 }

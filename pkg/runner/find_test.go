@@ -70,34 +70,6 @@ func TestSelectPods(t *testing.T) {
 	}
 }
 
-func TestContainerProgress(t *testing.T) {
-	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-	exited := func(code int32) corev1.ContainerState {
-		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}
-	}
-	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
-	for name, tc := range map[string]struct {
-		policy              corev1.RestartPolicy
-		state               corev1.ContainerState
-		started, terminated bool
-	}{
-		"waiting":                   {corev1.RestartPolicyNever, waiting, false, false},
-		"running":                   {corev1.RestartPolicyNever, running, true, false},
-		"exited under Never":        {corev1.RestartPolicyNever, exited(1), true, true},
-		"failed under OnFailure":    {corev1.RestartPolicyOnFailure, exited(1), true, false},
-		"succeeded under OnFailure": {corev1.RestartPolicyOnFailure, exited(0), true, true},
-	} {
-		t.Run(name, func(t *testing.T) {
-			p := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy},
-				Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: tc.state}}}}
-			s, term, gone := containerProgress(p, "c")
-			if s != tc.started || term != tc.terminated || gone {
-				t.Errorf("started %v terminated %v gone %v, want %v %v false", s, term, gone, tc.started, tc.terminated)
-			}
-		})
-	}
-}
-
 func TestStoppedAt(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 	at := func(sec int) *metav1.Time {

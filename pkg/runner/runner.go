@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/podlog"
 	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -37,6 +38,9 @@ const (
 	// LogsNone streams nothing.
 	LogsNone LogMode = "none"
 )
+
+// LogLine is a line (or piece of a line) of a container's log: podlog.Line.
+type LogLine = podlog.Line
 
 // finishTimeout bounds the work after the outcome is decided (result, stop,
 // delete, release), which a cancellation does not interrupt.
@@ -154,7 +158,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 		opts.Execer = attempt.NewExecer(cfg, client)
 	}
 	r := &run{client: client, t: t, opts: opts, start: opts.Clock.Now(), policy: t.Policy(),
-		changed: make(chan struct{}, 1), tail: &tail{n: opts.FailureLogLines}}
+		changed: make(chan struct{}, 1), tail: podlog.NewTail(opts.FailureLogLines)}
 	return r.run(ctx)
 }
 
@@ -172,7 +176,7 @@ type run struct {
 	subs     []chan struct{}
 
 	emitMu sync.Mutex
-	tail   *tail
+	tail   *podlog.Tail
 	last   podstate.State
 }
 
@@ -192,7 +196,7 @@ func (r *run) event(e Event) {
 
 func (r *run) line(l LogLine) {
 	if l.Container == r.t.Spec.MainContainer {
-		r.tail.add(l.Text)
+		r.tail.Add(l)
 	}
 	if r.opts.OnLog == nil {
 		return
@@ -435,56 +439,24 @@ func (r *run) startLogs(ctx context.Context) <-chan struct{} {
 		}
 	}
 	for _, name := range names {
-		f := &follower{client: r.client, namespace: r.ns, pod: r.name, container: name,
-			changed: r.subscribe(), after: r.opts.Clock.After, emit: r.line,
-			debug: func(msg string, args ...any) { r.log().Debug(msg, args...) },
-		}
-		f.state = func() (bool, bool, bool) {
-			p := r.cached()
-			if p == nil {
-				return false, false, true
-			}
-			return containerProgress(p, name)
-		}
+		f, err := podlog.New(podlog.Config{Client: r.client, Namespace: r.ns, Pod: r.name, Container: name,
+			Progress: func() podlog.Progress { return podlog.ProgressOf(r.cached(), name) },
+			Changed:  r.subscribe(), Clock: r.opts.Clock, OnLine: r.line, Logger: r.log(),
+		})
 		main := name == r.t.Spec.MainContainer
 		go func() {
-			f.run(ctx)
+			if err == nil {
+				err = f.Run(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				r.log().Debug("log not read to its end", "container", name, "err", err)
+			}
 			if main {
 				close(mainDone)
 			}
 		}()
 	}
 	return mainDone
-}
-
-// containerProgress reports whether container name of pod has started (it has a
-// log) and terminated for good (no instance will write more), and gone=false.
-func containerProgress(p *corev1.Pod, name string) (started, terminated, gone bool) {
-	var st *corev1.ContainerStatus
-	for _, list := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
-		for i := range list {
-			if list[i].Name == name {
-				st = &list[i]
-			}
-		}
-	}
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		terminated = true
-	}
-	if st == nil {
-		return false, terminated, false
-	}
-	started = st.State.Running != nil || st.State.Terminated != nil || st.LastTerminationState.Terminated != nil
-	if st.State.Terminated != nil {
-		term := st.State.Terminated
-		switch p.Spec.RestartPolicy {
-		case corev1.RestartPolicyNever:
-			terminated = true
-		case corev1.RestartPolicyOnFailure:
-			terminated = terminated || term.ExitCode == 0
-		}
-	}
-	return started, terminated, false
 }
 
 // finish handles a decided outcome: result, failure details, stop or delete,
@@ -564,9 +536,9 @@ func podRunning(p *corev1.Pod) bool {
 
 // explain gathers the main container's last log lines and the pod's events.
 func (r *run) explain(ctx context.Context, out *Outcome) {
-	out.LogTail = r.tail.get()
+	out.LogTail = r.tail.Lines()
 	if len(out.LogTail) == 0 {
-		if lines, err := lastLines(ctx, r.client, r.ns, r.name, r.t.Spec.MainContainer, int64(r.opts.FailureLogLines)); err == nil {
+		if lines, err := podlog.LastLines(ctx, r.client, r.ns, r.name, r.t.Spec.MainContainer, int64(r.opts.FailureLogLines)); err == nil {
 			out.LogTail = lines
 		}
 	}
