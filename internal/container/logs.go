@@ -14,8 +14,13 @@ import (
 )
 
 // maxLogLine is the longest log record; longer lines are split into partial (P)
-// records, as container runtimes do.
+// records, as container runtimes do (containerd's max_container_log_line_size).
 const maxLogLine = 16 * 1024
+
+// timeFormatOut is the kubelet's format for the timestamps it serves
+// (k8s.io/cri-client/pkg/logs: RFC3339Nano with a fixed width), whatever the
+// format in the file.
+const timeFormatOut = "2006-01-02T15:04:05.000000000Z07:00"
 
 // logWriter appends CRI-format records to a container's log file and wakes readers
 // that follow it.
@@ -53,6 +58,14 @@ func (l *logWriter) write(stream string, partial bool, text []byte) {
 	}
 	var b bytes.Buffer
 	b.Grow(len(text) + 48)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	// Stamped under the lock, so that the file's order is the time order of its
+	// records (stdout and stderr are copied concurrently): a reader resuming from
+	// a time (sinceTime) then finds every later record after it.
 	b.WriteString(time.Now().UTC().Format(time.RFC3339Nano))
 	b.WriteByte(' ')
 	b.WriteString(stream)
@@ -61,11 +74,6 @@ func (l *logWriter) write(stream string, partial bool, text []byte) {
 	b.WriteByte(' ')
 	b.Write(text)
 	b.WriteByte('\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return
-	}
 	_, _ = l.f.Write(b.Bytes())
 	close(l.changed)
 	l.changed = make(chan struct{})
@@ -85,18 +93,40 @@ func (l *logWriter) copyStreams(stdout, stderr *os.File) {
 	}
 }
 
+// copy turns one output stream into records as containerd's CRI plugin does
+// (internal/cri/io/logger.go, redirectLogs): a full (F) record per line, without
+// its newline and without the CR of a CRLF ending; a line longer than maxLogLine
+// in partial (P) records of maxLogLine bytes, then the rest; the unterminated
+// last line a partial record, so that it is served without a newline.
 func (l *logWriter) copy(stream string, r io.Reader) {
-	br := bufio.NewReaderSize(r, maxLogLine)
+	br := bufio.NewReaderSize(r, 4096)
+	var line []byte // what was read of the current line and not written yet
 	for {
-		line, err := br.ReadSlice('\n')
+		chunk, err := br.ReadSlice('\n')
+		ended := err == nil
 		switch {
-		case err == nil:
-			l.write(stream, false, line[:len(line)-1])
+		case ended:
+			chunk = bytes.TrimSuffix(chunk[:len(chunk)-1], []byte("\r"))
 		case errors.Is(err, bufio.ErrBufferFull):
-			l.write(stream, true, line)
-		default:
+			err = nil
+			if n := len(chunk); n > 1 && chunk[n-1] == '\r' {
+				// The CR may begin a CRLF: keep it for the next read.
+				_ = br.UnreadByte()
+				chunk = chunk[:n-1]
+			}
+		}
+		line = append(line, chunk...)
+		if len(line) > maxLogLine {
+			l.write(stream, true, line[:maxLogLine])
+			line = append(line[:0], line[maxLogLine:]...)
+		}
+		switch {
+		case ended:
+			l.write(stream, false, line)
+			line = line[:0]
+		case err != nil:
 			if len(line) > 0 {
-				l.write(stream, false, line)
+				l.write(stream, true, line)
 			}
 			return
 		}
@@ -138,9 +168,12 @@ type LogOptions struct {
 	// Follow keeps writing new records until the container exits (its log closes)
 	// or the context ends.
 	Follow bool
-	// Timestamps prefixes each record with its RFC3339Nano time and a space.
+	// Timestamps prefixes each line with the time of its first record and a space
+	// (fixed-width RFC3339Nano), as the kubelet does.
 	Timestamps bool
-	// SinceTime skips records written before it. Zero means from the start.
+	// SinceTime skips records written before it, one by one (so a line split
+	// into records may begin in the middle, without a timestamp, as with the
+	// kubelet). Zero means from the start.
 	SinceTime time.Time
 	// TailLines, when >= 0, starts at the last TailLines records of the file.
 	TailLines int64
@@ -152,8 +185,9 @@ type LogOptions struct {
 var errLimitReached = errors.New("log byte limit reached")
 
 // ReadLog writes this instance's log to w as the kubelet would serve it: record texts
-// (with a newline after each full line), optionally prefixed by timestamps.
-// With Follow it returns when the container has exited and its log is complete.
+// (with a newline after each full record), with Timestamps the record's time
+// before each line (not before the records that continue one). With Follow it
+// returns when the container has exited and its log is complete.
 func (p *Process) ReadLog(ctx context.Context, opts LogOptions, w io.Writer) error {
 	return readLog(ctx, p.spec.LogPath, p.log, opts, w)
 }
@@ -163,7 +197,6 @@ func (p *Process) LogPath() string { return p.spec.LogPath }
 
 type logRecord struct {
 	ts      time.Time
-	tsText  []byte
 	partial bool
 	text    []byte
 }
@@ -179,7 +212,7 @@ func parseRecord(line []byte) (logRecord, bool) {
 	if err != nil {
 		return logRecord{}, false
 	}
-	r := logRecord{ts: ts, tsText: fields[0], partial: string(fields[2]) == "P"}
+	r := logRecord{ts: ts, partial: string(fields[2]) == "P"}
 	if len(fields) == 4 {
 		r.text = fields[3]
 	}
@@ -218,14 +251,22 @@ func readLog(ctx context.Context, path string, lw *logWriter, opts LogOptions, o
 	if opts.LimitBytes > 0 {
 		w.left = opts.LimitBytes
 	}
+	// The kubelet prefixes a record with its timestamp when the record before it
+	// (written or skipped by SinceTime) ended a line: one timestamp per line.
+	newLine := true
 	emit := func(line []byte) error {
 		r, ok := parseRecord(line)
-		if !ok || (!opts.SinceTime.IsZero() && r.ts.Before(opts.SinceTime)) {
+		if !ok {
+			return nil
+		}
+		prefix := newLine
+		newLine = !r.partial || len(r.text) == 0
+		if !opts.SinceTime.IsZero() && r.ts.Before(opts.SinceTime) {
 			return nil
 		}
 		var b bytes.Buffer
-		if opts.Timestamps {
-			b.Write(r.tsText)
+		if opts.Timestamps && prefix {
+			b.WriteString(r.ts.Format(timeFormatOut))
 			b.WriteByte(' ')
 		}
 		b.Write(r.text)
