@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -86,16 +85,17 @@ func ParseWith(data []byte, edit func(*Task)) (*Task, error) {
 		return nil, fmt.Errorf("decoding task: the document must be an object with apiVersion and kind: %w", err)
 	}
 	var t *Task
+	var decodeErrs field.ErrorList
 	fromPod := false
 	switch {
 	case tm.APIVersion == APIVersion && tm.Kind == Kind:
 		t = &Task{}
-		if err := decodeStrict(js, t); err != nil {
+		if decodeErrs, err = decodeStrict(js, t); err != nil {
 			return nil, err
 		}
 	case tm.APIVersion == "v1" && tm.Kind == "Pod":
 		var pod corev1.Pod
-		if err := decodeStrict(js, &pod); err != nil {
+		if decodeErrs, err = decodeStrict(js, &pod); err != nil {
 			return nil, err
 		}
 		t, fromPod = FromPod(&pod), true
@@ -108,16 +108,37 @@ func ParseWith(data []byte, edit func(*Task)) (*Task, error) {
 		edit(t)
 	}
 	t.Default()
+	// Decoding problems come first, then validation problems, except those about a
+	// value decoding dropped (it would be reported twice: as mistyped and as missing).
+	errs := decodeErrs
 	if err := t.Validate(); err != nil {
 		var inv *InvalidError
-		if fromPod && errors.As(err, &inv) {
-			for _, e := range inv.Errs {
+		if !errors.As(err, &inv) {
+			return nil, err
+		}
+		for _, e := range inv.Errs {
+			if fromPod {
 				e.Field = podPath(e.Field)
 			}
+			if !underAny(e.Field, decodeErrs) {
+				errs = append(errs, e)
+			}
 		}
-		return nil, err
+	}
+	if len(errs) > 0 {
+		return nil, &InvalidError{Name: t.Name, Errs: errs}
 	}
 	return t, nil
+}
+
+// underAny reports whether path p is one of errs' fields or inside one.
+func underAny(p string, errs field.ErrorList) bool {
+	for _, e := range errs {
+		if p == e.Field || strings.HasPrefix(p, e.Field+".") || strings.HasPrefix(p, e.Field+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 var multiDocument = regexp.MustCompile(`(?m)^---\s*\n\s*[^\s#]`)
@@ -157,55 +178,6 @@ func podPath(p string) string {
 		return "metadata.annotations[" + AnnotationMainContainer + "]"
 	}
 	return p
-}
-
-var typeError = regexp.MustCompile(`cannot unmarshal (\S+) into Go struct field [A-Za-z0-9_]+\.(\S+) of type (\S+)`)
-
-// decodeStrict decodes JSON into v, reporting unknown, duplicate and mistyped fields
-// with their paths.
-func decodeStrict(js []byte, v any) error {
-	strict, err := kjson.UnmarshalStrict(js, v)
-	if err != nil {
-		if m := typeError.FindStringSubmatch(err.Error()); m != nil {
-			return &InvalidError{Errs: field.ErrorList{field.Invalid(field.NewPath(m[2]), m[1],
-				"must be "+goTypeName(m[3]))}}
-		}
-		return fmt.Errorf("decoding task: %w", err)
-	}
-	var errs field.ErrorList
-	for _, e := range strict {
-		var fe kjson.FieldError
-		if !errors.As(e, &fe) {
-			errs = append(errs, field.Invalid(nil, nil, e.Error()))
-			continue
-		}
-		p := field.NewPath(fe.FieldPath())
-		if strings.HasPrefix(e.Error(), "duplicate field") {
-			errs = append(errs, field.Duplicate(p, "set it only once"))
-		} else {
-			errs = append(errs, field.Forbidden(p, "unknown field: check its spelling and indentation (see docs/task-format.md)"))
-		}
-	}
-	if len(errs) > 0 {
-		return &InvalidError{Errs: errs}
-	}
-	return nil
-}
-
-func goTypeName(t string) string {
-	switch {
-	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || strings.HasPrefix(t, "*int"):
-		return "a whole number"
-	case t == "string" || strings.HasSuffix(t, ".Duration") || strings.HasSuffix(t, "Cleanup") || strings.HasSuffix(t, "Source"):
-		return "a string"
-	case t == "bool" || t == "*bool":
-		return "true or false"
-	case strings.HasPrefix(t, "[]"):
-		return "a list"
-	case strings.HasPrefix(t, "map["):
-		return "an object"
-	}
-	return "of type " + t
 }
 
 func copyMap(m map[string]string) map[string]string {
