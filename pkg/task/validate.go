@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -90,13 +89,14 @@ func setDefault(d *Duration, v Duration) {
 }
 
 // Validate checks a defaulted task and returns an *InvalidError listing every problem
-// with its field path and what to do about it, or nil. The pod spec is checked with the
-// API server's own validation (see validatePodCreate), on the pod BuildPod would create.
+// with its field path and what to do about it, or nil. It needs no cluster: it checks
+// the task's own fields and, in the pod template, what people get wrong (names,
+// images, ports, environment variables, volume mounts, resources, labels and
+// annotations) with the API server's rules. What only a cluster can judge (the rest
+// of the pod spec, admission) is ValidateOnServer's.
 func (t *Task) Validate() error {
 	errs := t.validateSpec()
-	if len(errs) == 0 {
-		errs = append(errs, t.validatePod()...)
-	}
+	errs = append(errs, validateTemplate(&t.Spec.Template, field.NewPath("spec", "template"))...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -123,7 +123,7 @@ func (t *Task) validateSpec() field.ErrorList {
 			errs = append(errs, field.Invalid(meta.Child("namespace"), t.Namespace, msg))
 		}
 	}
-	errs = append(errs, metav1validation.ValidateLabels(t.Labels, meta.Child("labels"))...)
+	errs = append(errs, validateLabels(t.Labels, meta.Child("labels"))...)
 
 	spec := field.NewPath("spec")
 	s := &t.Spec
@@ -217,6 +217,8 @@ func validateMainContainer(s *Spec, spec *field.Path) field.ErrorList {
 	case len(s.Template.Spec.Containers) == 0:
 		return field.ErrorList{field.Required(spec.Child("template", "spec", "containers"),
 			"add at least one container: the task's main container")}
+	case s.MainContainer == "" && len(s.Template.Spec.Containers) == 1:
+		return nil // the only container has no name: reported at its own path
 	case s.MainContainer == "":
 		return field.ErrorList{field.Required(p, fmt.Sprintf(
 			"the pod has several containers and none is named base or main: set spec.mainContainer (on a plain Pod, the annotation "+AnnotationMainContainer+"; with kubetask run, --main-container) to the one whose exit decides the task (one of %s)", names))}
@@ -281,6 +283,8 @@ func validateResult(s *Spec, p *field.Path) field.ErrorList {
 	}
 	if r.Image == "" {
 		errs = append(errs, field.Required(p.Child("image"), "give an image with sh, sleep and head (default "+DefaultResultImage+")"))
+	} else {
+		errs = append(errs, validateImage(r.Image, p.Child("image"))...)
 	}
 	if m := coveringMount(main, r.Path); m != nil {
 		switch {

@@ -174,30 +174,107 @@ func TestLoadErrors(t *testing.T) {
 			doc:  withSpec("  mainContainer: base\n  template: {spec: {containers: [{name: base, image: a}, {name: kubetask-result, image: a}]}}\n"),
 			want: []string{`spec.template.spec.containers[1].name: Invalid value: "kubetask-result": this container name is reserved`},
 		},
-		// Rejected by the API server's own validation, reported at the task's paths.
-		"API server: missing image": {
+		// The pod template, checked with the API server's rules (ValidateOnServer and
+		// test/integration check the rest on a real API server).
+		"missing image": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base}]}}\n"),
 			want: []string{"spec.template.spec.containers[0].image: Required value"},
 		},
-		"API server: bad container name": {
+		"bad container name": {
 			doc:  withSpec("  template: {spec: {containers: [{name: Base_1, image: a}]}}\n"),
 			want: []string{`spec.template.spec.containers[0].name: Invalid value: "Base_1"`},
 		},
-		"API server: mount of an undefined volume": {
+		"mount of an undefined volume": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: nope, mountPath: /x}]}]}}\n"),
 			want: []string{`spec.template.spec.containers[0].volumeMounts[0].name: Not found: "nope"`},
 		},
-		"API server: requests above limits": {
+		"requests above limits": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, resources: {requests: {cpu: 2}, limits: {cpu: 1}}}]}}\n"),
 			want: []string{`spec.template.spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit`},
 		},
-		"API server: plain pod errors at the pod's paths": {
+		"plain pod errors at the pod's paths": {
 			doc:  "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: a, image: busybox, ports: [{containerPort: 70000}]}]\n",
 			want: []string{`spec.containers[0].ports[0].containerPort: Invalid value: 70000`},
 		},
-		"API server: invalid result holder image": {
+		"invalid result holder image": {
 			doc:  withSpec("  result: {from: File, path: /out/r.json, image: ' busybox'}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
 			want: []string{`spec.result.image: Invalid value: " busybox": must not have leading or trailing whitespace`},
+		},
+		"container name used twice across init and regular containers": {
+			doc:  withSpec("  template: {spec: {initContainers: [{name: base, image: a}], containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].name: Duplicate value: "base"`},
+		},
+		"missing container name": {
+			doc:  withSpec("  template: {spec: {containers: [{image: a}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].name: Required value`},
+		},
+		"image with whitespace": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: 'busybox '}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].image: Invalid value: "busybox ": must not have leading or trailing whitespace`},
+		},
+		"unknown imagePullPolicy": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, imagePullPolicy: Sometimes}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].imagePullPolicy: Unsupported value: "Sometimes"`},
+		},
+		"unknown terminationMessagePolicy": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, terminationMessagePolicy: Logs}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].terminationMessagePolicy: Unsupported value: "Logs"`},
+		},
+		"bad port name, protocol and host port": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, ports: [{name: Web_Port, containerPort: 80, hostPort: -1, protocol: HTTP}]}]}}\n"),
+			want: []string{`ports[0].name: Invalid value: "Web_Port"`, `ports[0].hostPort: Invalid value: -1`, `ports[0].protocol: Unsupported value: "HTTP"`},
+		},
+		"env var with an = in its name": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, env: [{name: 'A=B', value: x}]}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].env[0].name: Invalid value: "A=B"`, "other than '='"},
+		},
+		"env var with value and valueFrom": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, env: [{name: A, value: x, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}]}}\n"),
+			want: []string{"spec.template.spec.containers[0].env[0].valueFrom: Invalid value: \"\": may not be specified when `value` is not empty"},
+		},
+		"env var from an unsupported pod field": {
+			doc:  withSpec("  template: {spec: {initContainers: [{name: init, image: a, env: [{name: A, valueFrom: {fieldRef: {fieldPath: spec.hostname}}}]}], containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.template.spec.initContainers[0].env[0].valueFrom.fieldRef.fieldPath: Unsupported value: "spec.hostname"`},
+		},
+		"env var from a malformed label key": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, env: [{name: A, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['a b']\"}}}]}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Invalid value: "metadata.labels['a b']"`},
+		},
+		"two mounts at one path": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: d, mountPath: /d}, {name: d, mountPath: /d}]}], volumes: [{name: d, emptyDir: {}}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/d": must be unique`},
+		},
+		"volume without a type": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], volumes: [{name: d}]}}\n"),
+			want: []string{`spec.template.spec.volumes[0]: Required value: must specify a volume type`},
+		},
+		"volume with two types": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], volumes: [{name: d, emptyDir: {}, configMap: {name: c}}]}}\n"),
+			want: []string{`spec.template.spec.volumes[0]`, `Forbidden: may not specify more than 1 volume type`},
+		},
+		"duplicate volume and a bad volume name": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], volumes: [{name: d, emptyDir: {}}, {name: d, emptyDir: {}}, {name: D.1, emptyDir: {}}]}}\n"),
+			want: []string{`spec.template.spec.volumes[1].name: Duplicate value: "d"`, `spec.template.spec.volumes[2].name: Invalid value: "D.1"`},
+		},
+		"negative quantity and a bad resource name": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, resources: {limits: {memory: -1Mi, 'a b': 1}}}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].resources.limits[a b]: Invalid value: "a b"`, `spec.template.spec.containers[0].resources.limits[memory]: Invalid value: "-1Mi": must be greater than or equal to 0`},
+		},
+		"malformed quantity": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, resources: {limits: {cpu: lots}}}]}}\n"),
+			want: []string{`spec.template.spec.containers[0].resources.limits[cpu]: Invalid value: "lots": quantities must match`},
+		},
+		"template label key and value, annotation key": {
+			doc:  withSpec("  template: {metadata: {labels: {'a b': x, ok: 'not ok'}, annotations: {'-x': z}}, spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.template.metadata.labels[a b]: Invalid value: "a b"`, `spec.template.metadata.labels[ok]: Invalid value: "not ok"`, `spec.template.metadata.annotations[-x]: Invalid value: "-x"`},
+		},
+		"task label": {
+			doc:  strings.Replace(base, "metadata: {name: t1}", "metadata: {name: t1, labels: {team: 'data team'}}", 1),
+			want: []string{`metadata.labels[team]: Invalid value: "data team"`},
+		},
+		"ephemeral containers": {
+			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], ephemeralContainers: [{name: dbg, image: a}]}}\n"),
+			want: []string{`spec.template.spec.ephemeralContainers: Forbidden: cannot be set on create`},
 		},
 	}
 	for name, tc := range cases {
@@ -230,5 +307,58 @@ func TestInvalidErrorListsEveryProblem(t *testing.T) {
 	}
 	if inv.Name != "t1" {
 		t.Errorf("Name = %q, want t1", inv.Name)
+	}
+}
+
+// TestDecodingAndValidationProblemsTogether: strict decoding (unknown fields, values of
+// the wrong type) does not hide validation problems, nor one wrong type another;
+// docs/task-format.md promises every problem at once.
+func TestDecodingAndValidationProblemsTogether(t *testing.T) {
+	cases := map[string]struct {
+		doc  string
+		want []string // every error's field path and type, in this order
+	}{
+		"unknown field and a malformed duration": {
+			doc: withSpec("  retrys: {limit: 1}\n  timeouts: {run: 5 minutes}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{
+				"spec.retrys: Forbidden",
+				`spec.timeouts.run: Invalid value: "5 minutes"`,
+			},
+		},
+		"wrong types, an unknown field and validation problems": {
+			doc: withSpec("  retries: {limit: two}\n  cleanup: Never\n  template: {spec: {containers: [{name: base, image: a, comand: [ls], ports: [{containerPort: 80}, {containerPort: eighty}]}, {name: b, image: b, stdin: maybe}]}}\n  mainContainer: base\n"),
+			want: []string{
+				`spec.retries.limit: Invalid value: "string": must be a whole number`,
+				`spec.template.spec.containers[0].ports[1].containerPort: Invalid value: "string": must be a whole number`,
+				`spec.template.spec.containers[1].stdin: Invalid value: "string": must be true or false`,
+				"spec.template.spec.containers[0].comand: Forbidden: unknown field",
+				`spec.cleanup: Unsupported value: "Never"`,
+			},
+		},
+		"a plain pod, at the pod's paths": {
+			doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: 1}}\nspec:\n  restartPolicy: Always\n  containers: [{name: a, image: busybox, imagee: x}]\n",
+			want: []string{
+				`metadata.labels[a]: Invalid value: "number": must be a string`,
+				"spec.containers[0].imagee: Forbidden: unknown field",
+				`spec.restartPolicy: Unsupported value: "Always"`,
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := task.Parse([]byte(tc.doc))
+			var inv *task.InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("Parse() = %v; want an *InvalidError", err)
+			}
+			if len(inv.Errs) != len(tc.want) {
+				t.Errorf("got %d errors, want %d:\n%v", len(inv.Errs), len(tc.want), err)
+			}
+			for i, w := range tc.want {
+				if i < len(inv.Errs) && !strings.HasPrefix(inv.Errs[i].Error(), w) {
+					t.Errorf("error %d = %q; want it to start with %q", i, inv.Errs[i].Error(), w)
+				}
+			}
+		})
 	}
 }
