@@ -16,8 +16,8 @@ require (
 	k8s.io/cli-runtime v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/klog/v2 v2.140.0
-	k8s.io/kubelet v0.37.1
-	k8s.io/kubernetes v1.37.2
+	k8s.io/kubelet v0.37.2
+	k8s.io/streaming v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	modernc.org/sqlite v1.62.0
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
@@ -88,7 +88,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
@@ -126,14 +125,10 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
-	k8s.io/apiextensions-apiserver v0.37.0 // indirect
 	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/component-base v0.37.2 // indirect
-	k8s.io/component-helpers v0.0.0 // indirect
-	k8s.io/controller-manager v0.0.0 // indirect
 	k8s.io/kms v0.37.2 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
-	k8s.io/streaming v0.37.2 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -142,42 +137,4 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-)
-
-// k8s.io/kubernetes (used for the API server's own pod validation) replaces its staging
-// modules with local paths; pin each to its published release instead.
-replace (
-	k8s.io/api => k8s.io/api v0.37.2
-	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
-	k8s.io/apimachinery => k8s.io/apimachinery v0.37.2
-	k8s.io/apiserver => k8s.io/apiserver v0.37.2
-	k8s.io/cli-runtime => k8s.io/cli-runtime v0.37.2
-	k8s.io/client-go => k8s.io/client-go v0.37.2
-	k8s.io/cloud-provider => k8s.io/cloud-provider v0.37.2
-	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.37.2
-	k8s.io/code-generator => k8s.io/code-generator v0.37.2
-	k8s.io/component-base => k8s.io/component-base v0.37.2
-	k8s.io/component-helpers => k8s.io/component-helpers v0.37.2
-	k8s.io/controller-manager => k8s.io/controller-manager v0.37.2
-	k8s.io/cri-api => k8s.io/cri-api v0.37.2
-	k8s.io/cri-client => k8s.io/cri-client v0.37.2
-	k8s.io/cri-streaming => k8s.io/cri-streaming v0.37.2
-	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.37.2
-	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.2
-	k8s.io/endpointslice => k8s.io/endpointslice v0.37.2
-	k8s.io/externaljwt => k8s.io/externaljwt v0.37.2
-	k8s.io/kms => k8s.io/kms v0.37.2
-	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.37.2
-	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.37.2
-	k8s.io/kube-proxy => k8s.io/kube-proxy v0.37.2
-	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.37.2
-	k8s.io/kubectl => k8s.io/kubectl v0.37.2
-	k8s.io/kubelet => k8s.io/kubelet v0.37.2
-	k8s.io/metrics => k8s.io/metrics v0.37.2
-	k8s.io/mount-utils => k8s.io/mount-utils v0.37.2
-	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.37.2
-	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.2
-	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.37.2
-	k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
-	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
