@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up demo down test unit lint vet fmt clean
+.PHONY: help build components up demo down test unit importcheck lint vet fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -37,7 +37,10 @@ fmt: ## check formatting (gofmt)
 unit: ## unit tests only (no cluster)
 	$(GO) test -count=1 ./internal/... ./pkg/...
 
-test: fmt vet components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
+importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/store, pkg/task (go mod tidy, build, vet)
+	GO="$(GO)" test/importcheck/check.sh
+
+test: fmt vet importcheck components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## golangci-lint with the pinned version and .golangci.yml

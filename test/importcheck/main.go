@@ -1,0 +1,37 @@
+// Command importcheck uses one exported identifier of each kubetask library package,
+// so that building it proves another module can import them (see check.sh).
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/runner"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+var (
+	_ executor.Config
+	_ runner.Options
+	_ store.Store
+)
+
+const doc = `apiVersion: kubetask.dev/v1alpha1
+kind: Task
+metadata: {name: hello}
+spec:
+  template:
+    spec:
+      containers: [{name: main, image: busybox:1.37, command: [echo, hello]}]
+`
+
+func main() {
+	t, err := task.Parse([]byte(doc))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(t.Name)
+}
