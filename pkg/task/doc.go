@@ -2,9 +2,11 @@
 //
 // A task is a Kubernetes-style document (apiVersion kubetask.dev/v1alpha1, kind Task)
 // around a core/v1 PodTemplateSpec, or a plain kind: Pod manifest. Load decodes one
-// strictly (unknown or duplicate fields are errors), applies defaults and validates it,
-// pod spec included, with the API server's own validation code, so that a task kubetask
-// accepts is a pod the API server accepts. BuildPod turns a valid task into the pod of
+// strictly (unknown or duplicate fields and mistyped values are errors), applies
+// defaults and validates it without a cluster (Validate: the task's fields and, in the
+// pod template, what people get wrong, with the API server's rules), reporting every
+// problem at once in an *InvalidError. ValidateOnServer asks a real API server, by
+// server-side dry run, about the rest of the pod. BuildPod turns a valid task into the pod of
 // one attempt: a deterministic name, kubetask's labels, annotations and finalizer, and
 // for file results a shared volume plus a result-holder container.
 //

@@ -17,8 +17,10 @@ import (
 // MaxDocumentBytes bounds the size of a task document.
 const MaxDocumentBytes = 4 << 20
 
-// InvalidError lists everything wrong with a task document, each error naming its field
-// path. Load and Validate return it (wrapped or not: use errors.As).
+// InvalidError lists everything wrong with a task, each error naming its field path:
+// the task is rejected for what it is, and resubmitting it unchanged cannot succeed.
+// Load, Validate and ValidateOnServer return it (wrapped or not: use errors.As); no
+// other error of theirs is a verdict on the task.
 type InvalidError struct {
 	// Name is the task's name, if known.
 	Name string
@@ -42,9 +44,10 @@ func (e *InvalidError) Error() string {
 }
 
 // Load reads one task document (YAML or JSON; kind Task, or kind Pod) from r, applies
-// defaults and validates it. Unknown and duplicate fields are errors. The errors that
-// concern the document's content are an *InvalidError whose field paths are those of
-// the document as written (for a Pod, spec.containers[0] rather than
+// defaults and validates it. Unknown and duplicate fields and mistyped values are
+// errors. The errors that concern the document's content are one *InvalidError that
+// lists every problem at once, decoding problems first, with the field paths of the
+// document as written (for a Pod, spec.containers[0] rather than
 // spec.template.spec.containers[0]).
 func Load(r io.Reader) (*Task, error) { return LoadWith(r, nil) }
 

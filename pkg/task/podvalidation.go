@@ -16,7 +16,7 @@ import (
 
 // validateTemplate checks the pod template for the mistakes people make, with the
 // API server's rules and messages but at the task's paths: label and annotation keys
-// and values, volume names and sources, container names (DNS-1123 labels, unique
+// and values, volume names and types, container names (DNS-1123 labels, unique
 // across containers and init containers), images, pull and termination-message
 // policies, ports, environment variables, volume mounts and resource quantities.
 // Everything else (security contexts, probes, affinity, admission) is the API
@@ -44,11 +44,13 @@ func validateTemplate(tmpl *corev1.PodTemplateSpec, p *field.Path) field.ErrorLi
 		errs = append(errs, validateVolumeSource(&v.VolumeSource, vp)...)
 	}
 
+	// Regular containers first: a name used twice is reported at the init container,
+	// as the API server does.
 	names := sets.New[string]()
 	for _, list := range []struct {
 		name       string
 		containers []corev1.Container
-	}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+	}{{"containers", spec.Containers}, {"initContainers", spec.InitContainers}} {
 		for i := range list.containers {
 			errs = append(errs, validateContainer(&list.containers[i], sp.Child(list.name).Index(i), names, volumes)...)
 		}
@@ -232,7 +234,8 @@ func validateResources(r *corev1.ResourceRequirements, p *field.Path) field.Erro
 	return errs
 }
 
-// validateVolumeSource requires exactly one volume type, as the API server does.
+// validateVolumeSource allows at most one volume type, as the API server does (a
+// volume without one is an emptyDir).
 func validateVolumeSource(src *corev1.VolumeSource, p *field.Path) field.ErrorList {
 	v := reflect.ValueOf(src).Elem()
 	var set []string
@@ -242,10 +245,7 @@ func validateVolumeSource(src *corev1.VolumeSource, p *field.Path) field.ErrorLi
 			set = append(set, name)
 		}
 	}
-	switch {
-	case len(set) == 0:
-		return field.ErrorList{field.Required(p, "must specify a volume type")}
-	case len(set) > 1:
+	if len(set) > 1 {
 		return field.ErrorList{field.Forbidden(p.Child(set[1]), "may not specify more than 1 volume type")}
 	}
 	return nil

