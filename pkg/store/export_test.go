@@ -16,3 +16,15 @@ func OpenSQLiteOneTxPerWrite(ctx context.Context, path string) (Store, error) {
 func SQLiteCommits(s Store) int64 {
 	return s.(*sqliteStore).commits.Load()
 }
+
+// OpenSQLiteBeforeCommit opens a SQLite store whose writer calls
+// beforeCommit with the number of writes applied in each group just before
+// committing it.
+func OpenSQLiteBeforeCommit(ctx context.Context, path string, beforeCommit func(applied int)) (Store, error) {
+	return openSQLiteStore(ctx, path, clock.RealClock{}, sqliteOptions{beforeCommit: beforeCommit})
+}
+
+// SQLiteQueued returns how many writes wait in s's queue for the writer.
+func SQLiteQueued(s Store) int {
+	return len(s.(*sqliteStore).queue)
+}

@@ -66,6 +66,10 @@ type sqliteOptions struct {
 	// goroutine, serialised on the one writer connection. The benchmark uses
 	// it as the baseline.
 	oneTxPerWrite bool
+	// beforeCommit, when set, is called by the writer with the number of
+	// writes applied in a group just before it commits them, so a test can
+	// hold the writer there while it queues more writes.
+	beforeCommit func(applied int)
 }
 
 func openSQLiteStore(ctx context.Context, path string, clk clock.PassiveClock, opts sqliteOptions) (Store, error) {
@@ -126,6 +130,7 @@ type sqliteStore struct {
 	stmts *sqliteWriteStmts
 
 	oneTxPerWrite bool
+	beforeCommit  func(applied int)
 
 	// mu guards closed and every send on queue: Close holds it exclusively
 	// to close queue, so no call sends on a closed channel and no write
@@ -153,7 +158,7 @@ func openSQLite(ctx context.Context, path string, clk clock.PassiveClock, opts s
 	for _, p := range pragmas {
 		dsn += "&_pragma=" + p
 	}
-	s := &sqliteStore{clock: clk, oneTxPerWrite: opts.oneTxPerWrite}
+	s := &sqliteStore{clock: clk, oneTxPerWrite: opts.oneTxPerWrite, beforeCommit: opts.beforeCommit}
 	defer func() {
 		if err != nil {
 			_ = s.Close()

@@ -137,6 +137,7 @@ func (s *sqliteStore) commitGroup(group []*sqliteWrite) {
 		return
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op; after a failure the failure is reported
+	applied := 0
 	for i, w := range group {
 		if !w.take() {
 			continue
@@ -146,6 +147,10 @@ func (s *sqliteStore) commitGroup(group []*sqliteWrite) {
 			fail(fmt.Errorf("group of %d writes: %w", len(group), err))
 			return
 		}
+		applied++
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit(applied)
 	}
 	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("group of %d writes commit: %w", len(group), err))
