@@ -225,7 +225,7 @@ func runTask(cmd *cobra.Command, f *runFlags, cf *genericclioptions.ConfigFlags)
 
 	p := &printer{out: stdout, errw: stderr, json: f.output == "json", quiet: f.quiet, prefix: f.logs == string(runner.LogsAll)}
 	opts := runner.Options{
-		Identity:   task.Identity{Namespace: ns, Name: t.Name, RunID: runID, Executor: "cli"},
+		Identity:   task.Identity{Namespace: ns, Name: t.Name, RunID: runID, Executor: runID},
 		AttachOnly: f.attach,
 		Logs:       runner.LogMode(f.logs),
 		OnLog:      p.log,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +81,29 @@ func (e *apiExecer) Exec(ctx context.Context, namespace, name, container string,
 	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
 }
 
+// ResultRetryable reports whether reading a result failed for a reason that
+// may pass (a dropped connection, an API server restart, a slow node) so that
+// another read may succeed. It is false for a result that is missing or too
+// large, for an exec the API server forbids (RBAC: create on pods/exec), and
+// when the result holder of pod no longer runs (the pod is being deleted,
+// evicted or stopped: the holder exits on SIGTERM and takes the file with it).
+// A caller that retries must still bound the total time it tries.
+func ResultRetryable(err error, pod *corev1.Pod) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrNoResult), errors.Is(err, ErrResultTooLarge),
+		apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsNotFound(err):
+		return false
+	case pod == nil || pod.DeletionTimestamp != nil || podstate.Stopped(pod):
+		return false
+	}
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == task.ResultContainer {
+			return st.State.Running != nil
+		}
+	}
+	return false
+}
+
 // ReadResult returns the result t's main container left in pod, whose main
 // container has terminated. For File results it execs task.ReadResultCommand
 // in the result-holder container, which must still run (read before Stop).
@@ -111,6 +135,9 @@ func ReadResult(ctx context.Context, ex Execer, pod *corev1.Pod, t *task.Task) (
 		}
 		return nil, fmt.Errorf("%w: no status for main container %q", ErrNoResult, t.Spec.MainContainer)
 	case task.ResultFromFile:
+		if ex == nil {
+			return nil, errors.New("reading result: no way to exec into the result holder (no REST config)")
+		}
 		var out, errb bytes.Buffer
 		err := ex.Exec(ctx, pod.Namespace, pod.Name, task.ResultContainer, task.ReadResultCommand(t), &out, &errb)
 		if code, ok := ExitCode(err); ok {
@@ -156,21 +183,32 @@ func Stop(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, now
 	return nil
 }
 
-// Release removes kubetask's finalizer from the pod namespace/name. It reads
-// the pod fresh and retries on conflicts; a pod that is gone or carries no
-// finalizer is not an error. Call it only after the attempt's outcome is
-// recorded: from then on the pod may vanish at any time.
-func Release(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
+// Release removes kubetask's finalizer from the pod namespace/name and, when
+// markReleased is set (a pod that is kept), labels it task.LabelReleased so
+// that executors' informers let go of it. It reads the pod fresh and retries
+// on conflicts; a pod that is gone or already released is not an error. Call
+// it only after the attempt's outcome is recorded: from then on the pod may
+// vanish at any time.
+func Release(ctx context.Context, client kubernetes.Interface, namespace, name string, markReleased bool) error {
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		i := slices.Index(pod.Finalizers, task.Finalizer)
-		if i < 0 {
+		mark := markReleased && pod.Labels[task.LabelReleased] != "true"
+		if i < 0 && !mark {
 			return nil
 		}
-		pod.Finalizers = slices.Delete(pod.Finalizers, i, i+1)
+		if i >= 0 {
+			pod.Finalizers = slices.Delete(pod.Finalizers, i, i+1)
+		}
+		if mark {
+			if pod.Labels == nil {
+				pod.Labels = map[string]string{}
+			}
+			pod.Labels[task.LabelReleased] = "true"
+		}
 		_, err = client.CoreV1().Pods(namespace).Update(ctx, pod, metav1.UpdateOptions{})
 		return err
 	})
@@ -180,23 +218,36 @@ func Release(ctx context.Context, client kubernetes.Interface, namespace, name s
 	return nil
 }
 
-// ReleaseSeen removes kubetask's finalizer from pod, a copy the caller has
-// seen (from an informer cache), in one request: a JSON patch that tests the
-// finalizer is still at the index the copy shows, then removes it. When the
-// pod changed in between, it falls back to Release. Same guarantees as
-// Release, one API call instead of two in the common case.
-func ReleaseSeen(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
+// ReleaseSeen does what Release does for pod, a copy the caller has seen
+// (from an informer cache), in one request: a JSON patch that tests the
+// finalizer is still at the index the copy shows, then removes it (and adds
+// the released label when markReleased is set). When the pod changed in
+// between, it falls back to Release. Same guarantees as Release, one API call
+// instead of two in the common case.
+func ReleaseSeen(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, markReleased bool) error {
 	i := slices.Index(pod.Finalizers, task.Finalizer)
-	if i < 0 {
+	mark := markReleased && pod.Labels[task.LabelReleased] != "true"
+	var ops []string
+	if i >= 0 {
+		ops = append(ops, fmt.Sprintf(`{"op":"test","path":"/metadata/finalizers/%d","value":%q}`, i, task.Finalizer),
+			fmt.Sprintf(`{"op":"remove","path":"/metadata/finalizers/%d"}`, i))
+	}
+	if mark {
+		if len(pod.Labels) == 0 {
+			ops = append(ops, `{"op":"add","path":"/metadata/labels","value":{}}`)
+		}
+		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/metadata/labels/%s","value":"true"}`, strings.ReplaceAll(task.LabelReleased, "/", "~1")))
+	}
+	if len(ops) == 0 {
 		return nil
 	}
-	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, task.Finalizer, i)
+	patch := "[" + strings.Join(ops, ",") + "]"
 	_, err := client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsBadRequest(err):
-		return Release(ctx, client, pod.Namespace, pod.Name) // the finalizers moved
+		return Release(ctx, client, pod.Namespace, pod.Name, markReleased) // the finalizers moved
 	default:
 		return fmt.Errorf("removing finalizer from pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -1,30 +1,37 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/kubetask/kubetask/pkg/attempt"
 	"github.com/kubetask/kubetask/pkg/store"
 )
 
 // Config configures an Executor. New validates it and fills defaults.
 type Config struct {
-	// RESTConfig reaches the cluster. Required. Its QPS and Burst are replaced
-	// by QPS and Burst below.
+	// RESTConfig reaches the cluster. Required unless Client and Execer are
+	// both set. Its QPS and Burst are replaced by QPS and Burst below.
 	RESTConfig *rest.Config
-	// Client, when set, is used instead of a clientset built from RESTConfig
-	// (RESTConfig is still needed to exec into result holders).
+	// Client, when set, is used instead of a clientset built from RESTConfig.
 	Client kubernetes.Interface
+	// Execer reads File results from result holders. Default: exec through
+	// the API server (attempt.NewExecer over RESTConfig).
+	Execer attempt.Execer
 	// InstanceID names this executor; its pods carry it in a label. Required;
-	// a valid label value. Keep it across restarts to adopt its own pods.
+	// a valid label value. Keep it across restarts to adopt its own pods. Two
+	// processes never run the same InstanceID at once: Start holds a Lease for
+	// it (see LeaseNamespace).
 	InstanceID string
 	// Namespaces to run and watch tasks in; empty means all namespaces.
 	// A task without a namespace runs in DefaultNamespace.
@@ -34,22 +41,48 @@ type Config struct {
 	// AdoptFrom lists instance IDs of executors that are gone and whose
 	// unfinished tasks (in the shared Store) and pods this one takes over.
 	AdoptFrom []string
-	// Parallelism caps the task pods that exist at once. Default 100.
+	// Parallelism caps the task pods that exist at once, counted from the pod
+	// cache (a pod counts from its creation until it is gone or released).
+	// Tasks wait for a free slot in submission order. Default 100.
 	Parallelism int
-	// CreateConcurrency caps concurrent pod creations. Default 8. It must be
-	// below Workers: the workers not busy creating pods record outcomes, so a
-	// backlog of creations never delays the report of a finished task.
+	// CreateConcurrency caps concurrent pod creations. Default 8. Creations
+	// run outside the workers, so a backlog of creations never delays the
+	// report of a finished task.
 	CreateConcurrency int
 	// Workers is the number of reconcile workers. Default 16.
 	Workers int
 	// QPS and Burst limit the executor's API client. Defaults 50 and 100.
 	QPS   float32
 	Burst int
-	// Store keeps task records. Default: an in-memory store.
+	// Store keeps task records. Default: an in-memory store, with which the
+	// pods of tasks a previous process ran are deleted at start (nobody could
+	// report them); use a durable store to survive restarts.
 	Store store.Store
 	// OnEvent, when set, receives every state change, in order per task,
 	// from the worker that recorded it; it must not block for long.
 	OnEvent func(Event)
+	// OnPodChange, when set, is called from the informers' event handlers for
+	// every add, update and delete of a pod this executor watches; it must not
+	// block. Read the pod with CachedPod.
+	OnPodChange func(namespace, name string)
+	// OnLeading, when set, runs once Start holds the instance Lease and before
+	// the informers and workers start, for recovery work that must not race
+	// another process with the same InstanceID (Submit may be called from
+	// it). An error ends Start with that error.
+	OnLeading func(ctx context.Context) error
+	// Hold, when set, is asked before the executor stops, deletes or releases
+	// the pod of an attempt whose outcome is recorded; while it returns true
+	// the pod is left as it is, at most HoldTimeout after the outcome, so that
+	// an embedding can finish reading it (the rest of a log, its events).
+	// Call Resync(id) when the answer changes.
+	Hold        func(id string, attempt int) bool
+	HoldTimeout time.Duration
+	// ExecTimeout bounds one exec into a result holder. Default 30s.
+	ExecTimeout time.Duration
+	// ResultTimeout bounds the time, from the main container's exit, during
+	// which a File result that could not be read for a passing reason is read
+	// again; then the attempt ends Failed/ResultFailed. Default 2 minutes.
+	ResultTimeout time.Duration
 	// Clock is injected for tests. Default the real clock.
 	Clock clock.WithTicker
 	// Logger is the structured logger. Default slog.Default().
@@ -67,12 +100,23 @@ type Config struct {
 	// ResyncPeriod re-reconciles every task this often, a safety net.
 	// Default 5 minutes.
 	ResyncPeriod time.Duration
+	// LeaseNamespace holds the instance Lease (coordination.k8s.io) named by
+	// LeaseName(InstanceID). Default DefaultNamespace.
+	LeaseNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go
+	// leaderelection's. Defaults 15s, 10s and 2s. A process killed without
+	// releasing its Lease delays the next one with the same InstanceID by at
+	// most LeaseDuration.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// LeaseHolder names this process in the Lease. Default host name, process
+	// ID and a random suffix.
+	LeaseHolder string
 }
 
 func (c *Config) defaults() error {
 	var errs []error
-	if c.RESTConfig == nil {
-		errs = append(errs, errors.New("RESTConfig is required"))
+	if c.RESTConfig == nil && (c.Client == nil || c.Execer == nil) {
+		errs = append(errs, errors.New("RESTConfig is required (or both Client and Execer)"))
 	}
 	if c.InstanceID == "" {
 		errs = append(errs, errors.New("InstanceID is required: name this executor instance (a label value) and keep it across restarts"))
@@ -96,11 +140,24 @@ func (c *Config) defaults() error {
 	if c.QPS < 0 {
 		errs = append(errs, fmt.Errorf("QPS must not be negative, got %v", c.QPS))
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"HoldTimeout", c.HoldTimeout}, {"ExecTimeout", c.ExecTimeout}, {"ResultTimeout", c.ResultTimeout},
+		{"LivenessTimeout", c.LivenessTimeout}, {"WatchTimeout", c.WatchTimeout}, {"ResyncPeriod", c.ResyncPeriod},
+		{"LeaseDuration", c.LeaseDuration}, {"RenewDeadline", c.RenewDeadline}, {"RetryPeriod", c.RetryPeriod}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %s", d.name, d.v))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("executor config: %w", err)
 	}
 	if c.DefaultNamespace == "" {
-		c.DefaultNamespace = "default"
+		c.DefaultNamespace = corev1.NamespaceDefault
+	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = c.DefaultNamespace
 	}
 	if c.Parallelism == 0 {
 		c.Parallelism = 100
@@ -109,10 +166,7 @@ func (c *Config) defaults() error {
 		c.CreateConcurrency = 8
 	}
 	if c.Workers == 0 {
-		c.Workers = max(16, c.CreateConcurrency+4)
-	}
-	if c.CreateConcurrency >= c.Workers {
-		return fmt.Errorf("executor config: CreateConcurrency (%d) must be below Workers (%d): workers busy creating pods would leave none to record outcomes", c.CreateConcurrency, c.Workers)
+		c.Workers = 16
 	}
 	if c.QPS == 0 {
 		c.QPS = 50
@@ -129,11 +183,22 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.LivenessTimeout == 0 {
-		c.LivenessTimeout = 2 * time.Minute
-	}
-	if c.ResyncPeriod == 0 {
-		c.ResyncPeriod = 5 * time.Minute
+	setDuration(&c.HoldTimeout, 30*time.Second)
+	setDuration(&c.ExecTimeout, 30*time.Second)
+	setDuration(&c.ResultTimeout, 2*time.Minute)
+	setDuration(&c.LivenessTimeout, 2*time.Minute)
+	setDuration(&c.ResyncPeriod, 5*time.Minute)
+	setDuration(&c.LeaseDuration, 15*time.Second)
+	setDuration(&c.RenewDeadline, 10*time.Second)
+	setDuration(&c.RetryPeriod, 2*time.Second)
+	if !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod*6/5) {
+		return fmt.Errorf("executor config: need LeaseDuration (%s) > RenewDeadline (%s) > 1.2 x RetryPeriod (%s)", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
 	}
 	return nil
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
 }

@@ -6,41 +6,70 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
-	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
-// Event is one state change of one task.
+// EventType says what an Event reports.
+type EventType string
+
+// Event types, in the order they happen to an attempt.
+const (
+	// EventSubmitted: the task was accepted (once per task).
+	EventSubmitted EventType = "Submitted"
+	// EventPodCreated: the executor created the attempt's pod.
+	EventPodCreated EventType = "PodCreated"
+	// EventPodAdopted: the attempt's pod existed already (created before a
+	// restart, or by an earlier process) and belongs to the task.
+	EventPodAdopted EventType = "PodAdopted"
+	// EventState: the task's derived state changed (Phase, Reason, Message).
+	EventState EventType = "State"
+	// EventAttemptFinished: the attempt's outcome is recorded in the Store.
+	// Terminal is set when it is the task's outcome; Result carries the
+	// result of a Succeeded task that has one.
+	EventAttemptFinished EventType = "AttemptFinished"
+	// EventPodStopping: kubetask stops what still runs in a kept pod whose
+	// outcome is recorded (sidecars, the result holder).
+	EventPodStopping EventType = "PodStopping"
+	// EventPodDeleting: kubetask deletes a pod whose outcome is recorded.
+	EventPodDeleting EventType = "PodDeleting"
+	// EventPodReleased: no container of the attempt's pod runs any more and
+	// kubetask removed its finalizer; the pod is kept or about to be gone.
+	EventPodReleased EventType = "PodReleased"
+)
+
+// Event is one change of one task.
 type Event struct {
 	ID      string
 	Attempt int
-	// Phase, Reason, Message and ExitCode are the task's state after the change.
+	Type    EventType
+	// Pod is the attempt's pod, "namespace/name", when it has one.
+	Pod string
+	// Phase, Reason, Message and ExitCode are the task's state after the
+	// change (for AttemptFinished: the attempt's outcome).
 	Phase, Reason, Message string
 	ExitCode               *int32
-	// AttemptFinished is set when this change recorded the end of Attempt.
-	AttemptFinished bool
-	// Terminal is set when the task's outcome is final; exactly one event per
-	// task has it (unless the process dies between recording and delivery:
-	// the Store has it then).
+	// Result is the task's result (AttemptFinished of a Succeeded attempt).
+	Result []byte
+	// Delete says, on AttemptFinished, whether the cleanup policy deletes the
+	// pod (otherwise it is kept, with nothing running in it).
+	Delete bool
+	// Terminal is set on the AttemptFinished event that records the task's
+	// final outcome: exactly one per task (unless the process dies between
+	// recording and delivery: the Store has it then).
 	Terminal bool
 	Time     time.Time
 }
@@ -52,6 +81,13 @@ type Status = store.Record
 var ErrInvalidTask = errors.New("invalid task")
 
 // Executor runs tasks as pods. Create it with New and run it with Start.
+//
+// The end of every attempt goes through one lifecycle (sync): decide from the
+// pod as it is now (podstate.Derive; a decision the clock made is confirmed on
+// a fresh read), wait until no container runs when someone else is stopping
+// the pod, read the result, record the outcome in the Store, stop what still
+// runs, release the finalizer once no container runs, delete or keep. A next
+// attempt starts only once the previous attempt's pod has stopped.
 type Executor struct {
 	cfg     Config
 	client  kubernetes.Interface
@@ -59,21 +95,21 @@ type Executor struct {
 	store   store.Store
 	queue   workqueue.TypedRateLimitingInterface[string]
 	metrics *metrics
+	creates chan string // task IDs whose pod creation is queued
 
 	informers []cache.SharedIndexInformer
 	indexers  []cache.Indexer
 
-	mu         sync.Mutex
-	active     map[string]bool // tasks whose current attempt holds a parallelism slot
-	waiting    []string        // tasks waiting for a slot, FIFO
-	waitingSet map[string]bool
-	creating   int      // pod creations in flight
-	createWait []string // tasks waiting for a creation slot, FIFO
-	createSet  map[string]bool
-	phases     map[string]string // latest phase per task, for the tasks gauge
-	listFail   time.Time         // first failed LIST since the last success
-	startedAt  time.Time
-	started    bool
+	mu        sync.Mutex
+	live      map[string]progress  // latest derived state of unfinished tasks (not persisted)
+	gates     map[string]gateMemo  // scheduling-gate observations, by pod key
+	creations map[string]*creation // admitted pod creations, by task ID
+	waiting   []waiter             // tasks waiting for a parallelism slot, oldest submission first
+	phases    map[string]string    // latest phase per task, for the tasks gauge
+	listFail  time.Time            // first failed LIST since the last success
+	startedAt time.Time
+	started   bool
+	synced    bool
 }
 
 // New validates cfg and returns an Executor.
@@ -82,23 +118,27 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		cfg:        cfg,
-		store:      cfg.Store,
-		metrics:    newMetrics(cfg.Registerer),
-		active:     map[string]bool{},
-		waitingSet: map[string]bool{},
-		phases:     map[string]string{},
-		createSet:  map[string]bool{},
+		cfg:       cfg,
+		store:     cfg.Store,
+		metrics:   newMetrics(cfg.Registerer),
+		live:      map[string]progress{},
+		gates:     map[string]gateMemo{},
+		creations: map[string]*creation{},
+		phases:    map[string]string{},
+		creates:   make(chan string, cfg.Parallelism),
 	}
-	rc := rest.CopyConfig(cfg.RESTConfig)
-	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			e.metrics.apiRequests.Inc()
-			return rt.RoundTrip(r)
-		})
-	})
 	e.client = cfg.Client
+	var rc *rest.Config
+	if cfg.RESTConfig != nil {
+		rc = rest.CopyConfig(cfg.RESTConfig)
+		rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				e.metrics.apiRequests.Inc()
+				return rt.RoundTrip(r)
+			})
+		})
+	}
 	if e.client == nil {
 		c, err := kubernetes.NewForConfig(rc)
 		if err != nil {
@@ -106,7 +146,10 @@ func New(cfg Config) (*Executor, error) {
 		}
 		e.client = c
 	}
-	e.execer = attempt.NewExecer(rc, e.client)
+	e.execer = cfg.Execer
+	if e.execer == nil {
+		e.execer = attempt.NewExecer(rc, e.client)
+	}
 	// Per-task exponential backoff for failed passes (429, 5xx, exceeded
 	// quota...), capped at 30 s so that a task blocked by a passing quota
 	// shortage starts soon after it clears; plus an overall rate limit.
@@ -124,18 +167,13 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// podSelector selects this instance's pods and those of instances it adopts.
-func (e *Executor) podSelector() labels.Selector {
-	owners := append([]string{e.cfg.InstanceID}, e.cfg.AdoptFrom...)
-	managed, _ := labels.NewRequirement(task.LabelManagedBy, selection.Equals, []string{task.ManagedByValue})
-	owner, _ := labels.NewRequirement(task.LabelExecutor, selection.In, owners)
-	return labels.NewSelector().Add(*managed, *owner)
-}
-
-// Start runs the executor until ctx ends: it adopts what a previous instance
-// left (store records and pods), starts the pod informers, waits for their
-// caches and runs the workers. It returns nil when ctx ends, or an error if
-// it cannot start.
+// Start runs the executor until ctx ends. It first takes the instance Lease
+// (waiting, and logging who holds it, while another process runs the same
+// InstanceID), runs OnLeading, adopts what the instances in AdoptFrom left,
+// starts the pod informers, waits for their caches and runs the workers. It
+// returns nil when ctx ends, ErrLeaseLost when the Lease could not be
+// renewed (the process must not go on acting on pods another may now own),
+// or an error if it cannot start.
 func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -145,35 +183,33 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.started = true
 	e.startedAt = e.cfg.Clock.Now()
 	e.mu.Unlock()
-	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
+	defer e.queue.ShutDown()
+	return e.holdLease(ctx, e.run)
+}
 
+// run is the executor's life while it holds the instance Lease.
+func (e *Executor) run(ctx context.Context) error {
+	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
+	if e.cfg.OnLeading != nil {
+		if err := e.cfg.OnLeading(ctx); err != nil {
+			return err
+		}
+	}
 	if err := e.adopt(ctx); err != nil {
 		return err
 	}
-	namespaces := e.cfg.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	sel := e.podSelector().String()
-	e.mu.Lock()
-	for _, ns := range namespaces {
-		inf := e.newInformer(ns, sel)
-		e.informers = append(e.informers, inf)
-		e.indexers = append(e.indexers, inf.GetIndexer())
-	}
-	e.mu.Unlock()
-	for _, inf := range e.informers {
-		go inf.RunWithContext(ctx)
-	}
-	defer e.queue.ShutDown()
+	namespaces := e.startInformers(ctx)
 	synced := make([]cache.InformerSynced, len(e.informers))
 	for i, inf := range e.informers {
 		synced[i] = inf.HasSynced
 	}
-	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", sel)
+	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
+	e.mu.Lock()
+	e.synced = true
+	e.mu.Unlock()
 	// Level-based start: every unfinished task is looked at once, whether or
 	// not its pod still exists.
 	recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
@@ -181,10 +217,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("listing unfinished tasks: %w", err)
 	}
 	for _, r := range recs {
-		if r.PodCreated {
-			e.holdSlot(r.ID)
-		}
-		e.observe(r)
+		e.observe(r.ID, r.Phase, false)
 		e.queue.Add(r.ID)
 	}
 	log.Info("executor started", "unfinished", len(recs))
@@ -195,6 +228,13 @@ func (e *Executor) Start(ctx context.Context) error {
 			defer wg.Done()
 			for e.processNext(ctx) {
 			}
+		}()
+	}
+	for i := 0; i < e.cfg.CreateConcurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.runCreator(ctx)
 		}()
 	}
 	go e.resync(ctx)
@@ -222,87 +262,27 @@ func (e *Executor) adopt(ctx context.Context) error {
 	return nil
 }
 
-func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
-	pods := e.client.CoreV1().Pods(ns)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = selector
-			list, err := pods.List(ctx, opts)
-			e.noteList(err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
-			if e.cfg.WatchTimeout > 0 {
-				secs := int64(max(e.cfg.WatchTimeout/time.Second, 1))
-				opts.TimeoutSeconds = &secs
-			}
-			w, err := pods.Watch(ctx, opts)
-			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-				// A streaming list (client-go's WatchListClient): the
-				// informer's (re)list, counted with the LISTs.
-				e.noteList(err)
-				return w, err
-			}
-			result := "ok"
-			if err != nil {
-				result = "error"
-			}
-			e.metrics.watches.WithLabelValues(result).Inc()
-			return w, err
-		},
+func (e *Executor) processNext(ctx context.Context) bool {
+	id, quit := e.queue.Get()
+	if quit {
+		return false
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{
-		ResyncPeriod: e.cfg.ResyncPeriod,
-		Indexers:     cache.Indexers{runIndex: indexByRun},
-	})
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			podstate.Trim(pod)
+	defer e.queue.Done(id)
+	start := time.Now()
+	after, err := e.sync(ctx, id)
+	e.metrics.reconcile.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		e.queue.Forget(id)
+		if after > 0 {
+			e.queue.AddAfter(id, after)
 		}
-		return obj, nil
-	})
-	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		kind := "other"
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			kind = "expired"
-		}
-		e.metrics.watchErrors.WithLabelValues(kind).Inc()
-		e.cfg.Logger.Info("pod watch ended, relisting", "kind", kind, "err", err)
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    e.enqueuePod,
-		UpdateFunc: func(_, obj any) { e.enqueuePod(obj) },
-		DeleteFunc: e.enqueuePod,
-	})
-	return inf
-}
-
-const runIndex = "run"
-
-func indexByRun(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
+	case ctx.Err() != nil:
+	default:
+		e.cfg.Logger.Info("reconcile failed, retrying", "task", id, "err", err)
+		e.queue.AddRateLimited(id)
 	}
-	if id := pod.Labels[task.LabelRun]; id != "" {
-		return []string{id}, nil
-	}
-	return nil, nil
-}
-
-func (e *Executor) enqueuePod(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if id := pod.Labels[task.LabelRun]; id != "" {
-		e.queue.Add(id)
-	}
+	return true
 }
 
 func (e *Executor) noteList(err error) {
@@ -333,6 +313,9 @@ func (e *Executor) Healthy() error {
 	if !listFail.IsZero() && now.Sub(listFail) >= e.cfg.LivenessTimeout {
 		return fmt.Errorf("pod informers cannot list since %s", listFail.Format(time.RFC3339))
 	}
+	if len(informers) == 0 && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
+		return fmt.Errorf("not running %s after start: waiting for the instance lease %s/%s", now.Sub(startedAt).Round(time.Second), e.cfg.LeaseNamespace, LeaseName(e.cfg.InstanceID))
+	}
 	for _, inf := range informers {
 		if !inf.HasSynced() && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
 			return fmt.Errorf("pod informers not synced %s after start", now.Sub(startedAt).Round(time.Second))
@@ -361,22 +344,30 @@ func (e *Executor) resync(ctx context.Context) {
 	}
 }
 
+// Resync makes the executor look at task id again soon.
+func (e *Executor) Resync(id string) { e.queue.Add(id) }
+
+// SubmitOption changes how Submit records a new task.
+type SubmitOption func(*store.Record)
+
+// FirstAttempt makes the task's first attempt number n instead of 0. When
+// the pod of attempt n exists already and carries the task's identity, the
+// executor adopts it instead of creating one (kubetask run uses it to attach
+// to the pod of a run an earlier process started).
+func FirstAttempt(n int) SubmitOption {
+	return func(r *store.Record) { r.Attempt = max(n, 0) }
+}
+
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
 // again returns the existing record and does not start another run. id must
 // be a valid label value. The task is validated before anything is stored.
-func (e *Executor) Submit(ctx context.Context, id string, t *task.Task) (Status, error) {
+// Submit may be called before Start; the task then runs once Start holds the
+// instance Lease.
+func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, error) {
 	if msgs := validation.IsValidLabelValue(id); id == "" || len(msgs) > 0 {
 		return Status{}, fmt.Errorf("%w: task ID %q must be a non-empty label value (letters, digits, '-', '_', '.', at most 63): %v", ErrInvalidTask, id, msgs)
 	}
-	// Work on a copy: the caller's task is never modified.
-	raw, err := json.Marshal(t)
-	if err != nil {
-		return Status{}, fmt.Errorf("encoding task: %w", err)
-	}
-	t = &task.Task{}
-	if err := json.Unmarshal(raw, t); err != nil {
-		return Status{}, fmt.Errorf("copying task: %w", err)
-	}
+	t = t.DeepCopy() // the caller's task is never modified
 	if t.Namespace == "" {
 		t.Namespace = e.cfg.DefaultNamespace
 	}
@@ -391,31 +382,27 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task) (Status,
 	if err != nil {
 		return Status{}, fmt.Errorf("encoding task: %w", err)
 	}
-	rec, created, err := e.store.Create(ctx, store.Record{
+	rec := store.Record{
 		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc,
 		Phase: "Pending", Reason: "Submitted", Message: "waiting to create the pod",
-	})
+	}
+	for _, o := range opts {
+		o(&rec)
+	}
+	rec, created, err := e.store.Create(ctx, rec)
 	if err != nil {
 		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if created {
-		e.observe(rec)
-		e.emit(rec, false)
+		e.observe(rec.ID, rec.Phase, false)
+		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 	}
 	e.queue.Add(id)
 	return rec, nil
 }
 
 func (e *Executor) watches(ns string) bool {
-	if len(e.cfg.Namespaces) == 0 {
-		return true
-	}
-	for _, n := range e.cfg.Namespaces {
-		if n == ns {
-			return true
-		}
-	}
-	return false
+	return len(e.cfg.Namespaces) == 0 || slices.Contains(e.cfg.Namespaces, ns)
 }
 
 // Cancel asks for task id to stop. A main container that already finished
@@ -436,27 +423,75 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 		} else if err != nil {
 			return fmt.Errorf("cancelling task %s: %w", id, err)
 		}
-		// A cancelled task never takes the slot it waits for: pass its turn on.
+		// A cancelled task never takes the slot it waits for.
 		e.unwait(id)
 		e.queue.Add(id)
 		return nil
 	}
 }
 
-// Get returns the task's record.
+// Get returns the task's record, with the latest derived state of an
+// unfinished task (progress is kept in memory, not written to the Store).
 func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
-	return e.store.Get(ctx, id)
+	rec, err := e.store.Get(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	if !rec.Terminal {
+		e.mu.Lock()
+		p, ok := e.live[id]
+		e.mu.Unlock()
+		if ok && p.attempt == rec.Attempt {
+			rec.Phase, rec.Reason, rec.Message, rec.ExitCode = p.phase, p.reason, p.message, p.exitCode
+		}
+	}
+	return rec, nil
 }
 
 // Client is the executor's API client (rate-limited by QPS and Burst).
 func (e *Executor) Client() kubernetes.Interface { return e.client }
 
-func (e *Executor) emit(rec store.Record, attemptFinished bool) {
+// CachedPod returns the informer's (trimmed, see podstate.Trim) copy of a pod
+// this executor watches, or nil. Never modify it.
+func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
+	e.mu.Lock()
+	indexers := e.indexers
+	e.mu.Unlock()
+	for _, idx := range indexers {
+		if obj, ok, err := idx.GetByKey(namespace + "/" + name); err == nil && ok {
+			if p, ok := obj.(*corev1.Pod); ok {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+func (e *Executor) emit(ev Event) {
 	if e.cfg.OnEvent == nil {
 		return
 	}
-	e.cfg.OnEvent(Event{
-		ID: rec.ID, Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message,
-		ExitCode: rec.ExitCode, AttemptFinished: attemptFinished, Terminal: rec.Terminal, Time: rec.UpdatedAt,
-	})
+	if ev.Time.IsZero() {
+		ev.Time = e.cfg.Clock.Now()
+	}
+	e.cfg.OnEvent(ev)
+}
+
+// observe keeps the kubetask_tasks gauge: the tasks this process has seen,
+// by their latest phase (terminal phases included).
+func (e *Executor) observe(id, phase string, terminal bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old, ok := e.phases[id]; ok {
+		if old == phase && !terminal {
+			return
+		}
+		e.metrics.tasks.WithLabelValues(old).Dec()
+	}
+	e.metrics.tasks.WithLabelValues(phase).Inc()
+	if terminal {
+		delete(e.phases, id) // final: nothing will move it again
+		return
+	}
+	e.phases[id] = phase
 }

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -65,42 +64,6 @@ func TestSelectPods(t *testing.T) {
 			}
 			if next != tc.wantNext {
 				t.Errorf("next attempt %d, want %d", next, tc.wantNext)
-			}
-		})
-	}
-}
-
-func TestStoppedAt(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	at := func(sec int) *metav1.Time {
-		v := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC))
-		return &v
-	}
-	zero, five := int64(0), int64(5)
-	running := []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-	exited := []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
-	pod := func(phase corev1.PodPhase, node string, del *metav1.Time, grace *int64, st []corev1.ContainerStatus) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: del, DeletionGracePeriodSeconds: grace},
-			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase, ContainerStatuses: st}}
-	}
-	for name, tc := range map[string]struct {
-		pod  *corev1.Pod
-		want bool
-	}{
-		"gone":                                  {nil, true},
-		"never scheduled":                       {pod(corev1.PodPending, "", nil, nil, nil), true},
-		"running":                               {pod(corev1.PodRunning, "n", nil, nil, running), false},
-		"failed":                                {pod(corev1.PodFailed, "n", nil, nil, running), true},
-		"deleting, containers still running":    {pod(corev1.PodRunning, "n", at(15), &five, running), false},
-		"deleting, kubelet confirmed (grace 0)": {pod(corev1.PodRunning, "n", at(15), &zero, running), true},
-		"deleting, deadline long passed":        {pod(corev1.PodRunning, "n", at(5), &five, running), true},
-		"deleting, deadline just passed":        {pod(corev1.PodRunning, "n", at(9), &five, running), false},
-		"deleting, every container exited":      {pod(corev1.PodRunning, "n", at(15), &five, exited), true},
-		"not deleting, every container exited":  {pod(corev1.PodRunning, "n", nil, nil, exited), false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := stoppedAt(func() time.Time { return now })(tc.pod); got != tc.want {
-				t.Errorf("stopped = %v, want %v", got, tc.want)
 			}
 		})
 	}

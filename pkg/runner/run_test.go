@@ -2,6 +2,10 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -48,7 +52,7 @@ func start(ctx context.Context, t *testing.T, c *fake.Clientset, tk *task.Task, 
 	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli"}
 	ch := make(chan result, 1)
 	go func() {
-		o, err := Run(ctx, c, nil, tk, Options{Identity: id, Clock: clk, Logs: LogsNone})
+		o, err := Run(ctx, c, nil, tk, Options{Identity: id, Clock: clk, Logs: LogsNone, Execer: noExec{}, Logger: testLogger()})
 		ch <- result{o, err}
 	}()
 	return ch, id
@@ -175,4 +179,14 @@ func TestRunKeepStopsSidecar(t *testing.T) {
 	if slices.Contains(p.Finalizers, task.Finalizer) {
 		t.Error("finalizer not released")
 	}
+}
+
+type noExec struct{}
+
+func (noExec) Exec(context.Context, string, string, string, []string, io.Writer, io.Writer) error {
+	return errors.New("no exec in unit tests")
+}
+
+func testLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -12,18 +12,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/podlog"
 	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
@@ -42,14 +41,20 @@ const (
 // LogLine is a line (or piece of a line) of a container's log: podlog.Line.
 type LogLine = podlog.Line
 
-// finishTimeout bounds the work after the outcome is decided (result, stop,
-// delete, release), which a cancellation does not interrupt.
+// finishTimeout bounds the wait, after a cancellation, for the outcome.
 const finishTimeout = 5 * time.Minute
 
-// ReasonResultFailed is the reason of an outcome whose main container succeeded
-// but whose result could not be read: missing, or larger than result.maxBytes.
-// It extends podstate's reasons; Run never reports it for a failed main container.
-const ReasonResultFailed podstate.Reason = "ResultFailed"
+// settleMargin is added to the pod's grace period to bound the wait until the
+// pod of a decided attempt has stopped and is released (or gone).
+const settleMargin = 60 * time.Second
+
+// mainLogWait bounds the wait for the rest of the main container's log once
+// its outcome is decided.
+const mainLogWait = 30 * time.Second
+
+// ReasonResultFailed is the reason of an outcome whose main container
+// succeeded but whose result could not be read: podstate.ReasonResultFailed.
+const ReasonResultFailed = podstate.ReasonResultFailed
 
 // ErrNothingToAttach is returned when Options.AttachOnly is set and no
 // unfinished pod of the task's run exists.
@@ -62,6 +67,9 @@ var ErrAmbiguous = errors.New("ambiguous: several unfinished pods")
 // Options configure Run. The zero value of every field but Identity is usable.
 type Options struct {
 	// Identity names the run; its pods are found by task.RunSelector. Required.
+	// Identity.Executor is the instance ID of the run's executor: two Runs
+	// with the same one exclude each other (the second waits for the first's
+	// instance Lease), so give each run its own (the CLI uses the run ID).
 	Identity task.Identity
 	// AttachOnly makes Run attach to the unfinished pod of the run and fail with
 	// ErrNothingToAttach when there is none, instead of creating one. Without it Run
@@ -74,7 +82,7 @@ type Options struct {
 	// OnEvent receives progress events, one call at a time.
 	OnEvent func(Event)
 	// Clock is used for timeouts and elapsed times (default: the real clock).
-	Clock clock.Clock
+	Clock clock.WithTicker
 	// Logger receives debug details (default: slog.Default()).
 	Logger *slog.Logger
 	// Execer reads File results (default: attempt.NewExecer over the given config).
@@ -82,6 +90,10 @@ type Options struct {
 	// FailureLogLines is how many of the main container's last log lines a failed
 	// outcome carries (default 20).
 	FailureLogLines int
+	// LeaseDuration bounds how long a run killed without releasing its
+	// instance Lease (kill -9) delays the next Run of the same instance
+	// (default 8s).
+	LeaseDuration time.Duration
 }
 
 // Event is a step of the run, for progress output.
@@ -108,20 +120,20 @@ type Outcome struct {
 	// Attached is true when Run found the pod instead of creating it.
 	Attached bool
 	// Phase, Reason, Message and ExitCode are the task's outcome, decided by the main
-	// container (podstate.Derive), except Reason ReasonResultFailed.
+	// container (podstate.Derive), or ReasonResultFailed.
 	Phase    podstate.Phase
 	Reason   podstate.Reason
 	Message  string
 	ExitCode *int32
 	// Result is the task's result, when it has one and it could be read.
 	Result []byte
-	// ResultError explains why the result could not be read.
+	// ResultError explains why the result could not be read (ReasonResultFailed).
 	ResultError string
 	// LogTail holds the main container's last log lines and Events the pod's events,
 	// for failed outcomes.
 	LogTail []string
 	Events  []string
-	// Cleanup is what happened to the pod: "deleted", "kept" or "" (already gone).
+	// Cleanup is what happened to the pod: "deleted", "kept" or "" (there was none).
 	Cleanup string
 	// Elapsed is the time from Run's start until the outcome was decided.
 	Elapsed time.Duration
@@ -130,17 +142,23 @@ type Outcome struct {
 // Succeeded reports whether the task succeeded.
 func (o *Outcome) Succeeded() bool { return o.Phase == podstate.Succeeded }
 
-// Run runs t, a defaulted and valid task, to completion: it creates the pod of
-// opts.Identity (or attaches to the run's unfinished pod), streams logs, decides
-// the outcome from the main container, reads the result before stopping
-// anything, stops sidecars that would keep the pod running, cleans up per
-// t.Spec.Cleanup and releases kubetask's finalizer. It never creates a second
-// pod for a run that has an unfinished one.
+// Run runs t, a defaulted and valid task, to completion with the executor's
+// attempt lifecycle (pkg/executor) for one task, an in-memory store and this
+// run's own instance: it creates the pod of opts.Identity (or attaches to the
+// run's unfinished pod), streams logs, decides the outcome from the main
+// container, reads the result before stopping anything, stops sidecars that
+// would keep the pod running, cleans up per t.Spec.Cleanup and releases
+// kubetask's finalizer once no container runs. It runs one attempt
+// (t.Spec.Retries is not applied) and never creates a second pod for a run
+// that has an unfinished one.
 //
-// When ctx ends before the outcome is decided, Run deletes the pod (its grace
-// period honoured), waits for it to go and returns an outcome with reason
-// Cancelled. A failed task is an Outcome, not an error; errors are reserved for
-// failures to talk to the cluster and for ErrNothingToAttach/ErrAmbiguous.
+// When Run returns an outcome, a kept pod has nothing running in it and no
+// finalizer, and a deleted pod is gone (each wait bounded by the pod's grace
+// period plus a minute). When ctx ends before the outcome is decided, Run
+// cancels the task: the pod is deleted (its grace period honoured) and the
+// outcome has reason Cancelled, unless the main container finished first. A
+// failed task is an Outcome, not an error; errors are reserved for failures to
+// talk to the cluster and for ErrNothingToAttach/ErrAmbiguous.
 func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *task.Task, opts Options) (*Outcome, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -154,30 +172,84 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 	if opts.FailureLogLines <= 0 {
 		opts.FailureLogLines = 20
 	}
-	if opts.Execer == nil && cfg != nil {
-		opts.Execer = attempt.NewExecer(cfg, client)
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 8 * time.Second
 	}
-	r := &run{client: client, t: t, opts: opts, start: opts.Clock.Now(), policy: t.Policy(),
-		changed: make(chan struct{}, 1), tail: podlog.NewTail(opts.FailureLogLines)}
-	return r.run(ctx)
+	one := t.DeepCopy()
+	none := int32(0)
+	one.Spec.Retries.Limit = &none // one attempt
+	id := opts.Identity
+	r := &run{client: client, t: one, opts: opts, id: id, start: opts.Clock.Now(),
+		tail: podlog.NewTail(opts.FailureLogLines), evReady: make(chan struct{}, 1),
+		postDone: make(chan struct{}), changed: make(chan struct{}, 1)}
+	execCfg := executor.Config{
+		RESTConfig: cfg, Client: client, Execer: opts.Execer,
+		InstanceID: id.Executor, Namespaces: []string{id.Namespace},
+		DefaultNamespace: id.Namespace, LeaseNamespace: id.Namespace,
+		Parallelism: 1, CreateConcurrency: 1, Workers: 2,
+		Store:         store.NewMemory(),
+		OnEvent:       r.onEvent,
+		OnPodChange:   func(string, string) { r.kick() },
+		OnLeading:     r.acquire,
+		Hold:          func(string, int) bool { return !r.isPostDone() },
+		HoldTimeout:   mainLogWait + 30*time.Second,
+		Clock:         opts.Clock,
+		Logger:        opts.Logger,
+		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.LeaseDuration * 2 / 3, RetryPeriod: opts.LeaseDuration / 6,
+	}
+	if cfg != nil && cfg.QPS > 0 {
+		execCfg.QPS, execCfg.Burst = cfg.QPS, cfg.Burst
+	}
+	ex, err := executor.New(execCfg)
+	if err != nil {
+		return nil, err
+	}
+	r.ex = ex
+	// The executor outlives a cancellation of ctx: it cancels the task and
+	// sees the pod go.
+	exCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	exDone := make(chan error, 1)
+	go func() { exDone <- ex.Start(exCtx) }()
+	defer func() {
+		stop()
+		<-exDone
+	}()
+	return r.wait(ctx, exDone)
 }
 
 type run struct {
 	client kubernetes.Interface
 	t      *task.Task
 	opts   Options
+	id     task.Identity
 	start  time.Time
-	policy podstate.Policy
+	ex     *executor.Executor
 
-	ns, name string
-	lister   cache.Indexer
-	changed  chan struct{} // the pod changed (capacity 1, never closed)
+	evMu     sync.Mutex
+	evQueue  []executor.Event // from the executor's worker, never blocking it
+	evReady  chan struct{}    // signalled when evQueue grew (capacity 1)
+	changed  chan struct{}    // the pod changed (capacity 1)
 	subsMu   sync.Mutex
 	subs     []chan struct{}
+	postMu   sync.Mutex
+	postDone chan struct{} // closed when the run no longer needs the decided pod
 
-	emitMu sync.Mutex
-	tail   *podlog.Tail
-	last   podstate.State
+	emitMu    sync.Mutex
+	tail      *podlog.Tail
+	lastState Event
+
+	podMu    sync.Mutex
+	attempt  int
+	attached bool
+	pod      string // the attempt's pod name, once submitted
+	mainLogs chan struct{}
+}
+
+// podName returns the attempt's pod name ("" before the task is submitted).
+func (r *run) podName() string {
+	r.podMu.Lock()
+	defer r.podMu.Unlock()
+	return r.pod
 }
 
 func (r *run) log() *slog.Logger { return r.opts.Logger }
@@ -188,9 +260,17 @@ func (r *run) event(e Event) {
 	}
 	e.Time = r.opts.Clock.Now()
 	e.Elapsed = e.Time.Sub(r.start)
-	e.Pod = r.ns + "/" + r.name
+	if pod := r.podName(); e.Pod == "" && pod != "" {
+		e.Pod = r.id.Namespace + "/" + pod
+	}
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
+	if e.Type == "state" {
+		if l := r.lastState; l.Phase == e.Phase && l.Reason == e.Reason && l.Message == e.Message {
+			return
+		}
+		r.lastState = e
+	}
 	r.opts.OnEvent(e)
 }
 
@@ -206,164 +286,23 @@ func (r *run) line(l LogLine) {
 	r.opts.OnLog(l)
 }
 
-func (r *run) run(ctx context.Context) (*Outcome, error) {
-	pod, attached, err := r.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r.ns, r.name = pod.Namespace, pod.Name
-	_, att, _ := task.IdentityFromPod(pod)
-	out := &Outcome{Namespace: r.ns, Pod: r.name, Attempt: att, Attached: attached}
-	if attached {
-		r.event(Event{Type: "attached"})
-	} else {
-		r.event(Event{Type: "created"})
-	}
-
-	// The informer outlives ctx: after a cancellation it still watches the pod go.
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWatch()
-	if err := r.watch(watchCtx, ctx); err != nil {
-		return nil, err
-	}
-
-	logCtx, stopLogs := context.WithCancel(ctx)
-	defer stopLogs()
-	mainLogs := r.startLogs(logCtx)
-
-	for {
-		if ctx.Err() != nil {
-			return r.cancel(ctx, out, mainLogs)
-		}
-		pod, err := r.current(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				continue // the cancel path above
-			}
-			return nil, err
-		}
-		st := podstate.Derive(pod, r.policy, r.opts.Clock.Now())
-		r.report(st)
-		if st.Terminal() {
-			// Once the outcome is decided, cleaning up must not be cut short by a
-			// cancellation: it is bounded instead.
-			fctx, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-			defer done()
-			return r.finish(fctx, ctx, out, pod, st, mainLogs, stopLogs)
-		}
-		var recheck <-chan time.Time
-		var timer clock.Timer
-		if !st.Recheck.IsZero() {
-			timer = r.opts.Clock.NewTimer(st.Recheck.Sub(r.opts.Clock.Now()))
-			recheck = timer.C()
-		}
-		select {
-		case <-ctx.Done():
-		case <-r.changed:
-		case <-recheck:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
+func (r *run) onEvent(ev executor.Event) {
+	r.evMu.Lock()
+	r.evQueue = append(r.evQueue, ev)
+	r.evMu.Unlock()
+	select {
+	case r.evReady <- struct{}{}:
+	default:
 	}
 }
 
-// report emits a "state" event when the state's phase or reason changed.
-func (r *run) report(st podstate.State) {
-	if st.Phase == r.last.Phase && st.Reason == r.last.Reason && st.Message == r.last.Message {
-		return
-	}
-	r.last = st
-	r.event(Event{Type: "state", Phase: st.Phase, Reason: st.Reason, Message: st.Message})
-}
-
-// acquire finds the run's unfinished pod or creates the next attempt's.
-func (r *run) acquire(ctx context.Context) (*corev1.Pod, bool, error) {
-	id := r.opts.Identity
-	list, err := r.client.CoreV1().Pods(id.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.RunSelector(id).String()})
-	if err != nil {
-		return nil, false, fmt.Errorf("listing pods of run %s: %w", id.RunID, err)
-	}
-	open, next := selectPods(list.Items, id)
-	switch {
-	case len(open) > 1:
-		names := make([]string, len(open))
-		for i, p := range open {
-			names[i] = p.Name
-		}
-		return nil, false, fmt.Errorf("%w of task %s/%s (run %s): %s; refusing to pick one. Keep one and release the others: "+
-			"kubectl -n %s patch pod NAME --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]' && kubectl -n %s delete pod NAME",
-			ErrAmbiguous, id.Namespace, id.Name, id.RunID, strings.Join(names, ", "), id.Namespace, id.Namespace)
-	case len(open) == 1:
-		return open[0], true, nil
-	case r.opts.AttachOnly:
-		return nil, false, fmt.Errorf("%w: task %s/%s (run %s) has no pod still waiting for its outcome in namespace %s",
-			ErrNothingToAttach, id.Namespace, id.Name, id.RunID, id.Namespace)
-	}
-	pod, err := task.BuildPod(r.t, id, next)
-	if err != nil {
-		return nil, false, err
-	}
-	created, err := r.client.CoreV1().Pods(id.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		// Someone created this attempt at the same time: attach to it if it is ours.
-		got, gerr := r.client.CoreV1().Pods(id.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if gerr != nil {
-			return nil, false, fmt.Errorf("getting pod %s/%s: %w", id.Namespace, pod.Name, gerr)
-		}
-		if o, _ := selectPods([]corev1.Pod{*got}, id); len(o) == 1 {
-			return o[0], true, nil
-		}
-		return nil, false, fmt.Errorf("pod %s/%s exists and is not an unfinished pod of this run", id.Namespace, pod.Name)
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("creating pod %s/%s: %w", id.Namespace, pod.Name, err)
-	}
-	return created, false, nil
-}
-
-// selectPods returns the unfinished pods of run id among pods (those still
-// carrying kubetask's finalizer: their outcome was never recorded) and the next
-// free attempt number. Pods whose recorded identity is not id are ignored.
-func selectPods(pods []corev1.Pod, id task.Identity) (open []*corev1.Pod, next int) {
-	for i := range pods {
-		p := &pods[i]
-		pid, att, err := task.IdentityFromPod(p)
-		if err != nil || pid != id {
-			continue
-		}
-		next = max(next, att+1)
-		if slices.Contains(p.Finalizers, task.Finalizer) {
-			open = append(open, p)
-		}
-	}
-	sort.Slice(open, func(i, j int) bool { return open[i].Name < open[j].Name })
-	return open, next
-}
-
-// watch starts an informer on the one pod (a field selector on its name). The
-// informer relists on 410 Expired and after API server restarts; the runner is
-// level-based and reads the pod from its store on every change.
-func (r *run) watch(ctx, runCtx context.Context) error {
-	f := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(r.ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", r.name).String()
-		}))
-	inf := f.Core().V1().Pods().Informer()
-	kick := func(any) { r.kick() }
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: kick, UpdateFunc: func(_, o any) { kick(o) }, DeleteFunc: kick,
-	}); err != nil {
-		return fmt.Errorf("watching pod %s/%s: %w", r.ns, r.name, err)
-	}
-	r.lister = inf.GetIndexer()
-	f.Start(ctx.Done())
-	// A cancellation during the first list is handled by the caller's cancel
-	// path (which reads the pod with a GET), so only runCtx ends the wait.
-	if !cache.WaitForCacheSync(runCtx.Done(), inf.HasSynced) && runCtx.Err() == nil {
-		return fmt.Errorf("watching pod %s/%s: cache did not sync", r.ns, r.name)
-	}
-	return nil
+// nextEvents takes the queued executor events.
+func (r *run) nextEvents() []executor.Event {
+	r.evMu.Lock()
+	defer r.evMu.Unlock()
+	evs := r.evQueue
+	r.evQueue = nil
+	return evs
 }
 
 func (r *run) kick() {
@@ -389,39 +328,219 @@ func (r *run) subscribe() <-chan struct{} {
 	return c
 }
 
-// cached returns the pod from the informer's store (nil when absent). Never modify it.
-func (r *run) cached() *corev1.Pod {
-	obj, ok, err := r.lister.GetByKey(r.ns + "/" + r.name)
-	if err != nil || !ok {
-		return nil
+func (r *run) isPostDone() bool {
+	select {
+	case <-r.postDone:
+		return true
+	default:
+		return false
 	}
-	p, _ := obj.(*corev1.Pod)
-	return p
 }
 
-// current returns the pod, nil when it is gone: a pod missing from the store is
-// confirmed with a GET so that a lagging cache never makes a live pod look gone.
-func (r *run) current(ctx context.Context) (*corev1.Pod, error) {
-	if p := r.cached(); p != nil {
-		return p, nil
+func (r *run) releasePod() {
+	r.postMu.Lock()
+	if !r.isPostDone() {
+		close(r.postDone)
 	}
-	p, err := r.client.CoreV1().Pods(r.ns).Get(ctx, r.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
+	r.postMu.Unlock()
+	r.ex.Resync(r.id.RunID)
+}
+
+// acquire runs under the instance Lease, before the executor's informers
+// start: it finds the run's unfinished pod (attach) or the next attempt
+// number, and submits the task.
+func (r *run) acquire(ctx context.Context) error {
+	id := r.id
+	list, err := r.client.CoreV1().Pods(id.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.RunSelector(id).String()})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("getting pod %s/%s: %w", r.ns, r.name, err)
+		return fmt.Errorf("listing pods of run %s: %w", id.RunID, err)
 	}
-	return p, nil
+	open, next := selectPods(list.Items, id)
+	switch {
+	case len(open) > 1:
+		names := make([]string, len(open))
+		for i, p := range open {
+			names[i] = p.Name
+		}
+		err = fmt.Errorf("%w of task %s/%s (run %s): %s; refusing to pick one. Keep one and release the others: "+
+			"kubectl -n %s patch pod NAME --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]' && kubectl -n %s delete pod NAME",
+			ErrAmbiguous, id.Namespace, id.Name, id.RunID, strings.Join(names, ", "), id.Namespace, id.Namespace)
+		return err
+	case len(open) == 1:
+		_, next, _ = task.IdentityFromPod(open[0])
+	case r.opts.AttachOnly:
+		return fmt.Errorf("%w: task %s/%s (run %s) has no pod still waiting for its outcome in namespace %s",
+			ErrNothingToAttach, id.Namespace, id.Name, id.RunID, id.Namespace)
+	}
+	r.podMu.Lock()
+	r.attempt, r.attached, r.pod = next, len(open) == 1, task.PodName(id, next)
+	r.podMu.Unlock()
+	one := r.t.DeepCopy()
+	one.Namespace = id.Namespace
+	_, err = r.ex.Submit(ctx, id.RunID, one, executor.FirstAttempt(next))
+	return err
+}
+
+// selectPods returns the unfinished pods of run id among pods (those still
+// carrying kubetask's finalizer: their outcome was never recorded) and the next
+// free attempt number. Pods whose recorded identity is not id are ignored.
+func selectPods(pods []corev1.Pod, id task.Identity) (open []*corev1.Pod, next int) {
+	for i := range pods {
+		p := &pods[i]
+		pid, att, err := task.IdentityFromPod(p)
+		if err != nil || pid != id {
+			continue
+		}
+		next = max(next, att+1)
+		if slices.Contains(p.Finalizers, task.Finalizer) {
+			open = append(open, p)
+		}
+	}
+	sort.Slice(open, func(i, j int) bool { return open[i].Name < open[j].Name })
+	return open, next
+}
+
+// wait follows the executor's events until the outcome is recorded and the
+// pod settled, cancelling the task when ctx ends first.
+func (r *run) wait(ctx context.Context, exDone <-chan error) (*Outcome, error) {
+	out := &Outcome{Namespace: r.id.Namespace}
+	logCtx, stopLogs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLogs()
+	var (
+		cancelled  <-chan struct{} = ctx.Done()
+		deadline   <-chan time.Time
+		decided    bool
+		released   bool
+		settleBy   <-chan time.Time
+		postLaunch sync.Once
+	)
+	for {
+		if decided && r.settled(out, released) {
+			return out, nil
+		}
+		var evs []executor.Event
+		select {
+		case err := <-exDone:
+			if decided {
+				return out, nil
+			}
+			if err == nil {
+				err = errors.New("the executor stopped before the outcome was decided")
+			}
+			return nil, err
+		case <-cancelled:
+			cancelled = nil
+			if !decided {
+				r.event(Event{Type: "cancelling"})
+				if err := r.ex.Cancel(context.WithoutCancel(ctx), r.id.RunID); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return nil, err
+				}
+				if r.podName() == "" { // nothing was submitted yet
+					out.Phase, out.Reason, out.Message = podstate.Failed, podstate.ReasonCancelled, "the run was cancelled before it started"
+					out.Elapsed = r.opts.Clock.Now().Sub(r.start)
+					return out, nil
+				}
+				deadline = r.opts.Clock.After(finishTimeout)
+			}
+		case <-deadline:
+			return nil, fmt.Errorf("cancelling: no outcome %s after the cancellation", finishTimeout)
+		case <-settleBy:
+			r.log().Warn("gave up waiting for the pod to stop and be released", "pod", r.id.Namespace+"/"+r.pod)
+			return out, nil
+		case <-r.changed:
+		case <-r.evReady:
+			evs = r.nextEvents()
+		}
+		for _, ev := range evs {
+			switch ev.Type {
+			case executor.EventPodCreated, executor.EventPodAdopted:
+				r.podMu.Lock()
+				out.Pod, out.Attempt, out.Attached = r.pod, ev.Attempt, r.attached || ev.Type == executor.EventPodAdopted
+				r.podMu.Unlock()
+				typ := "created"
+				if out.Attached {
+					typ = "attached"
+				}
+				r.event(Event{Type: typ})
+				r.mainLogs = r.startLogs(logCtx)
+			case executor.EventState:
+				r.event(Event{Type: "state", Phase: podstate.Phase(ev.Phase), Reason: podstate.Reason(ev.Reason), Message: ev.Message})
+			case executor.EventAttemptFinished:
+				r.event(Event{Type: "state", Phase: podstate.Phase(ev.Phase), Reason: podstate.Reason(ev.Reason), Message: ev.Message})
+				decided = true
+				out.Phase, out.Reason, out.Message, out.ExitCode = podstate.Phase(ev.Phase), podstate.Reason(ev.Reason), ev.Message, ev.ExitCode
+				out.Result, out.Attempt = ev.Result, ev.Attempt
+				out.Elapsed = r.opts.Clock.Now().Sub(r.start)
+				if out.Reason == ReasonResultFailed {
+					out.ResultError = ev.Message
+				}
+				if ev.Pod == "" {
+					out.Pod = ""
+					r.releasePod()
+					continue
+				}
+				out.Pod = r.podName()
+				out.Cleanup = "kept"
+				if ev.Delete {
+					out.Cleanup = "deleted"
+				}
+				settleBy = r.opts.Clock.After(r.grace() + settleMargin)
+				postLaunch.Do(func() { go r.post(ctx, out, stopLogs) })
+			case executor.EventPodStopping:
+				r.event(Event{Type: "stopping"})
+			case executor.EventPodDeleting:
+				r.event(Event{Type: "deleting"})
+			case executor.EventPodReleased:
+				released = true
+				r.event(Event{Type: "released"})
+			}
+		}
+	}
+}
+
+// settled reports whether the decided attempt's pod is done with: gone, or
+// kept with no container running and its finalizer released.
+func (r *run) settled(out *Outcome, released bool) bool {
+	if !r.isPostDone() {
+		return false
+	}
+	if out.Pod == "" {
+		return true
+	}
+	p := r.ex.CachedPod(r.id.Namespace, r.pod)
+	return p == nil || (out.Cleanup == "kept" && released)
+}
+
+// post runs while the executor holds the decided pod: it waits for the rest
+// of the main container's log, gathers the explanation of a failure, then
+// lets the executor stop, delete and release the pod.
+func (r *run) post(ctx context.Context, out *Outcome, stopLogs func()) {
+	defer r.releasePod()
+	if out.ExitCode != nil && r.mainLogs != nil {
+		select {
+		case <-r.mainLogs:
+		case <-ctx.Done():
+		case <-r.opts.Clock.After(mainLogWait):
+			r.log().Warn("main container's log did not end; continuing", "pod", r.id.Namespace+"/"+r.pod)
+		}
+	}
+	if out.Phase == podstate.Failed {
+		r.explain(context.WithoutCancel(ctx), out)
+	}
+	stopLogs()
+}
+
+func (r *run) grace() time.Duration {
+	if g := r.t.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
 }
 
 // startLogs starts one follower per streamed container; the returned channel is
 // closed when the main container's log has been read completely (at once when it
 // is not streamed).
-func (r *run) startLogs(ctx context.Context) <-chan struct{} {
+func (r *run) startLogs(ctx context.Context) chan struct{} {
 	mainDone := make(chan struct{})
 	if r.opts.Logs == LogsNone {
 		close(mainDone)
@@ -437,10 +556,13 @@ func (r *run) startLogs(ctx context.Context) <-chan struct{} {
 		for _, c := range spec.Containers {
 			names = append(names, c.Name)
 		}
+		if r.t.Spec.Result != nil && r.t.Spec.Result.From == task.ResultFromFile {
+			names = append(names, task.ResultContainer)
+		}
 	}
 	for _, name := range names {
-		f, err := podlog.New(podlog.Config{Client: r.client, Namespace: r.ns, Pod: r.name, Container: name,
-			Progress: func() podlog.Progress { return podlog.ProgressOf(r.cached(), name) },
+		f, err := podlog.New(podlog.Config{Client: r.client, Namespace: r.id.Namespace, Pod: r.pod, Container: name,
+			Progress: func() podlog.Progress { return podlog.ProgressOf(r.ex.CachedPod(r.id.Namespace, r.pod), name) },
 			Changed:  r.subscribe(), Clock: r.opts.Clock, OnLine: r.line, Logger: r.log(),
 		})
 		main := name == r.t.Spec.MainContainer
@@ -459,96 +581,24 @@ func (r *run) startLogs(ctx context.Context) <-chan struct{} {
 	return mainDone
 }
 
-// finish handles a decided outcome: result, failure details, stop or delete,
-// release. ctx bounds the API calls; runCtx is the caller's context (for the
-// wait on the main container's log).
-func (r *run) finish(ctx, runCtx context.Context, out *Outcome, pod *corev1.Pod, st podstate.State, mainLogs <-chan struct{}, stopLogs func()) (*Outcome, error) {
-	out.Phase, out.Reason, out.Message, out.ExitCode = st.Phase, st.Reason, st.Message, st.ExitCode
-	out.Elapsed = r.opts.Clock.Now().Sub(r.start)
-
-	// The main container's log ends once it terminated; do not wait forever for an
-	// unreachable API server.
-	if st.ExitCode != nil {
-		select {
-		case <-mainLogs:
-		case <-runCtx.Done():
-		case <-r.opts.Clock.After(30 * time.Second):
-			r.log().Warn("main container's log did not end; continuing", "pod", r.ns+"/"+r.name)
-		}
-	}
-
-	// Read the result before stopping anything: a File result lives in the holder.
-	if pod != nil && r.t.Spec.Result != nil && st.ExitCode != nil && (r.opts.Execer != nil || r.t.Spec.Result.From != task.ResultFromFile) {
-		res, err := attempt.ReadResult(ctx, r.opts.Execer, pod, r.t)
-		switch {
-		case err != nil && st.Phase == podstate.Succeeded:
-			out.Phase, out.Reason, out.ResultError = podstate.Failed, ReasonResultFailed, err.Error()
-			out.Message = "the main container succeeded but its result could not be read: " + err.Error()
-		case err != nil:
-			out.ResultError = err.Error()
-		default:
-			out.Result = res
-		}
-	}
-
-	if out.Phase == podstate.Failed && pod != nil {
-		r.explain(ctx, out)
-	}
-	stopLogs()
-
-	if pod != nil {
-		outcome := st
-		outcome.Phase = out.Phase
-		deleted := attempt.ShouldDelete(r.t.Spec.Cleanup, outcome)
-		if deleted {
-			r.event(Event{Type: "deleting"})
-			if err := attempt.Delete(ctx, r.client, r.ns, r.name); err != nil {
-				return out, err
-			}
-			out.Cleanup = "deleted"
-		} else {
-			out.Cleanup = "kept"
-			if st.StopPod || podRunning(pod) {
-				r.event(Event{Type: "stopping"})
-				if err := attempt.Stop(ctx, r.client, pod, r.opts.Clock.Now()); err != nil {
-					return out, err
-				}
-			}
-		}
-		r.settle(ctx, pod, deleted)
-	}
-	return out, nil
-}
-
-// podRunning reports whether a regular container of p may still run (the pod
-// has not finished and is not being deleted).
-func podRunning(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	for _, s := range p.Status.ContainerStatuses {
-		if s.State.Terminated == nil {
-			return true
-		}
-	}
-	return false
-}
-
 // explain gathers the main container's last log lines and the pod's events.
 func (r *run) explain(ctx context.Context, out *Outcome) {
 	out.LogTail = r.tail.Lines()
-	if len(out.LogTail) == 0 {
-		if lines, err := podlog.LastLines(ctx, r.client, r.ns, r.name, r.t.Spec.MainContainer, int64(r.opts.FailureLogLines)); err == nil {
+	if len(out.LogTail) == 0 && out.Pod != "" {
+		if lines, err := podlog.LastLines(ctx, r.client, r.id.Namespace, r.pod, r.t.Spec.MainContainer, int64(r.opts.FailureLogLines)); err == nil {
 			out.LogTail = lines
 		}
 	}
-	evs, err := r.client.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{
+	if out.Pod == "" {
+		return
+	}
+	evs, err := r.client.CoreV1().Events(r.id.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.name", r.name),
+			fields.OneTermEqualSelector("involvedObject.name", r.pod),
 			fields.OneTermEqualSelector("involvedObject.kind", "Pod")).String(),
 	})
 	if err != nil {
-		r.log().Debug("listing pod events", "pod", r.ns+"/"+r.name, "err", err)
+		r.log().Debug("listing pod events", "pod", r.id.Namespace+"/"+r.pod, "err", err)
 		return
 	}
 	items := evs.Items
@@ -570,122 +620,5 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.EventTime.Time
 	default:
 		return e.CreationTimestamp.Time
-	}
-}
-
-// cancel handles the end of ctx before the outcome was decided: the pod is
-// deleted with its grace period, Run waits until its containers stopped,
-// releases the finalizer and waits for the object to go.
-func (r *run) cancel(ctx context.Context, out *Outcome, mainLogs <-chan struct{}) (*Outcome, error) {
-	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer done()
-	pod, err := r.current(cctx)
-	if err != nil {
-		return nil, fmt.Errorf("cancelling: %w", err)
-	}
-
-	policy := r.policy
-	policy.CancelledAt = r.opts.Clock.Now()
-	st := podstate.Derive(pod, policy, policy.CancelledAt)
-	if st.Terminal() && st.Reason != podstate.ReasonCancelled && st.Reason != podstate.ReasonDeletedExternally {
-		// The main container had finished before the cancellation: its outcome stands.
-		r.report(st)
-		return r.finish(cctx, ctx, out, pod, st, mainLogs, func() {})
-	}
-	r.event(Event{Type: "cancelling"})
-	out.Phase, out.Reason = podstate.Failed, podstate.ReasonCancelled
-	out.Message = "the run was cancelled; the pod was deleted"
-	out.Elapsed = r.opts.Clock.Now().Sub(r.start)
-	if pod == nil {
-		return out, nil
-	}
-	if err := attempt.Delete(cctx, r.client, r.ns, r.name); err != nil {
-		return out, err
-	}
-	out.Cleanup = "deleted"
-	r.settle(cctx, pod, true)
-	return out, nil
-}
-
-// settle waits until every container of the pod stopped (the kubelet reports
-// a final phase, or the pod is gone), releases kubetask's finalizer and, when
-// the pod was deleted, waits for the object to go. Release is level-based:
-// whenever the cached pod still carries the finalizer, it is removed (again).
-// Each wait is bounded by the pod's grace period plus 30 s; a pod that
-// is still there then is released anyway and the wait is logged.
-func (r *run) settle(ctx context.Context, pod *corev1.Pod, deleted bool) {
-	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *pod.Spec.TerminationGracePeriodSeconds
-	}
-	bound := time.Duration(grace)*time.Second + 30*time.Second
-	r.waitFor(ctx, bound, stoppedAt(r.opts.Clock.Now))
-	release := func(p *corev1.Pod) {
-		if p == nil || !slices.Contains(p.Finalizers, task.Finalizer) {
-			return
-		}
-		if err := attempt.ReleaseSeen(ctx, r.client, p); err != nil {
-			r.log().Warn("releasing pod", "pod", r.ns+"/"+r.name, "err", err)
-		}
-	}
-	release(r.cached())
-	r.event(Event{Type: "released"})
-	r.waitFor(ctx, bound, func(p *corev1.Pod) bool {
-		release(p)
-		return p == nil || (!deleted && !slices.Contains(p.Finalizers, task.Finalizer))
-	})
-}
-
-// stoppedAt returns a condition that reports whether no container of a pod
-// runs any more at time now: the pod is gone, was never bound to a node, has a
-// final phase, or is being deleted and either the kubelet confirmed it (it
-// deletes the pod with grace 0 once the containers stopped), the deletion
-// deadline (deletionTimestamp, when the kubelet SIGKILLs) passed by
-// killMargin, or no container status says running.
-func stoppedAt(now func() time.Time) func(*corev1.Pod) bool {
-	return func(p *corev1.Pod) bool {
-		if p == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			return true
-		}
-		if p.DeletionTimestamp == nil {
-			return false
-		}
-		if g := p.DeletionGracePeriodSeconds; g != nil && *g == 0 {
-			return true
-		}
-		if now().After(p.DeletionTimestamp.Add(killMargin)) {
-			return true
-		}
-		for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
-			for _, s := range list {
-				if s.State.Running != nil {
-					return false
-				}
-			}
-		}
-		return true
-	}
-}
-
-// killMargin is how long after a pod's deletion deadline kubetask assumes the
-// kubelet has killed its containers even if it did not report so.
-const killMargin = 2 * time.Second
-
-// waitFor waits until cond holds for the cached pod, at most d.
-func (r *run) waitFor(ctx context.Context, d time.Duration, cond func(*corev1.Pod) bool) bool {
-	deadline := r.opts.Clock.After(d)
-	for {
-		if cond(r.cached()) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-deadline:
-			r.log().Warn("gave up waiting for pod", "pod", r.ns+"/"+r.name, "after", d)
-			return false
-		case <-r.changed:
-		case <-r.opts.Clock.After(time.Second):
-		}
 	}
 }

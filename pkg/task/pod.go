@@ -35,6 +35,10 @@ const (
 	LabelAttempt = Prefix + "attempt"
 	// LabelExecutor holds the owning executor instance.
 	LabelExecutor = Prefix + "executor"
+	// LabelReleased (value "true") marks a kept pod whose outcome is recorded and
+	// whose finalizer is removed: executors' informers select pods without it,
+	// so kept pods leave their caches and relists.
+	LabelReleased = Prefix + "released"
 
 	// AnnotationTaskNamespace, AnnotationTaskName, AnnotationRun, AnnotationAttempt and
 	// AnnotationExecutor carry the full Identity (labels may be truncated).

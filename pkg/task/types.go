@@ -197,3 +197,25 @@ func (t *Task) RetryDelay(attempt int) time.Duration {
 	}
 	return min(d, MaxBackoff)
 }
+
+// DeepCopy returns a copy of t that shares no memory with it.
+func (t *Task) DeepCopy() *Task {
+	if t == nil {
+		return nil
+	}
+	out := &Task{TypeMeta: t.TypeMeta, Spec: t.Spec}
+	t.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	s := &out.Spec
+	t.Spec.Template.DeepCopyInto(&s.Template)
+	s.Retries.RetryOn = append([]string(nil), t.Spec.Retries.RetryOn...)
+	if l := t.Spec.Retries.Limit; l != nil {
+		v := *l
+		s.Retries.Limit = &v
+	}
+	if r := t.Spec.Result; r != nil {
+		c := *r
+		s.Result = &c
+	}
+	s.Logs.Containers = append([]string(nil), t.Spec.Logs.Containers...)
+	return out
+}

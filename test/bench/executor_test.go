@@ -218,7 +218,8 @@ type outcomes struct {
 	mu       sync.Mutex
 	recorded map[string]time.Time
 	// delivered is when OnEvent received the AttemptFinished event: the
-	// executor emits it after releasing and deleting the pod.
+	// executor emits it right after recording the outcome (the pod is then
+	// stopped, released and deleted).
 	delivered map[string]time.Time
 	terminal  map[string][]executor.Event
 	running   map[string]bool
@@ -231,7 +232,7 @@ func newOutcomes() *outcomes {
 func (o *outcomes) add(ev executor.Event) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if ev.AttemptFinished {
+	if ev.Type == executor.EventAttemptFinished {
 		if _, ok := o.recorded[ev.ID]; !ok {
 			o.recorded[ev.ID] = ev.Time // the store's AttemptOutcome.ObservedAt
 			o.delivered[ev.ID] = time.Now()

@@ -426,7 +426,7 @@ func TestRunRefusesAmbiguousAttach(t *testing.T) {
 
 // releaseAndDelete removes kubetask's finalizer and deletes the pod.
 func releaseAndDelete(ctx context.Context, env *clustertest.Env, name string) error {
-	if err := attempt.Release(ctx, env.Client, env.Namespace, name); err != nil {
+	if err := attempt.Release(ctx, env.Client, env.Namespace, name, false); err != nil {
 		return err
 	}
 	return attempt.Delete(ctx, env.Client, env.Namespace, name)

@@ -47,7 +47,7 @@ func (e *Events) Terminal(id string) []executor.Event {
 
 // AttemptsFinished returns the AttemptFinished events of id.
 func (e *Events) AttemptsFinished(id string) []executor.Event {
-	return e.filter(id, func(ev executor.Event) bool { return ev.AttemptFinished })
+	return e.filter(id, func(ev executor.Event) bool { return ev.Type == executor.EventAttemptFinished })
 }
 
 func (e *Events) filter(id string, keep func(executor.Event) bool) []executor.Event {
@@ -121,7 +121,8 @@ func StartExecutor(t testing.TB, env *clustertest.Env, cfg executor.Config) (*ex
 }
 
 // LocalTask runs script with sh on the local process node, optionally with a
-// sidecar script.
+// sidecar script. It needs no selector or toleration: simulated nodes are
+// tainted, so the scheduler puts it on the local node.
 func LocalTask(name, script, sidecar string) *task.Task {
 	grace := int64(2)
 	t := &task.Task{
@@ -131,8 +132,6 @@ func LocalTask(name, script, sidecar string) *task.Task {
 	t.Spec.MainContainer = "main"
 	spec := &t.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
-	spec.NodeSelector = map[string]string{"kubetask.dev/node": "local"}
-	spec.Tolerations = []corev1.Toleration{{Key: "kubetask.dev/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	spec.Containers = []corev1.Container{{
 		Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
 		Env: []corev1.EnvVar{{Name: "ATTEMPT", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['kubetask.dev/attempt']"}}}},

@@ -122,10 +122,10 @@ func TestParallelismCap(t *testing.T) {
 	ex, _ := exectest.StartExecutor(t, env, executor.Config{Store: st, Parallelism: 1, CreateConcurrency: 1, OnEvent: func(ev executor.Event) {
 		mu.Lock()
 		switch {
-		case ev.Phase == "Running" && !ev.AttemptFinished:
+		case ev.Phase == "Running" && ev.Type != executor.EventAttemptFinished:
 			running++
 			most = max(most, running)
-		case ev.AttemptFinished:
+		case ev.Type == executor.EventAttemptFinished:
 			running--
 		}
 		mu.Unlock()

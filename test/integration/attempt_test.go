@@ -16,7 +16,8 @@ import (
 )
 
 // TestReleaseSeen: the one-request finalizer removal works on an up-to-date
-// copy, and falls back correctly when the finalizers moved since the copy.
+// copy (and labels a kept pod released), and falls back correctly when the
+// finalizers moved since the copy.
 func TestReleaseSeen(t *testing.T) {
 	env := clustertest.New(t)
 	ctx := context.Background()
@@ -30,11 +31,11 @@ func TestReleaseSeen(t *testing.T) {
 		return p
 	}
 	fresh := mk("fresh")
-	if err := attempt.ReleaseSeen(ctx, env.Client, fresh); err != nil {
+	if err := attempt.ReleaseSeen(ctx, env.Client, fresh, true); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := pods.Get(ctx, "fresh", metav1.GetOptions{}); len(p.Finalizers) != 0 {
-		t.Errorf("finalizers after ReleaseSeen: %v", p.Finalizers)
+	if p, _ := pods.Get(ctx, "fresh", metav1.GetOptions{}); len(p.Finalizers) != 0 || p.Labels[task.LabelReleased] != "true" {
+		t.Errorf("after ReleaseSeen: finalizers %v, labels %v", p.Finalizers, p.Labels)
 	}
 
 	stale := mk("stale")
@@ -42,7 +43,7 @@ func TestReleaseSeen(t *testing.T) {
 	if _, err := pods.Patch(ctx, "stale", types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/finalizers/0","value":"example.com/other"}]`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := attempt.ReleaseSeen(ctx, env.Client, stale); err != nil {
+	if err := attempt.ReleaseSeen(ctx, env.Client, stale, true); err != nil {
 		t.Fatal(err)
 	}
 	p, err := pods.Get(ctx, "stale", metav1.GetOptions{})
@@ -51,6 +52,9 @@ func TestReleaseSeen(t *testing.T) {
 	}
 	if slices.Contains(p.Finalizers, task.Finalizer) || !slices.Contains(p.Finalizers, "example.com/other") {
 		t.Errorf("finalizers %v: want only example.com/other", p.Finalizers)
+	}
+	if p.Labels[task.LabelReleased] != "true" {
+		t.Errorf("labels %v: want %s", p.Labels, task.LabelReleased)
 	}
 	if _, err := pods.Patch(ctx, "stale", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

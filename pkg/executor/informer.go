@@ -1,0 +1,178 @@
+package executor
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// podSelector selects the unreleased pods of this instance and of the
+// instances it adopts. Released (kept) pods leave the cache.
+func (e *Executor) podSelector() labels.Selector {
+	owners := append([]string{e.cfg.InstanceID}, e.cfg.AdoptFrom...)
+	managed, _ := labels.NewRequirement(task.LabelManagedBy, selection.Equals, []string{task.ManagedByValue})
+	owner, _ := labels.NewRequirement(task.LabelExecutor, selection.In, owners)
+	unreleased, _ := labels.NewRequirement(task.LabelReleased, selection.DoesNotExist, nil)
+	return labels.NewSelector().Add(*managed, *owner, *unreleased)
+}
+
+// startInformers starts one pod informer per namespace and returns the
+// namespaces.
+func (e *Executor) startInformers(ctx context.Context) []string {
+	namespaces := e.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	sel := e.podSelector().String()
+	e.mu.Lock()
+	for _, ns := range namespaces {
+		inf := e.newInformer(ns, sel)
+		e.informers = append(e.informers, inf)
+		e.indexers = append(e.indexers, inf.GetIndexer())
+	}
+	informers := e.informers
+	e.mu.Unlock()
+	for _, inf := range informers {
+		go inf.RunWithContext(ctx)
+	}
+	return namespaces
+}
+
+func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
+	pods := e.client.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			list, err := pods.List(ctx, opts)
+			e.noteList(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			if e.cfg.WatchTimeout > 0 {
+				secs := int64(max(e.cfg.WatchTimeout/time.Second, 1))
+				opts.TimeoutSeconds = &secs
+			}
+			w, err := pods.Watch(ctx, opts)
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				// A streaming list (client-go's WatchListClient): the
+				// informer's (re)list, counted with the LISTs.
+				e.noteList(err)
+				return w, err
+			}
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			e.metrics.watches.WithLabelValues(result).Inc()
+			return w, err
+		},
+	}
+	// The wrapper tells client-go whether the client supports streaming
+	// lists (a fake clientset does not).
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, e.client), &corev1.Pod{}, cache.SharedIndexInformerOptions{
+		ResyncPeriod: e.cfg.ResyncPeriod,
+		Indexers:     cache.Indexers{runIndex: indexByRun},
+	})
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			podstate.Trim(pod)
+		}
+		return obj, nil
+	})
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		kind := "other"
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			kind = "expired"
+		}
+		e.metrics.watchErrors.WithLabelValues(kind).Inc()
+		e.cfg.Logger.Info("pod watch ended, relisting", "kind", kind, "err", err)
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.podEvent(obj, false) },
+		UpdateFunc: func(_, obj any) { e.podEvent(obj, false) },
+		DeleteFunc: func(obj any) { e.podEvent(obj, true) },
+	})
+	return inf
+}
+
+const runIndex = "run"
+
+func indexByRun(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	if id := pod.Labels[task.LabelRun]; id != "" {
+		return []string{id}, nil
+	}
+	return nil, nil
+}
+
+// podEvent handles an informer event: the pod's task is synced again, an
+// admitted creation is marked seen (from now on the cache counts its slot),
+// and a pod that left the cache frees a slot for the oldest waiting task.
+func (e *Executor) podEvent(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if id := pod.Labels[task.LabelRun]; id != "" {
+		if !deleted {
+			e.mu.Lock()
+			if c := e.creations[id]; c != nil && c.name == pod.Name {
+				c.seen = true
+			}
+			e.mu.Unlock()
+		}
+		e.queue.Add(id)
+	}
+	if deleted {
+		e.wakeWaiting()
+	}
+	if e.cfg.OnPodChange != nil {
+		e.cfg.OnPodChange(pod.Namespace, pod.Name)
+	}
+}
+
+// cachedPodCount is the number of pods in the executor's caches: the pods
+// that exist and hold a parallelism slot.
+func (e *Executor) cachedPodCount() int {
+	n := 0
+	for _, idx := range e.indexers {
+		n += len(idx.ListKeys())
+	}
+	return n
+}
+
+// podsOfRun returns the cached pods of task id, all attempts.
+func (e *Executor) podsOfRun(id string) []*corev1.Pod {
+	e.mu.Lock()
+	indexers := e.indexers
+	e.mu.Unlock()
+	var out []*corev1.Pod
+	for _, idx := range indexers {
+		objs, _ := idx.ByIndex(runIndex, id)
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,611 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// Reasons of a task's state that only the executor sets (besides podstate's).
+const (
+	reasonSubmitted      = "Submitted"
+	reasonWaitingForSlot = "WaitingForSlot"
+	reasonWaitingForStop = "WaitingForPreviousPod"
+	reasonCreating       = "Creating"
+	reasonCreateFailed   = "CreateFailed"
+	reasonRetryBackoff   = "RetryBackoff"
+	reasonReadingResult  = "ReadingResult"
+)
+
+// stopRecheck is how often a task whose pod someone else is stopping, or
+// whose kept pod kubetask stopped, is looked at when no pod event comes: a
+// safety net; the pod's events normally bring the task back at once.
+const stopRecheck = 30 * time.Second
+
+// resultRetry is the delay before reading a File result again after a
+// passing failure.
+const resultRetry = 2 * time.Second
+
+// progress is the latest derived state of an unfinished task. It is kept in
+// memory and delivered as events, not written to the Store: recovery derives
+// it again from the pod.
+type progress struct {
+	attempt                int
+	phase, reason, message string
+	exitCode               *int32
+}
+
+// gateMemo remembers whether the pod of a task's attempt was seen with
+// scheduling gates and when it was first seen without them
+// (podstate.Policy.UngatedAt).
+type gateMemo struct {
+	attempt   int
+	sawGated  bool
+	ungatedAt time.Time
+}
+
+// sync brings task id one step closer to its goal from the current state of
+// its record and its pods, and returns when it wants to look again (0: when
+// something changes). It is idempotent: every pass decides from the record
+// and the pods as they are now. Every requeue is in its return value.
+func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
+	rec, err := e.store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, e.releaseUnknown(ctx, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading task %s: %w", id, err)
+	}
+	if rec.Executor != e.cfg.InstanceID {
+		return 0, nil // another instance's task
+	}
+	var t task.Task
+	if err := json.Unmarshal(rec.Task, &t); err != nil {
+		return 0, fmt.Errorf("decoding task %s: %w", id, err)
+	}
+	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID}
+	pods := e.ownPods(ident)
+	now := e.cfg.Clock.Now()
+	for _, p := range pods {
+		if p.Labels[task.LabelExecutor] != e.cfg.InstanceID {
+			// Adopted from a gone instance: move it to this one first (the
+			// update brings the task back).
+			return 0, e.relabel(ctx, p)
+		}
+	}
+
+	var next requeue
+	var errs []error
+	// Pods of attempts whose outcome is recorded: stop, release, delete.
+	for n, p := range pods {
+		if out, ok := outcomeOf(rec, n); ok {
+			d, err := e.finishPod(ctx, &t, rec.ID, out, p, now)
+			next.after(d)
+			errs = append(errs, err)
+		}
+	}
+	if rec.Terminal {
+		e.unwait(rec.ID)
+		if len(pods) == 0 {
+			e.forget(rec.ID)
+		}
+		return next.d, errors.Join(errs...)
+	}
+	d, err := e.syncAttempt(ctx, &t, rec, ident, pods, now)
+	next.after(d)
+	return next.d, errors.Join(append(errs, err)...)
+}
+
+// syncAttempt moves the current attempt on: create its pod, follow its
+// state, decide and record its outcome.
+func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Record, ident task.Identity, pods map[int]*corev1.Pod, now time.Time) (time.Duration, error) {
+	n := rec.Attempt
+	pod, fromCache := pods[n], true
+	cr, creating := e.creationOf(rec.ID)
+	if creating && cr.attempt != n {
+		e.dropCreation(rec.ID) // an older attempt's
+		creating = false
+	}
+	if pod == nil && creating {
+		switch {
+		case !cr.done:
+			return 0, nil // queued or in flight: the creator brings the task back
+		case cr.err != nil:
+			return e.createFailed(ctx, t, rec, cr, now)
+		default:
+			pod, fromCache = cr.obj, false // created; the cache has not shown it yet
+		}
+	}
+	if pod == nil && rec.PodCreated && !creating {
+		// The cache may lag, or the pod is gone: ask the API server.
+		live, err := e.readPod(ctx, ident, n)
+		if err != nil {
+			return 0, err
+		}
+		pod, fromCache = live, false
+	}
+	if pod == nil && !rec.PodCreated {
+		return e.startAttempt(ctx, t, rec, ident, pods, now)
+	}
+	if pod != nil && !rec.PodCreated {
+		var err error
+		if rec, err = e.markCreated(ctx, rec, pod, !creating || cr.adopted, now); err != nil {
+			return 0, err
+		}
+	}
+	if creating && (cr.seen || pod == nil) {
+		e.dropCreation(rec.ID)
+	}
+
+	policy := t.Policy()
+	policy.CancelledAt = rec.CancelledAt
+	policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
+	st := podstate.Derive(pod, policy, now)
+	if st.Terminal() && st.Timed && fromCache {
+		// The clock decided: confirm on a fresh read, so that a stalled watch
+		// never turns a running or finished pod into a timeout.
+		live, err := e.readPod(ctx, ident, n)
+		if err != nil {
+			return 0, err
+		}
+		pod = live
+		policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
+		st = podstate.Derive(pod, policy, now)
+	}
+	if !st.Terminal() {
+		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+		return untilRecheck(st, now), nil
+	}
+	if pod != nil && st.ExitCode == nil && stoppedByOthers(st.Reason) && !podstate.Stopped(pod) {
+		// Someone else is stopping the pod while the main container runs: its
+		// containers may run for their grace period (or longer on a lost
+		// node), and the main container may still end by itself. No decision,
+		// and no next attempt, before no container runs.
+		e.setProgress(rec, stoppingPhase(pod, t), string(podstate.ReasonStopping),
+			"waiting for the pod's containers to stop before deciding: "+st.Message, nil)
+		return stopRecheck, nil
+	}
+	var result []byte
+	if pod != nil && st.Phase == podstate.Succeeded && t.Spec.Result != nil {
+		res, retry, failed := e.readResult(ctx, t, pod, now)
+		if retry > 0 {
+			e.setProgress(rec, string(podstate.Running), reasonReadingResult, failed.Message, st.ExitCode)
+			return retry, nil
+		}
+		if failed.Phase != "" {
+			st = failed
+		}
+		result = res
+	}
+	rec, retry, err := e.record(ctx, t, rec, pod, st, result, now)
+	if err != nil {
+		return 0, err
+	}
+	var next requeue
+	if pod != nil {
+		out, _ := outcomeOf(rec, n)
+		d, err := e.finishPod(ctx, t, rec.ID, out, pod, now)
+		if err != nil {
+			return 0, err
+		}
+		next.after(d)
+	}
+	if retry {
+		next.after(max(rec.NextAttemptAt.Sub(now), time.Millisecond))
+	}
+	return next.d, nil
+}
+
+// startAttempt creates the current attempt's pod once nothing stands in the
+// way: a cancellation, the retry backoff, a previous attempt's pod that may
+// still run, or the parallelism limit (tasks are admitted in submission
+// order).
+func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Record, ident task.Identity, pods map[int]*corev1.Pod, now time.Time) (time.Duration, error) {
+	n := rec.Attempt
+	if !rec.CancelledAt.IsZero() {
+		e.unwait(rec.ID)
+		st := podstate.State{Phase: podstate.Failed, Reason: podstate.ReasonCancelled, Message: "the task was cancelled before its pod was created"}
+		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
+		return 0, err
+	}
+	if wait := rec.NextAttemptAt.Sub(now); wait > 0 {
+		return wait, nil
+	}
+	for m, p := range pods {
+		if m < n && !podstate.Stopped(p) {
+			e.setProgress(rec, string(podstate.Pending), reasonWaitingForStop,
+				fmt.Sprintf("attempt %d starts once no container of pod %s (attempt %d) runs any more", n, p.Name, m), nil)
+			return stopRecheck, nil
+		}
+	}
+	pod, err := task.BuildPod(t, ident, n)
+	if err != nil {
+		return 0, fmt.Errorf("building pod of task %s: %w", rec.ID, err)
+	}
+	if !e.admit(rec, n, pod) {
+		e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot,
+			fmt.Sprintf("waiting: the parallelism limit (%d task pods) is reached; tasks start in submission order", e.cfg.Parallelism), nil)
+		return 0, nil // woken when a slot frees
+	}
+	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)
+	return 0, nil
+}
+
+// createFailed decides what a failed creation means: the API server rejected
+// the pod (Invalid) or its name is taken by a pod that is not the task's:
+// the task fails; anything else (429, 5xx, exceeded quota, a webhook) is
+// retried with backoff and shown in the task's state.
+func (e *Executor) createFailed(ctx context.Context, t *task.Task, rec store.Record, cr creation, now time.Time) (time.Duration, error) {
+	e.dropCreation(rec.ID)
+	if apierrors.IsInvalid(cr.err) || errors.Is(cr.err, errNameTaken) {
+		st := podstate.State{Phase: podstate.Failed, Reason: podstate.ReasonConfigError,
+			Message: fmt.Sprintf("pod %s cannot be created: %v", cr.name, cr.err)}
+		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
+		return 0, err
+	}
+	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed, fmt.Sprintf("creating pod %s failed, retrying: %v", cr.name, cr.err), nil)
+	return 0, cr.err // rate-limited retry
+}
+
+// markCreated records that the current attempt's pod exists (a milestone:
+// after a restart a missing pod then means it is gone).
+func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev1.Pod, adopted bool, now time.Time) (store.Record, error) {
+	rec.PodCreated = true
+	rec.Phase, rec.Reason, rec.Message = string(podstate.Pending), string(podstate.ReasonScheduling), "pod "+pod.Name+" created"
+	rec.ExitCode = nil
+	updated, err := e.store.Update(ctx, rec)
+	if err != nil {
+		return rec, fmt.Errorf("recording pod creation of task %s: %w", rec.ID, err)
+	}
+	typ := EventPodCreated
+	if adopted {
+		typ = EventPodAdopted
+	}
+	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: typ, Pod: pod.Namespace + "/" + pod.Name,
+		Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
+	e.setProgress(updated, updated.Phase, updated.Reason, updated.Message, nil)
+	return updated, nil
+}
+
+// readResult reads a Succeeded attempt's result. It returns the result, or a
+// delay after which to try again (a passing failure, within ResultTimeout of
+// the main container's exit), or the failed state the attempt ends with.
+func (e *Executor) readResult(ctx context.Context, t *task.Task, pod *corev1.Pod, now time.Time) ([]byte, time.Duration, podstate.State) {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.ExecTimeout)
+	res, err := attempt.ReadResult(rctx, e.execer, pod, t)
+	cancel()
+	if err == nil {
+		return res, 0, podstate.State{}
+	}
+	code := int32(0)
+	failed := podstate.State{Phase: podstate.Failed, Reason: podstate.ReasonResultFailed, ExitCode: &code,
+		Message: fmt.Sprintf("main container %q exited with code 0 but its result could not be read: %v", t.Spec.MainContainer, err)}
+	if attempt.ResultRetryable(err, pod) {
+		since := mainFinishedAt(pod, t.Spec.MainContainer)
+		if since.IsZero() || now.Before(since.Add(e.cfg.ResultTimeout)) {
+			failed.Message = fmt.Sprintf("reading the result failed, retrying: %v", err)
+			return nil, resultRetry, failed
+		}
+		failed.Message += fmt.Sprintf(" (still failing %s after the main container exited)", e.cfg.ResultTimeout)
+	}
+	return nil, 0, failed
+}
+
+// record writes the end of the current attempt exactly once (a stale pass
+// finds it recorded and changes nothing) with the next step: another attempt
+// after its backoff, or the task's final outcome. The AttemptFinished event
+// follows the write.
+func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, pod *corev1.Pod, st podstate.State, result []byte, now time.Time) (store.Record, bool, error) {
+	n := rec.Attempt
+	if _, ok := outcomeOf(rec, n); ok {
+		return rec, false, nil
+	}
+	podName, finishedAt := "", now
+	if pod != nil {
+		podName = pod.Name
+		if ft := mainFinishedAt(pod, t.Spec.MainContainer); !ft.IsZero() {
+			finishedAt = ft
+		}
+	}
+	rec.Attempts = append(rec.Attempts, store.AttemptOutcome{
+		Attempt: n, Pod: podName, Phase: string(st.Phase), Reason: string(st.Reason),
+		Message: st.Message, ExitCode: st.ExitCode, Retryable: st.Retryable, FinishedAt: finishedAt, ObservedAt: now,
+	})
+	retry := rec.CancelledAt.IsZero() && t.ShouldRetry(st, n)
+	if retry {
+		delay := t.RetryDelay(n)
+		rec.Attempt++
+		rec.PodCreated = false
+		rec.NextAttemptAt = now.Add(delay)
+		rec.Phase, rec.Reason = string(podstate.Pending), reasonRetryBackoff
+		rec.Message = fmt.Sprintf("attempt %d ended %s; attempt %d starts in %s", n, st, rec.Attempt, delay)
+		rec.ExitCode, rec.Retryable = nil, false
+	} else {
+		rec.Terminal = true
+		rec.Phase, rec.Reason, rec.Message = string(st.Phase), string(st.Reason), st.Message
+		rec.ExitCode, rec.Retryable, rec.Result = st.ExitCode, st.Retryable, result
+	}
+	updated, err := e.store.Update(ctx, rec)
+	if err != nil {
+		return rec, false, fmt.Errorf("recording outcome of task %s: %w", rec.ID, err) // re-read and re-decide
+	}
+	e.metrics.outcomes.WithLabelValues(string(st.Phase), string(st.Reason)).Inc()
+	if pod != nil {
+		e.metrics.outcomeLag.Observe(now.Sub(finishedAt).Seconds())
+	}
+	ev := Event{ID: rec.ID, Attempt: n, Type: EventAttemptFinished, Phase: string(st.Phase), Reason: string(st.Reason),
+		Message: st.Message, ExitCode: st.ExitCode, Terminal: updated.Terminal, Result: result, Time: now,
+		Delete: attempt.ShouldDelete(t.Spec.Cleanup, st)}
+	if pod != nil {
+		ev.Pod = pod.Namespace + "/" + pod.Name
+	}
+	e.emit(ev)
+	e.mu.Lock()
+	delete(e.live, rec.ID)
+	e.mu.Unlock()
+	e.observe(rec.ID, updated.Phase, updated.Terminal)
+	if retry {
+		e.emit(Event{ID: rec.ID, Attempt: updated.Attempt, Type: EventState, Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
+	}
+	return updated, retry, nil
+}
+
+// finishPod acts on the pod of attempt out.Attempt, whose outcome is
+// recorded: after the embedding's Hold, it deletes the pod or, when kept,
+// stops what still runs in it; once no container runs it releases the
+// finalizer (a kept pod is also labelled released, so it leaves the cache).
+// It returns when to look again while it waits for the pod to stop.
+func (e *Executor) finishPod(ctx context.Context, t *task.Task, id string, out store.AttemptOutcome, pod *corev1.Pod, now time.Time) (time.Duration, error) {
+	if e.cfg.Hold != nil && e.cfg.Hold(id, out.Attempt) {
+		if wait := out.ObservedAt.Add(e.cfg.HoldTimeout).Sub(now); wait > 0 {
+			return wait, nil
+		}
+	}
+	phase := podstate.Phase(out.Phase)
+	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase})
+	name := pod.Namespace + "/" + pod.Name
+	switch {
+	case del && pod.DeletionTimestamp == nil:
+		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodDeleting, Pod: name, Time: now})
+		if err := attempt.Delete(ctx, e.client, pod.Namespace, pod.Name); err != nil {
+			return 0, err
+		}
+		return stopRecheck, nil // the pod's events bring the task back
+	case !del && pod.DeletionTimestamp == nil && !podstate.Stopped(pod):
+		policy := t.Policy()
+		if !podstate.Derive(pod, policy, now).StopPod {
+			break // it ends by itself
+		}
+		if secs, ok := podstate.StopDeadlineSeconds(pod, now); ok && pod.Spec.ActiveDeadlineSeconds != nil && *pod.Spec.ActiveDeadlineSeconds <= secs {
+			break // already stopping
+		}
+		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodStopping, Pod: name, Time: now})
+		if err := attempt.Stop(ctx, e.client, pod, now); err != nil {
+			return 0, err
+		}
+		return stopRecheck, nil
+	}
+	if !podstate.Stopped(pod) {
+		return stopRecheck, nil
+	}
+	held := hasFinalizer(pod)
+	if held || (!del && pod.Labels[task.LabelReleased] != "true") {
+		if err := attempt.ReleaseSeen(ctx, e.client, pod, !del); err != nil {
+			return 0, err
+		}
+		if held {
+			e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodReleased, Pod: name, Time: now})
+		}
+	}
+	return 0, nil
+}
+
+// releaseUnknown handles pods of a task the store does not know (an
+// in-memory store after a restart, a record removed by hand): nobody will
+// report them, so they are released and deleted rather than left running or
+// stuck Terminating. Only the holder of the instance Lease runs this.
+func (e *Executor) releaseUnknown(ctx context.Context, id string) error {
+	var errs []error
+	for _, p := range e.podsOfRun(id) {
+		if p.Labels[task.LabelExecutor] != e.cfg.InstanceID {
+			continue
+		}
+		e.cfg.Logger.Info("releasing pod of unknown task", "task", id, "pod", p.Namespace+"/"+p.Name)
+		if err := attempt.ReleaseSeen(ctx, e.client, p, false); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if p.DeletionTimestamp == nil {
+			if err := attempt.Delete(ctx, e.client, p.Namespace, p.Name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// relabel moves an adopted pod to this instance.
+func (e *Executor) relabel(ctx context.Context, pod *corev1.Pod) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}}}`,
+		task.LabelExecutor, e.cfg.InstanceID, task.AnnotationExecutor, e.cfg.InstanceID)
+	_, err := e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("adopting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// ownPods returns the cached pods of the run ident by attempt: only pods
+// whose recorded identity is the task's (a pod of an instance in AdoptFrom
+// is relabelled to this one first).
+func (e *Executor) ownPods(ident task.Identity) map[int]*corev1.Pod {
+	out := map[int]*corev1.Pod{}
+	for _, p := range e.podsOfRun(ident.RunID) {
+		_, n, err := task.IdentityFromPod(p)
+		if err != nil || !e.ownsPod(p, ident, n) {
+			continue
+		}
+		out[n] = p
+	}
+	return out
+}
+
+// readPod reads the pod of attempt n of ident from the API server: nil when
+// it is gone, or when the name is taken by a pod that is not the task's.
+func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*corev1.Pod, error) {
+	name := task.PodName(ident, n)
+	live, err := e.client.CoreV1().Pods(ident.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s/%s: %w", ident.Namespace, name, err)
+	case !e.ownsPod(live, ident, n):
+		e.cfg.Logger.Warn("pod with the attempt's name is not the task's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID)
+		return nil, nil
+	}
+	podstate.Trim(live)
+	return live, nil
+}
+
+// setProgress records the latest derived state of an unfinished task in
+// memory and emits it when it changed.
+func (e *Executor) setProgress(rec store.Record, phase, reason, message string, exit *int32) {
+	p := progress{attempt: rec.Attempt, phase: phase, reason: reason, message: message, exitCode: exit}
+	e.mu.Lock()
+	cur, ok := e.live[rec.ID]
+	if !ok {
+		cur = progress{attempt: rec.Attempt, phase: rec.Phase, reason: rec.Reason, message: rec.Message, exitCode: rec.ExitCode}
+	}
+	same := cur.attempt == p.attempt && cur.phase == p.phase && cur.reason == p.reason && cur.message == p.message
+	e.live[rec.ID] = p
+	e.mu.Unlock()
+	if same {
+		return
+	}
+	e.observe(rec.ID, phase, false)
+	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventState, Phase: phase, Reason: reason, Message: message, ExitCode: exit})
+}
+
+// ungatedAt keeps what podstate.Policy.UngatedAt needs: when this process
+// first saw the attempt's pod without the scheduling gates it had (or, for a
+// pod first seen ungated with the stale SchedulingGated condition, when it
+// first saw it). After a restart the earlier observations are lost and the
+// schedule timeout counts from the pod's creation or the first sighting.
+func (e *Executor) ungatedAt(id string, attempt int, pod *corev1.Pod, now time.Time) time.Time {
+	if pod == nil {
+		return time.Time{}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.gates[id]
+	if m.attempt != attempt {
+		m = gateMemo{attempt: attempt}
+	}
+	switch {
+	case len(pod.Spec.SchedulingGates) > 0:
+		m.sawGated = true
+	case m.ungatedAt.IsZero() && (m.sawGated || gatedCondition(pod)):
+		m.ungatedAt = now
+	}
+	if m.sawGated || !m.ungatedAt.IsZero() {
+		e.gates[id] = m
+	}
+	return m.ungatedAt
+}
+
+func gatedCondition(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonSchedulingGated {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops what the executor remembers of a finished task whose pods
+// are gone or released.
+func (e *Executor) forget(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.live, id)
+	delete(e.creations, id)
+	delete(e.gates, id)
+}
+
+// stoppedByOthers reports whether reason is a pod-level stop by someone else
+// (not a decision of kubetask's: timeouts, configuration errors and
+// cancellations are decided at once).
+func stoppedByOthers(r podstate.Reason) bool {
+	switch r {
+	case podstate.ReasonDeletedExternally, podstate.ReasonEvicted, podstate.ReasonPreempted,
+		podstate.ReasonNodeLost, podstate.ReasonDeadlineExceeded, podstate.ReasonPodFailed:
+		return true
+	}
+	return false
+}
+
+// stoppingPhase is Running once the main container started, else Pending.
+func stoppingPhase(pod *corev1.Pod, t *task.Task) string {
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == t.Spec.MainContainer && (st.State.Running != nil || st.State.Terminated != nil || st.RestartCount > 0) {
+			return string(podstate.Running)
+		}
+	}
+	return string(podstate.Pending)
+}
+
+func outcomeOf(rec store.Record, n int) (store.AttemptOutcome, bool) {
+	for _, o := range rec.Attempts {
+		if o.Attempt == n {
+			return o, true
+		}
+	}
+	return store.AttemptOutcome{}, false
+}
+
+func hasFinalizer(pod *corev1.Pod) bool {
+	for _, f := range pod.Finalizers {
+		if f == task.Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func mainFinishedAt(pod *corev1.Pod, main string) time.Time {
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == main && st.State.Terminated != nil {
+			return st.State.Terminated.FinishedAt.Time
+		}
+	}
+	return time.Time{}
+}
+
+func untilRecheck(st podstate.State, now time.Time) time.Duration {
+	if st.Recheck.IsZero() {
+		return 0
+	}
+	return max(st.Recheck.Sub(now), 0) + 10*time.Millisecond
+}
+
+// requeue keeps the earliest of several "look again after" delays (0: none).
+type requeue struct{ d time.Duration }
+
+func (r *requeue) after(d time.Duration) {
+	if d > 0 && (r.d == 0 || d < r.d) {
+		r.d = d
+	}
+}
