@@ -136,7 +136,7 @@ func (s *sqliteStore) commitGroup(group []*sqliteWrite) {
 		fail(fmt.Errorf("transaction begin: %w", err))
 		return
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op; after a failure the failure is reported
+	defer tx.Rollback()
 	applied := 0
 	for i, w := range group {
 		if !w.take() {
@@ -172,7 +172,7 @@ func (s *sqliteStore) writeAlone(ctx context.Context, w *sqliteWrite) sqliteResu
 	if err != nil {
 		return sqliteResult{err: fmt.Errorf("transaction begin: %w", err)}
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	defer tx.Rollback()
 	res, err := s.stmts.apply(ctx, tx, w)
 	if err != nil {
 		return sqliteResult{err: err}
