@@ -141,10 +141,12 @@ func New(cfg Config) (*Follower, error) {
 }
 
 // Run follows the log until it is complete, and returns nil then: the container
-// terminated for good and a stream opened afterwards ended cleanly with nothing
-// new after repeating the last line delivered. It returns ErrPodGone when the pod disappeared first, and ctx's error
-// when ctx ended first. A line held back waiting for its newline is delivered
-// (without Newline) before Run returns. Run may be called once.
+// terminated for good, and two streams opened afterwards ended cleanly with
+// nothing new after repeating the last line delivered. It returns ErrPodGone
+// when the pod disappeared first, and ctx's error when ctx ended first. A line
+// held back waiting for its newline is delivered (without Newline) before Run
+// returns, so a caller that prints the log waits for Run to return. Run may be
+// called once.
 func (f *Follower) Run(ctx context.Context) error {
 	defer f.cur.flush()
 	log := f.cfg.Logger.With("pod", f.cfg.Namespace+"/"+f.cfg.Pod, "container", f.cfg.Container)
