@@ -105,6 +105,7 @@ type Executor struct {
 	gates     map[string]gateMemo  // scheduling-gate observations, by pod key
 	creations map[string]*creation // admitted pod creations, by task ID
 	waiting   []waiter             // tasks waiting for a parallelism slot, oldest submission first
+	inLine    map[string]time.Time // the tasks in waiting, with their place
 	phases    map[string]string    // latest phase per task, for the tasks gauge
 	listFail  time.Time            // first failed LIST since the last success
 	startedAt time.Time
@@ -124,6 +125,7 @@ func New(cfg Config) (*Executor, error) {
 		live:      map[string]progress{},
 		gates:     map[string]gateMemo{},
 		creations: map[string]*creation{},
+		inLine:    map[string]time.Time{},
 		phases:    map[string]string{},
 		creates:   make(chan string, cfg.Parallelism),
 	}
@@ -216,7 +218,11 @@ func (e *Executor) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing unfinished tasks: %w", err)
 	}
+	now := e.cfg.Clock.Now()
 	for _, r := range recs {
+		if !r.PodCreated && r.CancelledAt.IsZero() && !r.NextAttemptAt.After(now) {
+			e.enlist(r)
+		}
 		e.observe(r.ID, r.Phase, false)
 		e.queue.Add(r.ID)
 	}
@@ -394,6 +400,7 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if created {
+		e.enlist(rec)
 		e.observe(rec.ID, rec.Phase, false)
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 	}

@@ -77,19 +77,13 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod) bool {
 		e.mu.Unlock()
 		return c.attempt == n
 	}
-	w := waiter{at: rec.CreatedAt, id: rec.ID}
-	i := sort.Search(len(e.waiting), func(i int) bool { return !e.waiting[i].before(w) })
-	if i == len(e.waiting) || e.waiting[i] != w {
-		e.waiting = append(e.waiting, waiter{})
-		copy(e.waiting[i+1:], e.waiting[i:])
-		e.waiting[i] = w
-	}
+	i := e.enlistLocked(rec)
 	free := e.cfg.Parallelism - e.usedLocked(now)
 	if i >= free {
 		e.mu.Unlock()
 		return false
 	}
-	e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+	e.removeLocked(rec.ID)
 	e.creations[rec.ID] = &creation{attempt: n, name: pod.Name, pod: pod}
 	e.mu.Unlock()
 	select {
@@ -100,22 +94,57 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod) bool {
 	return true
 }
 
+// enlist puts a task that will need a slot in line, by submission time, so
+// that no later submission overtakes it, even one that happens to be synced
+// first.
+func (e *Executor) enlist(rec store.Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.creations[rec.ID]; !ok {
+		e.enlistLocked(rec)
+	}
+}
+
+// enlistLocked puts rec in line (once) and returns its place. e.mu must be held.
+func (e *Executor) enlistLocked(rec store.Record) int {
+	w := waiter{at: rec.CreatedAt, id: rec.ID}
+	if at, ok := e.inLine[rec.ID]; ok {
+		w.at = at
+	}
+	i := sort.Search(len(e.waiting), func(i int) bool { return !e.waiting[i].before(w) })
+	if i == len(e.waiting) || e.waiting[i] != w {
+		e.waiting = append(e.waiting, waiter{})
+		copy(e.waiting[i+1:], e.waiting[i:])
+		e.waiting[i] = w
+		e.inLine[w.id] = w.at
+	}
+	return i
+}
+
 // unwait takes id out of the line (cancelled, finished or gone) and lets the
 // next one in.
 func (e *Executor) unwait(id string) {
 	e.mu.Lock()
-	removed := false
-	for i, w := range e.waiting {
-		if w.id == id {
-			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
-			removed = true
-			break
-		}
-	}
+	removed := e.removeLocked(id)
 	e.mu.Unlock()
 	if removed {
 		e.wakeWaiting()
 	}
+}
+
+// removeLocked takes id out of the line; e.mu must be held.
+func (e *Executor) removeLocked(id string) bool {
+	at, ok := e.inLine[id]
+	if !ok {
+		return false
+	}
+	delete(e.inLine, id)
+	w := waiter{at: at, id: id}
+	i := sort.Search(len(e.waiting), func(i int) bool { return !e.waiting[i].before(w) })
+	if i < len(e.waiting) && e.waiting[i] == w {
+		e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+	}
+	return true
 }
 
 // wakeWaiting syncs the tasks at the head of the line that the free slots
@@ -163,37 +192,42 @@ var errNameTaken = errors.New("the pod name is taken by a pod that is not this t
 // next sync, which decides.
 func (e *Executor) runCreator(ctx context.Context) {
 	for {
-		var id string
 		select {
 		case <-ctx.Done():
 			return
-		case id = <-e.creates:
+		case id := <-e.creates:
+			e.createOne(ctx, id)
 		}
-		e.mu.Lock()
-		c := e.creations[id]
-		var pod *corev1.Pod
-		if c != nil && !c.done {
-			pod = c.pod
-		}
-		e.mu.Unlock()
-		if pod == nil {
-			continue
-		}
-		obj, adopted, err := e.create(ctx, pod)
-		if ctx.Err() != nil {
-			return
-		}
-		e.mu.Lock()
-		if c := e.creations[id]; c != nil && c.name == pod.Name {
-			c.done, c.err, c.adopted, c.doneAt = true, err, adopted, e.cfg.Clock.Now()
-			if obj != nil {
-				podstate.Trim(obj)
-				c.obj = obj
-			}
-		}
-		e.mu.Unlock()
-		e.queue.Add(id)
 	}
+}
+
+// createOne performs the admitted creation of task id, if it is still
+// pending, and brings the task back to a worker.
+func (e *Executor) createOne(ctx context.Context, id string) {
+	e.mu.Lock()
+	c := e.creations[id]
+	var pod *corev1.Pod
+	if c != nil && !c.done {
+		pod = c.pod
+	}
+	e.mu.Unlock()
+	if pod == nil {
+		return
+	}
+	obj, adopted, err := e.create(ctx, pod)
+	if ctx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	if c := e.creations[id]; c != nil && c.name == pod.Name {
+		c.done, c.err, c.adopted, c.doneAt = true, err, adopted, e.cfg.Clock.Now()
+		if obj != nil {
+			podstate.Trim(obj)
+			c.obj = obj
+		}
+	}
+	e.mu.Unlock()
+	e.queue.Add(id)
 }
 
 // create creates pod. On AlreadyExists it reads the existing pod and adopts

@@ -148,6 +148,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if creating && (cr.seen || pod == nil) {
 		e.dropCreation(rec.ID)
 	}
+	e.unwait(rec.ID) // the attempt has (or had) its pod: no slot to wait for
 
 	policy := t.Policy()
 	policy.CancelledAt = rec.CancelledAt

@@ -1,0 +1,311 @@
+package executor
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kubetask/kubetask/internal/podtest"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// TestCreation: a new task's pod is created outside the sync pass (no API
+// request from the worker), recorded as created once, and the slot it takes
+// is counted until the cache shows the pod.
+func TestCreation(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Parallelism = 1 })
+	f.submit("a", newTask())
+	if _, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 {
+		t.Fatalf("first pass: err %v, requests %v (creation must not run on the worker)", err, verbs)
+	}
+	if s := f.state("a"); s != "Pending/Creating" {
+		t.Errorf("state %s", s)
+	}
+	if got := f.drainCreations(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("creations %v", got)
+	}
+	name := task.PodName(identOf(f, "a"), 0)
+	if f.serverPod(name) == nil {
+		t.Fatal("pod not created")
+	}
+	// The cache has not shown the pod yet: still one slot in use.
+	f.submit("b", newTask())
+	if _, err, _ := f.sync("b"); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.state("b"); s != "Pending/WaitingForSlot" {
+		t.Errorf("b: state %s, want Pending/WaitingForSlot (a's creation holds the slot)", s)
+	}
+	if _, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 {
+		t.Fatalf("pass after creation: err %v, requests %v", err, verbs)
+	}
+	if r := f.record("a"); !r.PodCreated {
+		t.Error("creation not recorded")
+	}
+	if got := f.eventTypes("a"); !slices.Equal(got, []string{"PodCreated"}) {
+		t.Errorf("events %v", got)
+	}
+	// The cache shows it; the expectation is met and dropped; b still waits.
+	f.cache(f.serverPod(name))
+	f.ex.podEvent(f.serverPod(name), false)
+	if _, err, _ := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.ex.creationOf("a"); ok {
+		t.Error("creation entry kept after the cache showed the pod")
+	}
+	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Pending/WaitingForSlot" {
+		t.Errorf("b: err %v, state %s", err, f.state("b"))
+	}
+	// a's pod leaves the cache: b takes the slot.
+	f.uncache(f.serverPod(name))
+	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Pending/Creating" {
+		t.Errorf("b after a's pod left: err %v, state %s", err, f.state("b"))
+	}
+}
+
+// TestCreationAnswers: what a creation's answer from the API server means.
+func TestCreationAnswers(t *testing.T) {
+	cases := map[string]struct {
+		setup  func(f *fx, pod *corev1.Pod)
+		state  string
+		events []string
+		err    bool
+	}{
+		"AlreadyExists, the pod is the task's (created before a restart): adopted": {
+			setup:  func(f *fx, pod *corev1.Pod) { f.server(pod) },
+			state:  "Pending/Scheduling",
+			events: []string{"PodAdopted"},
+		},
+		"AlreadyExists, the pod is another run's: the task fails, the pod is left alone": {
+			setup: func(f *fx, pod *corev1.Pod) { f.server(foreign(pod)) },
+			state: "Failed/ConfigError", events: []string{"AttemptFinished"},
+		},
+		"Invalid (the API server rejects the pod): the task fails with the server's reasons": {
+			setup: func(f *fx, _ *corev1.Pod) {
+				f.reactorError("create", "pods", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "p",
+					field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("image"), "", "required")}))
+			},
+			state: "Failed/ConfigError", events: []string{"AttemptFinished"},
+		},
+		"429 / exceeded quota: shown in the state, retried with backoff": {
+			setup: func(f *fx, _ *corev1.Pod) {
+				f.reactorError("create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("exceeded quota: pods=10")))
+			},
+			state: "Pending/CreateFailed", err: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFx(t, nil)
+			f.submit("a", newTask())
+			pod := f.podOf("a", 0, created())
+			tc.setup(f, pod)
+			if _, err, _ := f.sync("a"); err != nil {
+				t.Fatal(err)
+			}
+			f.drainCreations()
+			_, err, _ := f.sync("a")
+			if (err != nil) != tc.err {
+				t.Errorf("err %v, want error %v", err, tc.err)
+			}
+			if s := f.state("a"); s != tc.state {
+				t.Errorf("state %s, want %s (%s)", s, tc.state, f.record("a").Message)
+			}
+			if got := f.eventTypes("a"); !slices.Equal(got, tc.events) {
+				t.Errorf("events %v, want %v", got, tc.events)
+			}
+			if _, ok := f.ex.creationOf("a"); ok && tc.state != "Pending/Scheduling" {
+				t.Error("a failed creation still holds a slot")
+			}
+		})
+	}
+}
+
+// TestParallelismIsFIFOAndCountsPods (defect f): slots are counted from the
+// pods that exist, never by hand; waiting tasks start in submission order,
+// whoever syncs first; a cancelled waiter passes its turn at once.
+func TestParallelismIsFIFOAndCountsPods(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Parallelism = 2 })
+	for _, id := range []string{"a", "b", "c", "d"} {
+		f.submit(id, newTask())
+		f.clk.Step(time.Second) // distinct submission times
+	}
+	// A pod of another task of this instance exists (say, kept from before):
+	// it holds a slot.
+	f.submit("old", newTask())
+	f.update("old", func(r *store.Record) { r.PodCreated = true })
+	f.both(f.podOf("old", 0, running()))
+	// Newest first: d, c, b, a. Only a (the oldest) may take the free slot.
+	for _, id := range []string{"d", "c", "b", "a"} {
+		if _, err, _ := f.sync(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"a": "Pending/Creating", "b": "Pending/WaitingForSlot", "c": "Pending/WaitingForSlot", "d": "Pending/WaitingForSlot"}
+	for id, s := range want {
+		if got := f.state(id); got != s {
+			t.Errorf("%s: %s, want %s", id, got, s)
+		}
+	}
+	// b is cancelled while waiting: c is next, not d.
+	if err := f.ex.Cancel(f.ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Failed/Cancelled" {
+		t.Fatalf("b: %v %s", err, f.state("b"))
+	}
+	f.uncache(f.podOf("old", 0, running())) // the old pod is gone
+	for _, id := range []string{"d", "c"} {
+		if _, err, _ := f.sync(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.state("c") != "Pending/Creating" || f.state("d") != "Pending/WaitingForSlot" {
+		t.Errorf("c %s, d %s: want c admitted before d", f.state("c"), f.state("d"))
+	}
+}
+
+// TestNextAttemptWaitsForThePreviousPodToStop (defect b): a retry is not
+// created while the previous attempt's pod may still run.
+func TestNextAttemptWaitsForThePreviousPodToStop(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask(retryOn("Infrastructure")))
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	// Evicted; the kubelet has stopped main (143) but envoy still runs its grace period... and then
+	// the pod ends. First the eviction while everything runs: no decision.
+	old := f.podOf("a", 0, running().DisruptionTarget("EvictionByEvictionAPI", "drain").Deleted(30*time.Second))
+	f.both(old)
+	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Running/Stopping" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	// main is killed; envoy has not stopped yet: still no decision.
+	w := running().DisruptionTarget("EvictionByEvictionAPI", "drain").Deleted(30 * time.Second).After(time.Second).On("main").Terminated(143)
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	if _, err, _ := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	// main terminated by the signal: the outcome is known (Evicted, retryable)
+	// and recorded; the retry waits for the backoff and for the pod to stop.
+	if r := f.record("a"); len(r.Attempts) != 1 || r.Attempts[0].Reason != "Evicted" || r.Attempt != 1 {
+		t.Fatalf("record %+v", r.Attempts)
+	}
+	f.clk.Step(time.Minute) // past the backoff
+	if _, err, verbs := f.sync("a"); err != nil || f.state("a") != "Pending/WaitingForPreviousPod" || len(verbs) != 0 {
+		t.Fatalf("%v %s %v", err, f.state("a"), verbs)
+	}
+	if _, ok := f.ex.creationOf("a"); ok {
+		t.Fatal("attempt 1 admitted while attempt 0's pod runs")
+	}
+	// The kubelet is done: the pod ends, attempt 0's pod is released, attempt 1 starts.
+	f.both(f.podOf("a", 0, w.On("envoy").Terminated(143).Phase(corev1.PodFailed)))
+	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Creating" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	if p := f.serverPod(task.PodName(identOf(f, "a"), 0)); hasFinalizer(p) {
+		t.Error("attempt 0's pod not released")
+	}
+}
+
+// TestUnknownTaskPodsAreReleasedAndDeleted: a pod of this instance whose
+// task the store does not know is released and deleted (nobody could report
+// it); a pod of another instance is left alone.
+func TestUnknownTaskPodsAreReleasedAndDeleted(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("gone", newTask())
+	pod := f.podOf("gone", 0, running())
+	other := foreign(pod)
+	other.Name, other.Labels[task.LabelExecutor] = "other", "another-instance"
+	f.both(pod)
+	f.both(other)
+	st := store.NewMemory() // a fresh store: the task is unknown
+	f.ex.store = st
+	_, err, verbs := f.sync("gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(verbs, []string{"patch pods", "delete pods"}) {
+		t.Errorf("requests %v", verbs)
+	}
+	if f.serverPod("other") == nil {
+		t.Error("another instance's pod was touched")
+	}
+}
+
+// TestHoldTimeout: an embedding that never lets go of a decided pod delays
+// its clean-up by HoldTimeout at most.
+func TestHoldTimeout(t *testing.T) {
+	f := newFx(t, func(c *Config) {
+		c.Hold = func(string, int) bool { return true }
+		c.HoldTimeout = time.Minute
+	})
+	f.submit("a", newTask())
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := mainExited(0)
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	if d, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 || d != time.Minute {
+		t.Fatalf("held: %s %v %v", d, err, verbs)
+	}
+	f.clk.Step(time.Minute)
+	if _, err, verbs := f.sync("a"); err != nil || !slices.Equal(verbs, []string{"delete pods"}) {
+		t.Fatalf("after the hold timeout: %v %v", err, verbs)
+	}
+}
+
+// TestScheduleTimeoutCountsFromUngating (defect j): the schedule timeout
+// counts from when the executor saw the pod's scheduling gates removed.
+func TestScheduleTimeoutCountsFromUngating(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask())
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	gated := podtest.MakePod("p", "ns").Main("main").Sidecar("envoy").SchedulingGated()
+	f.both(f.podOf("a", 0, gated))
+	f.clk.SetTime(podtest.T0.Add(time.Hour))
+	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Scheduling" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	// Admitted by the queue after an hour; unschedulable for 9 minutes: waiting.
+	f.both(f.podOf("a", 0, podtest.MakePod("p", "ns").Main("main").Sidecar("envoy").SchedulingGated().Ungated().Unschedulable("0/1 nodes")))
+	if _, err, _ := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Step(9 * time.Minute)
+	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Unschedulable" {
+		t.Fatalf("9 minutes after ungating: %v %s", err, f.state("a"))
+	}
+	f.clk.Step(2 * time.Minute)
+	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Failed/ScheduleTimeout" {
+		t.Fatalf("11 minutes after ungating: %v %s", err, f.state("a"))
+	}
+}
+
+// TestAdoptedTaskLeavesTheLine: a task whose pod exists when it is first
+// synced (created before a restart, or attached) holds its slot through the
+// cache and never blocks the line.
+func TestAdoptedTaskLeavesTheLine(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Parallelism = 1 })
+	f.submit("x", newTask())
+	pod := f.podOf("x", 0, running())
+	f.both(pod)
+	if _, err, verbs := f.sync("x"); err != nil || len(verbs) != 0 || f.state("x") != "Running/Running" {
+		t.Fatalf("x: %v %v %s", err, verbs, f.state("x"))
+	}
+	if got := f.eventTypes("x"); !slices.Equal(got, []string{"PodAdopted"}) {
+		t.Errorf("events %v", got)
+	}
+	f.clk.Step(time.Second)
+	f.submit("y", newTask())
+	f.uncache(pod)
+	if _, err, _ := f.sync("y"); err != nil || f.state("y") != "Pending/Creating" {
+		t.Fatalf("y: %v %s", err, f.state("y"))
+	}
+}
