@@ -1,0 +1,93 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+)
+
+// TestSecondProcessWithTheSameInstanceIDWaits (defect c): two executors with
+// one InstanceID never run at once; the second starts when the first ends.
+func TestSecondProcessWithTheSameInstanceIDWaits(t *testing.T) {
+	client := fake.NewClientset()
+	var logs syncBuffer
+	newEx := func(holder string) *Executor {
+		ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "twin", LeaseHolder: holder,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex
+	}
+	first, second := newEx("first"), newEx("second")
+	running := make(chan string, 2)
+	first.cfg.OnLeading = func(context.Context) error { running <- "first"; return nil }
+	second.cfg.OnLeading = func(context.Context) error { running <- "second"; return nil }
+
+	ctx1, stop1 := context.WithCancel(context.Background())
+	done1 := make(chan error, 1)
+	go func() { done1 <- first.Start(ctx1) }()
+	if got := <-running; got != "first" {
+		t.Fatalf("%s started first", got)
+	}
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	done2 := make(chan error, 1)
+	go func() { done2 <- second.Start(ctx2) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "another process holds this executor's instance lease") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second process does not say it waits; log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case who := <-running:
+		t.Fatalf("%s runs while the first holds the lease", who)
+	case <-time.After(500 * time.Millisecond):
+	}
+	stop1() // releases the lease
+	if err := <-done1; err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	select {
+	case who := <-running:
+		if who != "second" {
+			t.Fatalf("%s", who)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second process did not take over after the first ended")
+	}
+	stop2()
+	if err := <-done2; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("second: %v", err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)
