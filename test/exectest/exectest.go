@@ -87,7 +87,9 @@ func (e *Events) WaitTerminal(t *testing.T, timeout time.Duration, ids ...string
 // (or stop is called) and returns it.
 func StartExecutor(t testing.TB, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
 	t.Helper()
-	cfg.RESTConfig = env.Config
+	if cfg.RESTConfig == nil {
+		cfg.RESTConfig = env.Config
+	}
 	cfg.Namespaces = []string{env.Namespace}
 	cfg.DefaultNamespace = env.Namespace
 	if cfg.InstanceID == "" {
