@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 // ExitError carries a specific process exit code out of a command.
@@ -48,12 +50,19 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Run tasks as Kubernetes pods and report each outcome exactly once",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(_ *cobra.Command, _ []string) {
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			level := slog.LevelInfo
-			if verbose {
+			switch {
+			case verbose:
 				level = slog.LevelDebug
+			case cmd.Name() == "run":
+				// kubetask run prints its own progress; the library's and
+				// client-go's informational logs would only clutter it.
+				level = slog.LevelWarn
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+			h := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+			slog.SetDefault(slog.New(h))
+			klog.SetLogger(logr.FromSlogHandler(h)) // one logger: client-go's klog goes through slog
 		},
 	}
 	root.SetOut(stdout)
