@@ -1,6 +1,8 @@
 package podstate_test
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -677,14 +679,21 @@ func TestStopDeadlineKeepsMainOutcome(t *testing.T) {
 }
 
 func TestReasonsAreDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/states.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[podstate.Reason]bool{}
-	for _, r := range podstate.Reasons {
+	for _, r := range append(slices.Clone(podstate.Reasons), podstate.LifecycleReasons...) {
 		if seen[r] {
 			t.Errorf("reason %s listed twice", r)
 		}
 		seen[r] = true
+		if !strings.Contains(string(doc), "| `"+string(r)+"` |") {
+			t.Errorf("reason %s has no row in docs/states.md", r)
+		}
 	}
-	if len(seen) != 23 {
-		t.Errorf("Reasons has %d entries; update docs/states.md when the set changes", len(seen))
+	if len(podstate.Reasons) != 23 {
+		t.Errorf("Reasons has %d entries; update docs/states.md when the set changes", len(podstate.Reasons))
 	}
 }
