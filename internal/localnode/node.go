@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,16 +25,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
 
 const (
-	// LabelKey is the label (value LabelValue) on every local node, and the key of
-	// its NoSchedule taint: pods reach a local node through the scheduler only with a
-	// matching toleration (and usually a nodeSelector on the label), or by a preset
-	// spec.nodeName, which bypasses both.
+	// LabelKey is the label (value LabelValue) on every local node. A local node
+	// has no taint: any pod the scheduler finds room for may land on it, so a pod a
+	// user brings runs as it is. Simulated (kwok) nodes carry the taint instead; a
+	// pod that must run here rather than on another untainted node selects the label.
 	LabelKey = "kubetask.dev/node"
-	// LabelValue is the value of LabelKey and of the taint.
+	// LabelValue is the value of LabelKey.
 	LabelValue = "local"
 
 	// KubeletVersion is what the node reports as its kubelet version.
@@ -186,6 +188,9 @@ func Run(ctx context.Context, cfg Config) error {
 	select {
 	case <-n.Ready():
 		log.Info("local node ready")
+		if err := removeLegacyTaint(nodeCtx, plain, cfg.NodeName); err != nil {
+			log.Warn("could not remove the taint earlier versions put on the node", "err", err)
+		}
 	case err := <-runErr:
 		p.shutdown(cfg.StopGrace)
 		_ = srv.Close()
@@ -245,9 +250,6 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 				LabelKey:                 LabelValue,
 			},
 		},
-		Spec: corev1.NodeSpec{
-			Taints: []corev1.Taint{{Key: LabelKey, Value: LabelValue, Effect: corev1.TaintEffectNoSchedule}},
-		},
 		Status: corev1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: capacity.DeepCopy(),
@@ -270,6 +272,32 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 			},
 		},
 	}
+}
+
+// legacyTaint is the NoSchedule taint local nodes carried when pods needed a
+// toleration to run on them. A Node object kept from then (cluster down --keep)
+// still has it: virtual-kubelet updates only the status of an existing node.
+var legacyTaint = corev1.Taint{Key: LabelKey, Value: LabelValue, Effect: corev1.TaintEffectNoSchedule}
+
+// removeLegacyTaint removes legacyTaint from the node, if it is there.
+func removeLegacyTaint(ctx context.Context, client kubernetes.Interface, name string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.MatchTaint(&legacyTaint) })
+		if len(kept) == len(n.Spec.Taints) {
+			return nil
+		}
+		n.Spec.Taints = kept
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove taint %s from node %s: %w", legacyTaint.ToString(), name, err)
+	}
+	return nil
 }
 
 // markNotReady reports the node NotReady right away instead of leaving it to the

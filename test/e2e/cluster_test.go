@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -351,8 +353,58 @@ func TestClusterUpWithNodes(t *testing.T) {
 	if !names["node-local-0"] || !names["kwok"] {
 		t.Errorf("state lists %v; want the local node and kwok among the processes", names)
 	}
+	t.Run("plain pod runs as it is", func(t *testing.T) {
+		plainPodRuns(t, env, filepath.Join(dir, "kubeconfig"))
+	})
 	if r := kubetask(t, env, "cluster", "down"); r.code != 0 {
 		t.Fatalf("cluster down: exit %d\n%s", r.code, r.stderr)
 	}
 	waitGone(t, append(pids, st.SupervisorPID), st.Ports)
+}
+
+// plainPodRuns: `kubectl apply -f examples/plain-pod.yaml`, with nothing added,
+// runs on the local node of the default cluster. The pod has no toleration and
+// no selector: the local node has no taint, and the simulated nodes, which
+// carry kwok's taint, do not take it.
+func plainPodRuns(t *testing.T, env []string, kubeconfig string) {
+	r := kubetask(t, env, "cluster", "build")
+	if r.code != 0 {
+		t.Fatalf("cluster build: exit %d\n%s", r.code, r.stderr)
+	}
+	var kubectl string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "kubectl" {
+			kubectl = f[2]
+		}
+	}
+	if kubectl == "" {
+		t.Fatalf("cluster build printed no kubectl:\n%s", r.stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "apply", "-f", filepath.Join("..", "..", "examples", "plain-pod.yaml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := kubernetes.NewForConfigOrDie(rc).CoreV1().Pods("default")
+	var last *corev1.Pod
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "migrate-db", metav1.GetOptions{})
+		if err != nil {
+			return false, nil // not there yet, or a passing error: poll again until the deadline
+		}
+		last = p
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded, nil
+	})
+	if err != nil {
+		status, _ := json.MarshalIndent(last, "", "  ")
+		t.Fatalf("pod migrate-db not Running or Succeeded within 2m: %v\n%s", err, status)
+	}
+	if last.Spec.NodeName != "local-0" {
+		t.Errorf("pod runs on %q, want the local node local-0", last.Spec.NodeName)
+	}
 }

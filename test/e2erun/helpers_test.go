@@ -21,10 +21,9 @@ import (
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
 
-// localPlacement puts a pod on the local process node.
+// localPlacement is what every test pod gets. The test cluster's only
+// untainted node is the local process node, so pods land there unaided.
 const localPlacement = `
-      nodeSelector: {kubetask.dev/node: local}
-      tolerations: [{key: kubetask.dev/node, operator: Equal, value: local, effect: NoSchedule}]
       terminationGracePeriodSeconds: 5`
 
 // taskFile writes a task named name whose spec is specExtra (indented two spaces)

@@ -34,7 +34,6 @@ func Example() {
 	t, err := task.Load(strings.NewReader(`{"apiVersion": "kubetask.dev/v1alpha1", "kind": "Task",
 	  "metadata": {"name": "hello"},
 	  "spec": {"template": {"spec": {
-	    "nodeSelector": {"kubetask.dev/node": "local"}, "tolerations": [{"key": "kubetask.dev/node", "operator": "Exists"}],
 	    "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "echo hello; exit 3"]}]}}}}`))
 	if err != nil {
 		panic(err)

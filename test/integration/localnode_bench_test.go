@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
-	"github.com/kubetask/kubetask/internal/localnode"
 )
 
 // BenchmarkLocalNodeCapacity runs KUBETASK_BENCH_PODS (default 200) pods with two
@@ -63,7 +62,6 @@ func BenchmarkLocalNodeCapacity(b *testing.B) {
 					NodeName:                      name,
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					TerminationGracePeriodSeconds: &grace,
-					Tolerations:                   []corev1.Toleration{{Key: localnode.LabelKey, Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{
 						{Name: "a", Image: "busybox", Command: []string{"sleep", "3600"}},
 						{Name: "b", Image: "busybox", Command: []string{"sleep", "3600"}},
