@@ -126,7 +126,7 @@ func newPodWorker(p *provider, pod *corev1.Pod) *podWorker {
 		wake:      make(chan struct{}, 1),
 		destroyed: make(chan struct{}),
 		exited:    make(chan struct{}),
-		startTime: metav1.Now(),
+		startTime: metav1.NewTime(p.cfg.clock.Now()),
 	}
 	for _, c := range pod.Spec.InitContainers {
 		k := initKind
@@ -199,14 +199,14 @@ func (w *podWorker) beginTermination(reason termReason, grace time.Duration) {
 	if w.terminating == notTerminating {
 		w.terminating = reason
 	}
-	deadline := time.Now().Add(grace)
+	deadline := w.clock().Now().Add(grace)
 	if w.stopCtx == nil {
 		w.stopCtx, w.stopCancel = context.WithCancel(context.Background())
 		w.stopDeadline = deadline
-		time.AfterFunc(grace, w.stopCancel)
+		w.clock().AfterFunc(grace, w.stopCancel)
 	} else if deadline.Before(w.stopDeadline) {
 		w.stopDeadline = deadline
-		time.AfterFunc(grace, w.stopCancel)
+		w.clock().AfterFunc(grace, w.stopCancel)
 	}
 }
 
@@ -262,7 +262,7 @@ func (w *podWorker) run(ctx context.Context) {
 		w.log.Error("could not create pod directory", "err", err)
 	}
 	for {
-		now := time.Now()
+		now := w.clock().Now()
 		w.mu.Lock()
 		next := w.sync(ctx, now)
 		pod := w.snapshotLocked(now)
@@ -282,11 +282,15 @@ func (w *podWorker) run(ctx context.Context) {
 			go w.finishDeletion(ctx, pod)
 		}
 
-		var timer *time.Timer
 		var tc <-chan time.Time
+		stopTimer := func() bool { return false }
 		if !next.IsZero() {
-			timer = time.NewTimer(time.Until(next))
-			tc = timer.C
+			if d := next.Sub(w.clock().Now()); d > 0 {
+				timer := w.clock().NewTimer(d)
+				tc, stopTimer = timer.C(), timer.Stop
+			} else {
+				w.poke() // due now: a fake clock would not fire a timer of zero
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -294,9 +298,7 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-w.wake:
 		case <-tc:
 		}
-		if timer != nil {
-			timer.Stop()
-		}
+		stopTimer()
 		if ctx.Err() != nil || isClosed(w.destroyed) {
 			return
 		}
@@ -417,12 +419,12 @@ func (w *podWorker) startStopping() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.Stop(ctx, time.Until(deadline))
+				p.Stop(ctx, deadline.Sub(w.clock().Now()))
 			}()
 		}
 		wg.Wait()
 		for i := len(sidecars) - 1; i >= 0; i-- {
-			sidecars[i].Stop(ctx, time.Until(deadline))
+			sidecars[i].Stop(ctx, deadline.Sub(w.clock().Now()))
 		}
 		w.mu.Lock()
 		w.stopDone = true
@@ -584,10 +586,12 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		c.retryAt = now.Add(never)
 		return time.Time{}
 	}
-	if len(c.spec.Command) == 0 {
+	// Without a command the args run alone, as on an image without an ENTRYPOINT
+	// (busybox, debian, ...): `kubectl run x --image=busybox -- sh -c ...` works.
+	if len(c.spec.Command) == 0 && len(c.spec.Args) == 0 {
 		c.waiting = &corev1.ContainerStateWaiting{
 			Reason:  "CreateContainerError",
-			Message: fmt.Sprintf("kubetask local node: container %q has no command; this node runs the container's command and args on the host and never runs images, so an image's entrypoint is unknown", c.spec.Name),
+			Message: fmt.Sprintf("kubetask local node: container %q has no command and no args; this node runs the container's command and args on the host and never runs images, so an image's entrypoint is unknown", c.spec.Name),
 		}
 		c.retryAt = now.Add(never)
 		return time.Time{}
@@ -740,7 +744,7 @@ func (w *podWorker) runningInstance(name string) (*container.Process, error) {
 func (w *podWorker) snapshot() *corev1.Pod {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.snapshotLocked(time.Now())
+	return w.snapshotLocked(w.clock().Now())
 }
 
 func (w *podWorker) snapshotLocked(now time.Time) *corev1.Pod {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kubetask/kubetask/internal/container"
@@ -33,6 +34,9 @@ type providerConfig struct {
 	log              *slog.Logger
 	apiHost, apiPort string
 	cpu, memory      resource.Quantity
+	// clock gives the pod workers the time and their timers (restart back-off,
+	// activeDeadlineSeconds, termination grace); default the real one.
+	clock clock.WithDelayedExecution
 }
 
 // provider implements virtual-kubelet's Provider and PodNotifier on local processes.
@@ -55,8 +59,13 @@ var (
 )
 
 func newProvider(cfg providerConfig) *provider {
+	if cfg.clock == nil {
+		cfg.clock = clock.RealClock{}
+	}
 	return &provider{cfg: cfg, workers: map[string]*podWorker{}, notify: func(*corev1.Pod) {}}
 }
+
+func (w *podWorker) clock() clock.WithDelayedExecution { return w.p.cfg.clock }
 
 // start gives the provider the context its pod workers run in.
 func (p *provider) start(ctx context.Context) {
