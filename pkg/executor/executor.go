@@ -110,7 +110,7 @@ type Executor struct {
 	listFail  time.Time            // first failed LIST since the last success
 	startedAt time.Time
 	started   bool
-	synced    bool
+	gate      *gate // open while this process holds the instance Lease and its caches synced
 }
 
 // New validates cfg and returns an Executor.
@@ -128,6 +128,7 @@ func New(cfg Config) (*Executor, error) {
 		inLine:    map[string]time.Time{},
 		phases:    map[string]string{},
 		creates:   make(chan string, cfg.Parallelism),
+		gate:      newGate(cfg.Clock),
 	}
 	e.client = cfg.Client
 	var rc *rest.Config
@@ -169,13 +170,15 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// Start runs the executor until ctx ends. It first takes the instance Lease
+// Start runs the executor until ctx ends. It takes the instance Lease
 // (waiting, and logging who holds it, while another process runs the same
 // InstanceID), runs OnLeading, adopts what the instances in AdoptFrom left,
-// starts the pod informers, waits for their caches and runs the workers. It
-// returns nil when ctx ends, ErrLeaseLost when the Lease could not be
-// renewed (the process must not go on acting on pods another may now own),
-// or an error if it cannot start.
+// starts the pod informers, waits for their caches and lets the workers run.
+// When the Lease cannot be renewed (the API server unreachable for longer than
+// RenewDeadline, or another process took it), the workers stop acting on pods
+// at once and Start takes the Lease again before they resume from the state
+// as it then is. It returns nil when ctx ends, or the error of OnLeading or of
+// the start.
 func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Lock()
 	if e.started {
@@ -185,48 +188,8 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.started = true
 	e.startedAt = e.cfg.Clock.Now()
 	e.mu.Unlock()
-	defer e.queue.ShutDown()
-	return e.holdLease(ctx, e.run)
-}
-
-// run is the executor's life while it holds the instance Lease.
-func (e *Executor) run(ctx context.Context) error {
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
-	if e.cfg.OnLeading != nil {
-		if err := e.cfg.OnLeading(ctx); err != nil {
-			return err
-		}
-	}
-	if err := e.adopt(ctx); err != nil {
-		return err
-	}
-	namespaces := e.startInformers(ctx)
-	synced := make([]cache.InformerSynced, len(e.informers))
-	for i, inf := range e.informers {
-		synced[i] = inf.HasSynced
-	}
-	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // ctx ended
-	}
-	e.mu.Lock()
-	e.synced = true
-	e.mu.Unlock()
-	// Level-based start: every unfinished task is looked at once, whether or
-	// not its pod still exists.
-	recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
-	if err != nil {
-		return fmt.Errorf("listing unfinished tasks: %w", err)
-	}
-	now := e.cfg.Clock.Now()
-	for _, r := range recs {
-		if !r.PodCreated && r.CancelledAt.IsZero() && !r.NextAttemptAt.After(now) {
-			e.enlist(r)
-		}
-		e.observe(r.ID, r.Phase, false)
-		e.queue.Add(r.ID)
-	}
-	log.Info("executor started", "unfinished", len(recs))
+
 	var wg sync.WaitGroup
 	for i := 0; i < e.cfg.Workers; i++ {
 		wg.Add(1)
@@ -243,10 +206,66 @@ func (e *Executor) run(ctx context.Context) error {
 			e.runCreator(ctx)
 		}()
 	}
+	defer func() {
+		e.queue.ShutDown()
+		e.gate.stop()
+		wg.Wait()
+	}()
 	go e.resync(ctx)
+	for {
+		err := e.holdLease(ctx, e.term)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			log.Warn("stopped acting on pods until the instance lease is held again")
+		default:
+			return err
+		}
+	}
+}
+
+// term is the executor's life while it holds the instance Lease: the
+// informers run and the gate lets the workers and creators act. When ctx
+// ends (the Lease is lost or Start's context ended), the gate closes and term
+// returns once no sync or creation is in flight.
+func (e *Executor) term(ctx context.Context) error {
+	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
+	if e.cfg.OnLeading != nil {
+		if err := e.cfg.OnLeading(ctx); err != nil {
+			return err
+		}
+	}
+	if err := e.adopt(ctx); err != nil {
+		return err
+	}
+	informers, namespaces := e.startInformers(ctx)
+	synced := make([]cache.InformerSynced, len(informers))
+	for i, inf := range informers {
+		synced[i] = inf.HasSynced
+	}
+	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	// Level-based start: every unfinished task is looked at once, whether or
+	// not its pod still exists.
+	recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
+	if err != nil {
+		return fmt.Errorf("listing unfinished tasks: %w", err)
+	}
+	now := e.cfg.Clock.Now()
+	for _, r := range recs {
+		if !r.PodCreated && r.CancelledAt.IsZero() && !r.NextAttemptAt.After(now) {
+			e.enlist(r)
+		}
+		e.observe(r.ID, r.Phase, false)
+		e.queue.Add(r.ID)
+	}
+	e.gate.open()
+	log.Info("executor started", "unfinished", len(recs))
 	<-ctx.Done()
-	e.queue.ShutDown()
-	wg.Wait()
+	e.gate.close() // waits until no sync or creation is in flight
 	return nil
 }
 
@@ -269,11 +288,19 @@ func (e *Executor) adopt(ctx context.Context) error {
 }
 
 func (e *Executor) processNext(ctx context.Context) bool {
+	if !e.gate.wait(ctx) {
+		return false
+	}
 	id, quit := e.queue.Get()
 	if quit {
 		return false
 	}
 	defer e.queue.Done(id)
+	if !e.gate.enter() {
+		e.queue.AddRateLimited(id) // the Lease was lost meanwhile: later
+		return true
+	}
+	defer e.gate.leave()
 	start := time.Now()
 	after, err := e.sync(ctx, id)
 	e.metrics.reconcile.Observe(time.Since(start).Seconds())
@@ -319,8 +346,8 @@ func (e *Executor) Healthy() error {
 	if !listFail.IsZero() && now.Sub(listFail) >= e.cfg.LivenessTimeout {
 		return fmt.Errorf("pod informers cannot list since %s", listFail.Format(time.RFC3339))
 	}
-	if len(informers) == 0 && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
-		return fmt.Errorf("not running %s after start: waiting for the instance lease %s/%s", now.Sub(startedAt).Round(time.Second), e.cfg.LeaseNamespace, LeaseName(e.cfg.InstanceID))
+	if closedSince := e.gate.closedSince(); !closedSince.IsZero() && now.Sub(maxTime(closedSince, startedAt)) >= e.cfg.LivenessTimeout {
+		return fmt.Errorf("not acting on pods since %s: waiting for the instance lease %s/%s or for the pod caches", closedSince.Format(time.RFC3339), e.cfg.LeaseNamespace, LeaseName(e.cfg.InstanceID))
 	}
 	for _, inf := range informers {
 		if !inf.HasSynced() && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
@@ -501,4 +528,11 @@ func (e *Executor) observe(id, phase string, terminal bool) {
 		return
 	}
 	e.phases[id] = phase
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

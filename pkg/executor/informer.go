@@ -27,26 +27,29 @@ func (e *Executor) podSelector() labels.Selector {
 	return labels.NewSelector().Add(*managed, *owner, *unreleased)
 }
 
-// startInformers starts one pod informer per namespace and returns the
+// startInformers starts one pod informer per namespace, running until ctx
+// ends, in place of those of an earlier term, and returns them and the
 // namespaces.
-func (e *Executor) startInformers(ctx context.Context) []string {
+func (e *Executor) startInformers(ctx context.Context) ([]cache.SharedIndexInformer, []string) {
 	namespaces := e.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	sel := e.podSelector().String()
-	e.mu.Lock()
+	var informers []cache.SharedIndexInformer
+	var indexers []cache.Indexer
 	for _, ns := range namespaces {
 		inf := e.newInformer(ns, sel)
-		e.informers = append(e.informers, inf)
-		e.indexers = append(e.indexers, inf.GetIndexer())
+		informers = append(informers, inf)
+		indexers = append(indexers, inf.GetIndexer())
 	}
-	informers := e.informers
+	e.mu.Lock()
+	e.informers, e.indexers = informers, indexers
 	e.mu.Unlock()
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
 	}
-	return namespaces
+	return informers, namespaces
 }
 
 func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {

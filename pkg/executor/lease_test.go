@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestSecondProcessWithTheSameInstanceIDWaits (defect c): two executors with
@@ -91,3 +94,65 @@ func (s *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// TestLeaseLostAndTakenAgain: when the Lease cannot be renewed (the API
+// server unreachable), the executor stops acting and, once it holds the
+// Lease again, resumes; Start does not return.
+func TestLeaseLostAndTakenAgain(t *testing.T) {
+	client := fake.NewClientset()
+	var failing atomic.Bool
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	terms := make(chan int, 4)
+	n := 0
+	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnLeading: func(context.Context) error { n++; terms <- n; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ex.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	select {
+	case <-terms:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never took the lease")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !ex.gate.closedSince().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("never opened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failing.Store(true)
+	for ex.gate.closedSince().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("still acting after the lease could not be renewed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failing.Store(false)
+	select {
+	case got := <-terms:
+		if got != 2 {
+			t.Fatalf("term %d", got)
+		}
+	case err := <-done:
+		t.Fatalf("Start returned %v instead of taking the lease again", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("did not take the lease again")
+	}
+}

@@ -191,12 +191,17 @@ var errNameTaken = errors.New("the pod name is taken by a pod that is not this t
 // workers. It only performs the API call and hands the answer to the task's
 // next sync, which decides.
 func (e *Executor) runCreator(ctx context.Context) {
-	for {
+	for e.gate.wait(ctx) {
 		select {
 		case <-ctx.Done():
 			return
 		case id := <-e.creates:
+			if !e.gate.enter() {
+				go func() { e.creates <- id }() // after the Lease is held again
+				continue
+			}
 			e.createOne(ctx, id)
+			e.gate.leave()
 		}
 	}
 }
