@@ -65,10 +65,10 @@ type Config struct {
 	// every add, update and delete of a pod this executor watches; it must not
 	// block. Read the pod with CachedPod.
 	OnPodChange func(namespace, name string)
-	// OnLeading, when set, runs once Start holds the instance Lease and before
-	// the informers and workers start, for recovery work that must not race
-	// another process with the same InstanceID (Submit may be called from
-	// it). An error ends Start with that error.
+	// OnLeading, when set, runs each time Start takes the instance Lease
+	// (again), before the informers start and the workers act, for recovery
+	// work that must not race another process with the same InstanceID
+	// (Submit may be called from it). An error ends Start with that error.
 	OnLeading func(ctx context.Context) error
 	// Hold, when set, is asked before the executor stops, deletes or releases
 	// the pod of an attempt whose outcome is recorded; while it returns true

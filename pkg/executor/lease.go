@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// ErrLeaseLost is returned by Start when the executor could not renew its
-// instance Lease: another process may now run the same InstanceID, so this
-// one stops acting on pods at once.
+// ErrLeaseLost reports that the executor could not renew its instance
+// Lease: another process may now run the same InstanceID, so this one stops
+// acting on pods at once until it holds the Lease again.
 var ErrLeaseLost = errors.New("lost the instance lease")
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
