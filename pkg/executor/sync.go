@@ -112,10 +112,12 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 // state, decide and record its outcome.
 func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Record, ident task.Identity, pods map[int]*corev1.Pod, now time.Time) (time.Duration, error) {
 	n := rec.Attempt
-	pod, fromCache := pods[n], true
+	// stale: the pod may be older than the API server's (the cache, or the
+	// copy a creation returned); fresh: just read from the API server.
+	pod, stale := pods[n], true
 	cr, creating := e.creationOf(rec.ID)
-	if creating && cr.attempt != n {
-		e.dropCreation(rec.ID) // an older attempt's
+	if creating && (cr.attempt != n || cr.done && !cr.seen && now.Sub(cr.doneAt) >= expectationTimeout) {
+		e.dropCreation(rec.ID) // an older attempt's, or the cache never showed it
 		creating = false
 	}
 	if pod == nil && creating {
@@ -125,7 +127,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		case cr.err != nil:
 			return e.createFailed(ctx, t, rec, cr, now)
 		default:
-			pod, fromCache = cr.obj, false // created; the cache has not shown it yet
+			pod = cr.obj // created; the cache has not shown it yet
 		}
 	}
 	if pod == nil && rec.PodCreated && !creating {
@@ -134,7 +136,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		if err != nil {
 			return 0, err
 		}
-		pod, fromCache = live, false
+		pod, stale = live, false
 	}
 	if pod == nil && !rec.PodCreated {
 		return e.startAttempt(ctx, t, rec, ident, pods, now)
@@ -154,7 +156,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	policy.CancelledAt = rec.CancelledAt
 	policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
 	st := podstate.Derive(pod, policy, now)
-	if st.Terminal() && st.Timed && fromCache {
+	if st.Terminal() && st.Timed && stale {
 		// The clock decided: confirm on a fresh read, so that a stalled watch
 		// never turns a running or finished pod into a timeout.
 		live, err := e.readPod(ctx, ident, n)
