@@ -50,19 +50,36 @@ func Derive(pod *corev1.Pod, p Policy, now time.Time) State {
 
 // Stopped reports whether no container of pod runs any more, as far as the
 // control plane knows: the pod is gone (nil), was never bound to a node, has a
-// final phase, or is being deleted with grace period 0 (what the kubelet does
-// once it stopped every container, and what a forced deletion or the pod
-// garbage collector does for a node that is gone). A pod merely being deleted
-// with a grace period, or on a node that stopped reporting, may still run.
-// This is the Job controller's rule for replacing a pod
-// (podReplacementPolicy: Failed): no new attempt while the old one may run.
+// final phase, or is being deleted and either with grace period 0 (what the
+// kubelet does once it stopped every container, and what a forced deletion or
+// the pod garbage collector does for a node that is gone) or with every
+// regular container reported terminated and no init container running. A pod
+// merely being deleted with a grace period, or on a node that stopped
+// reporting, may still run. This is the Job controller's rule for replacing a
+// pod (podReplacementPolicy: Failed): no new attempt while the old one may run.
 func Stopped(pod *corev1.Pod) bool {
 	if pod == nil || pod.Spec.NodeName == "" ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return true
 	}
-	g := pod.DeletionGracePeriodSeconds
-	return pod.DeletionTimestamp != nil && g != nil && *g == 0
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 {
+		return true
+	}
+	for i := range pod.Spec.Containers {
+		st := findStatus(pod.Status.ContainerStatuses, pod.Spec.Containers[i].Name)
+		if st == nil || st.State.Terminated == nil {
+			return false
+		}
+	}
+	for _, st := range pod.Status.InitContainerStatuses {
+		if st.State.Running != nil {
+			return false
+		}
+	}
+	return len(pod.Spec.Containers) > 0
 }
 
 // DefaultMainContainer returns the main container of spec when the task does not name

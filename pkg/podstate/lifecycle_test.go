@@ -128,6 +128,12 @@ func TestStopped(t *testing.T) {
 		"being deleted with a grace period":       {running().Deleted(30 * time.Second), false},
 		"deleted with grace 0 (kubelet or force)": {running().Deleted(0), true},
 		"phase Unknown (node lost)":               {running().Phase(corev1.PodUnknown), false},
+		"being deleted, every container reported terminated": {
+			running().Sidecar("envoy").Running().Deleted(30 * time.Second).On("base").Terminated(143).On("envoy").Terminated(0), true},
+		"being deleted, a sidecar still running": {
+			running().Sidecar("envoy").Running().Deleted(30 * time.Second).On("base").Terminated(143), false},
+		"being deleted, deletion deadline long passed, still reported running": {
+			running().Deleted(30 * time.Second).After(time.Hour), false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
