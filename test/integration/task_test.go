@@ -2,13 +2,16 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -123,37 +126,187 @@ func TestPodLifecycleOnTheAPIServer(t *testing.T) {
 	}
 }
 
-// TestValidationAgreesWithTheAPIServer builds pods from templates that Load rejects
-// (bypassing Load) and checks that the API server rejects them too: kubetask only
-// reports earlier and at the task's field paths what the API server would reject.
+// TestValidationAgreesWithTheAPIServer is the proof of task validation: for each
+// broken template, Validate (no cluster) and ValidateOnServer (the real API server,
+// server-side dry run) report the problem at the same task field path, or, for what
+// only the API server judges (serverOnly), Validate accepts the task and
+// ValidateOnServer rejects it there. Every example passes both.
 func TestValidationAgreesWithTheAPIServer(t *testing.T) {
 	env := clustertest.New(t)
-	cases := map[string]func(*corev1.PodSpec){
-		"missing image":      func(s *corev1.PodSpec) { s.Containers[0].Image = "" },
-		"bad container name": func(s *corev1.PodSpec) { s.Containers[0].Name = "Base_1" },
-		"undefined volume mount": func(s *corev1.PodSpec) {
-			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}}
-		},
-		"port out of range": func(s *corev1.PodSpec) { s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 70000}} },
+	main := func(f func(c *corev1.Container)) func(*task.Task) {
+		return func(tk *task.Task) { f(&tk.Spec.Template.Spec.Containers[0]) }
 	}
-	for name, mutate := range cases {
+	cases := map[string]struct {
+		example    string // default examples/hello-task.yaml
+		mutate     func(*task.Task)
+		path       string // every reported path starts with it
+		serverOnly bool
+	}{
+		"missing image": {
+			mutate: main(func(c *corev1.Container) { c.Image = "" }),
+			path:   "spec.template.spec.containers[0].image",
+		},
+		"image with whitespace": {
+			mutate: main(func(c *corev1.Container) { c.Image = "busybox:1.37 " }),
+			path:   "spec.template.spec.containers[0].image",
+		},
+		"bad container name": {
+			mutate: func(tk *task.Task) {
+				tk.Spec.Template.Spec.Containers[0].Name = "Base_1"
+				tk.Spec.MainContainer, tk.Spec.Logs.Containers = "Base_1", nil
+			},
+			path: "spec.template.spec.containers[0].name",
+		},
+		"container name used twice": {
+			mutate: func(tk *task.Task) {
+				tk.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "base", Image: "busybox:1.37"}}
+			},
+			path: "spec.template.spec.initContainers[0].name",
+		},
+		"undefined volume mount": {
+			mutate: main(func(c *corev1.Container) { c.VolumeMounts = []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}} }),
+			path:   "spec.template.spec.containers[0].volumeMounts[0].name",
+		},
+		"volume with two types": {
+			mutate: func(tk *task.Task) {
+				tk.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{
+					EmptyDir: &corev1.EmptyDirVolumeSource{}, ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}}}
+			},
+			path: "spec.template.spec.volumes[0]",
+		},
+		"port out of range": {
+			mutate: main(func(c *corev1.Container) { c.Ports = []corev1.ContainerPort{{ContainerPort: 70000}} }),
+			path:   "spec.template.spec.containers[0].ports[0].containerPort",
+		},
+		"requests above limits": {
+			mutate: main(func(c *corev1.Container) {
+				c.Resources = corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+				}
+			}),
+			path: "spec.template.spec.containers[0].resources.requests",
+		},
+		"env var name with =": {
+			mutate: main(func(c *corev1.Container) { c.Env = []corev1.EnvVar{{Name: "A=B", Value: "x"}} }),
+			path:   "spec.template.spec.containers[0].env[0].name",
+		},
+		"env var from an unsupported pod field": {
+			mutate: main(func(c *corev1.Container) {
+				c.Env = []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.hostname"}}}}
+			}),
+			path: "spec.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath",
+		},
+		"template label": {
+			mutate: func(tk *task.Task) { tk.Spec.Template.Labels = map[string]string{"a b": "x"} },
+			path:   "spec.template.metadata.labels",
+		},
+		"template annotation": {
+			mutate: func(tk *task.Task) { tk.Spec.Template.Annotations = map[string]string{"-x": "y"} },
+			path:   "spec.template.metadata.annotations",
+		},
+		// Only the API server judges these.
+		"runAsUser out of range": {
+			mutate:     main(func(c *corev1.Container) { c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(-1))} }),
+			path:       "spec.template.spec.containers[0].securityContext.runAsUser",
+			serverOnly: true,
+		},
+		"probe without a handler": {
+			mutate:     main(func(c *corev1.Container) { c.ReadinessProbe = &corev1.Probe{} }),
+			path:       "spec.template.spec.containers[0].readinessProbe",
+			serverOnly: true,
+		},
+		"zero activeDeadlineSeconds": {
+			mutate:     func(tk *task.Task) { tk.Spec.Template.Spec.ActiveDeadlineSeconds = ptr(int64(0)) },
+			path:       "spec.template.spec.activeDeadlineSeconds",
+			serverOnly: true,
+		},
+		"unknown dnsPolicy": {
+			mutate:     func(tk *task.Task) { tk.Spec.Template.Spec.DNSPolicy = "Sometimes" },
+			path:       "spec.template.spec.dnsPolicy",
+			serverOnly: true,
+		},
+		"the result holder, at spec.result": {
+			// The holder runs as the main container's user: both are rejected.
+			example:    "../../examples/file-result-task.yaml",
+			mutate:     main(func(c *corev1.Container) { c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(-1))} }),
+			path:       "spec.result.securityContext.runAsUser",
+			serverOnly: true,
+		},
+	}
+	under := func(err error, path string) (found, outside []string) {
+		var inv *task.InvalidError
+		if !errors.As(err, &inv) {
+			return nil, nil
+		}
+		for _, e := range inv.Errs {
+			if strings.HasPrefix(e.Field, path) {
+				found = append(found, e.Error())
+			} else {
+				outside = append(outside, e.Error())
+			}
+		}
+		return found, outside
+	}
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			tk := loadExample(t, "../../examples/hello-task.yaml")
-			mutate(&tk.Spec.Template.Spec)
-			if err := tk.Validate(); err == nil {
-				t.Fatal("Validate() accepted the template")
+			example := tc.example
+			if example == "" {
+				example = "../../examples/hello-task.yaml"
 			}
-			tk.Spec.MainContainer = tk.Spec.Template.Spec.Containers[0].Name
-			pod, err := task.BuildPod(tk, task.Identity{Namespace: env.Namespace, Name: "bad", RunID: "r", Executor: "it"}, 0)
-			if err != nil {
-				t.Fatal(err)
+			tk := loadExample(t, example)
+			tc.mutate(tk)
+
+			local := tk.Validate()
+			if found, _ := under(local, tc.path); tc.serverOnly && local != nil {
+				t.Errorf("Validate() rejected a template only the API server judges:\n%v", local)
+			} else if !tc.serverOnly && len(found) == 0 {
+				t.Errorf("Validate() = %v; want an *InvalidError at %s", local, tc.path)
 			}
-			_, err = env.Client.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if !apierrors.IsInvalid(err) {
-				t.Errorf("the API server answered %v; want Invalid", err)
+
+			server := tk.ValidateOnServer(ctx, env.Client, env.Namespace)
+			found, outside := under(server, tc.path)
+			if len(found) == 0 {
+				t.Fatalf("ValidateOnServer() = %v; want an *InvalidError at %s", server, tc.path)
+			}
+			for _, e := range outside {
+				if !tc.serverOnly || !strings.HasPrefix(e, "spec.template.spec.containers[0].") {
+					t.Errorf("ValidateOnServer() also reported %s", e)
+				}
+			}
+			t.Logf("API server: %v", found)
+		})
+	}
+
+	files, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		t.Run("accepts "+filepath.Base(f), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := loadExample(t, f).ValidateOnServer(ctx, env.Client, env.Namespace); err != nil {
+				t.Errorf("ValidateOnServer() = %v", err)
 			}
 		})
 	}
 }
+
+// TestValidateOnServerAnswersThatAreNoVerdict: an error that is not the API server's
+// 422 Invalid (here a namespace that does not exist) is not an *InvalidError.
+func TestValidateOnServerAnswersThatAreNoVerdict(t *testing.T) {
+	env := clustertest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tk := loadExample(t, "../../examples/hello-task.yaml")
+	err := tk.ValidateOnServer(ctx, env.Client, "kubetask-no-such-namespace")
+	var inv *task.InvalidError
+	if err == nil || errors.As(err, &inv) || !apierrors.IsNotFound(err) {
+		t.Errorf("ValidateOnServer() in a missing namespace = %v; want a wrapped NotFound, not an *InvalidError", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
