@@ -191,7 +191,7 @@ func (c *Config) defaults() error {
 	setDuration(&c.LeaseDuration, 15*time.Second)
 	setDuration(&c.RenewDeadline, 10*time.Second)
 	setDuration(&c.RetryPeriod, 2*time.Second)
-	if !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod*6/5) {
+	if c.LeaseDuration <= c.RenewDeadline || c.RenewDeadline <= c.RetryPeriod*6/5 {
 		return fmt.Errorf("executor config: need LeaseDuration (%s) > RenewDeadline (%s) > 1.2 x RetryPeriod (%s)", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -194,7 +193,7 @@ func (f *fx) serverPod(name string) *corev1.Pod {
 
 // sync runs one pass for id and returns its requeue, its error and the API
 // requests it made ("verb resource", subresources and names left out).
-func (f *fx) sync(id string) (time.Duration, error, []string) {
+func (f *fx) sync(id string) (time.Duration, []string, error) {
 	f.t.Helper()
 	f.client.ClearActions()
 	d, err := f.ex.sync(f.ctx, id)
@@ -202,7 +201,7 @@ func (f *fx) sync(id string) (time.Duration, error, []string) {
 	for _, a := range f.client.Actions() {
 		verbs = append(verbs, a.GetVerb()+" "+a.GetResource().Resource)
 	}
-	return d, err, verbs
+	return d, verbs, err
 }
 
 // drainCreations performs the queued creations as the creator goroutines
@@ -239,8 +238,6 @@ func (f *fx) eventTypes(id string) []string {
 	}
 	return out
 }
-
-func verbsString(v []string) string { return strings.Join(v, ", ") }
 
 // reactorError makes the fake API server answer verb on resource with err.
 func (f *fx) reactorError(verb, resource string, err error) {

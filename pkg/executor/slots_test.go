@@ -22,7 +22,7 @@ import (
 func TestCreation(t *testing.T) {
 	f := newFx(t, func(c *Config) { c.Parallelism = 1 })
 	f.submit("a", newTask())
-	if _, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 {
+	if _, verbs, err := f.sync("a"); err != nil || len(verbs) != 0 {
 		t.Fatalf("first pass: err %v, requests %v (creation must not run on the worker)", err, verbs)
 	}
 	if s := f.state("a"); s != "Pending/Creating" {
@@ -37,13 +37,13 @@ func TestCreation(t *testing.T) {
 	}
 	// The cache has not shown the pod yet: still one slot in use.
 	f.submit("b", newTask())
-	if _, err, _ := f.sync("b"); err != nil {
+	if _, _, err := f.sync("b"); err != nil {
 		t.Fatal(err)
 	}
 	if s := f.state("b"); s != "Pending/WaitingForSlot" {
 		t.Errorf("b: state %s, want Pending/WaitingForSlot (a's creation holds the slot)", s)
 	}
-	if _, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 {
+	if _, verbs, err := f.sync("a"); err != nil || len(verbs) != 0 {
 		t.Fatalf("pass after creation: err %v, requests %v", err, verbs)
 	}
 	if r := f.record("a"); !r.PodCreated {
@@ -55,18 +55,18 @@ func TestCreation(t *testing.T) {
 	// The cache shows it; the expectation is met and dropped; b still waits.
 	f.cache(f.serverPod(name))
 	f.ex.podEvent(f.serverPod(name), false)
-	if _, err, _ := f.sync("a"); err != nil {
+	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := f.ex.creationOf("a"); ok {
 		t.Error("creation entry kept after the cache showed the pod")
 	}
-	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Pending/WaitingForSlot" {
+	if _, _, err := f.sync("b"); err != nil || f.state("b") != "Pending/WaitingForSlot" {
 		t.Errorf("b: err %v, state %s", err, f.state("b"))
 	}
 	// a's pod leaves the cache: b takes the slot.
 	f.uncache(f.serverPod(name))
-	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Pending/Creating" {
+	if _, _, err := f.sync("b"); err != nil || f.state("b") != "Pending/Creating" {
 		t.Errorf("b after a's pod left: err %v, state %s", err, f.state("b"))
 	}
 }
@@ -108,11 +108,11 @@ func TestCreationAnswers(t *testing.T) {
 			f.submit("a", newTask())
 			pod := f.podOf("a", 0, created())
 			tc.setup(f, pod)
-			if _, err, _ := f.sync("a"); err != nil {
+			if _, _, err := f.sync("a"); err != nil {
 				t.Fatal(err)
 			}
 			f.drainCreations()
-			_, err, _ := f.sync("a")
+			_, _, err := f.sync("a")
 			if (err != nil) != tc.err {
 				t.Errorf("err %v, want error %v", err, tc.err)
 			}
@@ -145,7 +145,7 @@ func TestParallelismIsFIFOAndCountsPods(t *testing.T) {
 	f.both(f.podOf("old", 0, running()))
 	// Newest first: d, c, b, a. Only a (the oldest) may take the free slot.
 	for _, id := range []string{"d", "c", "b", "a"} {
-		if _, err, _ := f.sync(id); err != nil {
+		if _, _, err := f.sync(id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,12 +159,12 @@ func TestParallelismIsFIFOAndCountsPods(t *testing.T) {
 	if err := f.ex.Cancel(f.ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, _ := f.sync("b"); err != nil || f.state("b") != "Failed/Cancelled" {
+	if _, _, err := f.sync("b"); err != nil || f.state("b") != "Failed/Cancelled" {
 		t.Fatalf("b: %v %s", err, f.state("b"))
 	}
 	f.uncache(f.podOf("old", 0, running())) // the old pod is gone
 	for _, id := range []string{"d", "c"} {
-		if _, err, _ := f.sync(id); err != nil {
+		if _, _, err := f.sync(id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,14 +183,14 @@ func TestNextAttemptWaitsForThePreviousPodToStop(t *testing.T) {
 	// the pod ends. First the eviction while everything runs: no decision.
 	old := f.podOf("a", 0, running().DisruptionTarget("EvictionByEvictionAPI", "drain").Deleted(30*time.Second))
 	f.both(old)
-	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Running/Stopping" {
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Running/Stopping" {
 		t.Fatalf("%v %s", err, f.state("a"))
 	}
 	// main is killed; envoy has not stopped yet: still no decision.
 	w := running().DisruptionTarget("EvictionByEvictionAPI", "drain").Deleted(30 * time.Second).After(time.Second).On("main").Terminated(143)
 	f.both(f.podOf("a", 0, w))
 	f.clk.SetTime(w.Now())
-	if _, err, _ := f.sync("a"); err != nil {
+	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}
 	// main terminated by the signal: the outcome is known (Evicted, retryable)
@@ -199,7 +199,7 @@ func TestNextAttemptWaitsForThePreviousPodToStop(t *testing.T) {
 		t.Fatalf("record %+v", r.Attempts)
 	}
 	f.clk.Step(time.Minute) // past the backoff
-	if _, err, verbs := f.sync("a"); err != nil || f.state("a") != "Pending/WaitingForPreviousPod" || len(verbs) != 0 {
+	if _, verbs, err := f.sync("a"); err != nil || f.state("a") != "Pending/WaitingForPreviousPod" || len(verbs) != 0 {
 		t.Fatalf("%v %s %v", err, f.state("a"), verbs)
 	}
 	if _, ok := f.ex.creationOf("a"); ok {
@@ -207,7 +207,7 @@ func TestNextAttemptWaitsForThePreviousPodToStop(t *testing.T) {
 	}
 	// The kubelet is done: the pod ends, attempt 0's pod is released, attempt 1 starts.
 	f.both(f.podOf("a", 0, w.On("envoy").Terminated(143).Phase(corev1.PodFailed)))
-	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Creating" {
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/Creating" {
 		t.Fatalf("%v %s", err, f.state("a"))
 	}
 	if p := f.serverPod(task.PodName(identOf(f, "a"), 0)); hasFinalizer(p) {
@@ -228,7 +228,7 @@ func TestUnknownTaskPodsAreReleasedAndDeleted(t *testing.T) {
 	f.both(other)
 	st := store.NewMemory() // a fresh store: the task is unknown
 	f.ex.store = st
-	_, err, verbs := f.sync("gone")
+	_, verbs, err := f.sync("gone")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +252,11 @@ func TestHoldTimeout(t *testing.T) {
 	w := mainExited(0)
 	f.both(f.podOf("a", 0, w))
 	f.clk.SetTime(w.Now())
-	if d, err, verbs := f.sync("a"); err != nil || len(verbs) != 0 || d != time.Minute {
+	if d, verbs, err := f.sync("a"); err != nil || len(verbs) != 0 || d != time.Minute {
 		t.Fatalf("held: %s %v %v", d, err, verbs)
 	}
 	f.clk.Step(time.Minute)
-	if _, err, verbs := f.sync("a"); err != nil || !slices.Equal(verbs, []string{"delete pods"}) {
+	if _, verbs, err := f.sync("a"); err != nil || !slices.Equal(verbs, []string{"delete pods"}) {
 		t.Fatalf("after the hold timeout: %v %v", err, verbs)
 	}
 }
@@ -270,20 +270,20 @@ func TestScheduleTimeoutCountsFromUngating(t *testing.T) {
 	gated := podtest.MakePod("p", "ns").Main("main").Sidecar("envoy").SchedulingGated()
 	f.both(f.podOf("a", 0, gated))
 	f.clk.SetTime(podtest.T0.Add(time.Hour))
-	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Scheduling" {
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/Scheduling" {
 		t.Fatalf("%v %s", err, f.state("a"))
 	}
 	// Admitted by the queue after an hour; unschedulable for 9 minutes: waiting.
 	f.both(f.podOf("a", 0, podtest.MakePod("p", "ns").Main("main").Sidecar("envoy").SchedulingGated().Ungated().Unschedulable("0/1 nodes")))
-	if _, err, _ := f.sync("a"); err != nil {
+	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}
 	f.clk.Step(9 * time.Minute)
-	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Pending/Unschedulable" {
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/Unschedulable" {
 		t.Fatalf("9 minutes after ungating: %v %s", err, f.state("a"))
 	}
 	f.clk.Step(2 * time.Minute)
-	if _, err, _ := f.sync("a"); err != nil || f.state("a") != "Failed/ScheduleTimeout" {
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Failed/ScheduleTimeout" {
 		t.Fatalf("11 minutes after ungating: %v %s", err, f.state("a"))
 	}
 }
@@ -296,7 +296,7 @@ func TestAdoptedTaskLeavesTheLine(t *testing.T) {
 	f.submit("x", newTask())
 	pod := f.podOf("x", 0, running())
 	f.both(pod)
-	if _, err, verbs := f.sync("x"); err != nil || len(verbs) != 0 || f.state("x") != "Running/Running" {
+	if _, verbs, err := f.sync("x"); err != nil || len(verbs) != 0 || f.state("x") != "Running/Running" {
 		t.Fatalf("x: %v %v %s", err, verbs, f.state("x"))
 	}
 	if got := f.eventTypes("x"); !slices.Equal(got, []string{"PodAdopted"}) {
@@ -305,7 +305,7 @@ func TestAdoptedTaskLeavesTheLine(t *testing.T) {
 	f.clk.Step(time.Second)
 	f.submit("y", newTask())
 	f.uncache(pod)
-	if _, err, _ := f.sync("y"); err != nil || f.state("y") != "Pending/Creating" {
+	if _, _, err := f.sync("y"); err != nil || f.state("y") != "Pending/Creating" {
 		t.Fatalf("y: %v %s", err, f.state("y"))
 	}
 }

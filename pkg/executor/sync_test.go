@@ -24,7 +24,7 @@ import (
 func created() *podtest.PodWrapper { return podtest.MakePod("p", "ns").Main("main").Sidecar("envoy") }
 
 func running() *podtest.PodWrapper {
-	return podtest.MakePod("p", "ns").Scheduled().After(10*time.Second).
+	return podtest.MakePod("p", "ns").Scheduled().After(10 * time.Second).
 		Main("main").Running().Sidecar("envoy").Running().Phase(corev1.PodRunning)
 }
 
@@ -132,7 +132,7 @@ func TestSyncDecisions(t *testing.T) {
 			state: "Running/Stopping", verbs: nil, requeue: stopRecheck,
 		},
 		"deleted by someone else, main exited 0 on SIGTERM and the pod stopped: Succeeded (its own outcome)": {
-			pod: running().Deleted(30*time.Second).After(2*time.Second).On("main").Terminated(0).On("envoy").Terminated(143).Phase(corev1.PodFailed),
+			pod:   running().Deleted(30 * time.Second).After(2 * time.Second).On("main").Terminated(0).On("envoy").Terminated(143).Phase(corev1.PodFailed),
 			state: "Succeeded/Completed", terminal: true, verbs: []string{"patch pods"},
 		},
 		"deleted by someone else, main killed by the signal, the kubelet done (grace 0): DeletedExternally": {
@@ -194,7 +194,7 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"File result, the pod was deleted and the holder stopped before the read: ResultFailed at once": {
 			task: []func(*task.Task){fileResult}, exec: errors.New("container not found"),
-			pod:   withResultHolder(mainExited(0)).Deleted(30*time.Second).After(time.Second).On(task.ResultContainer).Terminated(0),
+			pod:   withResultHolder(mainExited(0)).Deleted(30 * time.Second).After(time.Second).On(task.ResultContainer).Terminated(0),
 			state: "Failed/ResultFailed", terminal: true, requeue: stopRecheck,
 		},
 		"File result missing (the read exits 1): ResultFailed": {
@@ -202,8 +202,8 @@ func TestSyncDecisions(t *testing.T) {
 			state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
 		},
 		"termination message result: read from the status": {
-			task: []func(*task.Task){func(t *task.Task) { t.Spec.Result = &task.Result{From: task.ResultFromTerminationMessage} }},
-			pod:  running().After(time.Minute).On("main").TerminatedReason(0, "Completed", "hello"),
+			task:  []func(*task.Task){func(t *task.Task) { t.Spec.Result = &task.Result{From: task.ResultFromTerminationMessage} }},
+			pod:   running().After(time.Minute).On("main").TerminatedReason(0, "Completed", "hello"),
 			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
 			check: func(t *testing.T, f *fx, id string) {
 				if r := f.record(id); string(r.Result) != "hello" || f.exec.calls != 0 {
@@ -253,7 +253,7 @@ func TestSyncDecisions(t *testing.T) {
 					f.server(f.podOf(id, 0, tc.live))
 				}
 			}
-			d, err, verbs := f.sync(id)
+			d, verbs, err := f.sync(id)
 			if err != nil {
 				t.Fatalf("sync: %v", err)
 			}
@@ -294,7 +294,7 @@ func TestSyncDecisionsMessagesNameTheCause(t *testing.T) {
 	f.submit("t1", newTask())
 	f.update("t1", func(r *store.Record) { r.PodCreated = true })
 	f.both(f.podOf("t1", 0, running().Deleted(30*time.Second)))
-	if _, err, _ := f.sync("t1"); err != nil {
+	if _, _, err := f.sync("t1"); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := f.ex.Get(f.ctx, "t1")

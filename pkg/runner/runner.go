@@ -212,7 +212,9 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 	go func() { exDone <- ex.Start(exCtx) }()
 	defer func() {
 		stop()
-		<-exDone
+		if err := <-exDone; err != nil {
+			r.log().Debug("executor stopped", "err", err)
+		}
 	}()
 	return r.wait(ctx, exDone)
 }
@@ -406,8 +408,8 @@ func (r *run) wait(ctx context.Context, exDone <-chan error) (*Outcome, error) {
 	out := &Outcome{Namespace: r.id.Namespace}
 	logCtx, stopLogs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLogs()
+	cancelled := ctx.Done()
 	var (
-		cancelled  <-chan struct{} = ctx.Done()
 		deadline   <-chan time.Time
 		decided    bool
 		released   bool

@@ -204,7 +204,7 @@ func (t *Task) DeepCopy() *Task {
 		return nil
 	}
 	out := &Task{TypeMeta: t.TypeMeta, Spec: t.Spec}
-	t.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.ObjectMeta = *t.ObjectMeta.DeepCopy()
 	s := &out.Spec
 	t.Spec.Template.DeepCopyInto(&s.Template)
 	s.Retries.RetryOn = append([]string(nil), t.Spec.Retries.RetryOn...)
