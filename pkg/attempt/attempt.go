@@ -78,7 +78,17 @@ func (e *apiExecer) Exec(ctx context.Context, namespace, name, container string,
 	if err != nil {
 		return fmt.Errorf("exec in %s/%s[%s]: %w", namespace, name, container, err)
 	}
-	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+	if err != nil && (httpstream.IsUpgradeFailure(err) || strings.Contains(err.Error(), "unable to upgrade connection")) {
+		// client-go reports a refused upgrade (403, 401, 404) as an untyped
+		// error. The same request without the upgrade is answered with the
+		// API server's typed Status, so callers can tell "forbidden" (RBAC)
+		// from a passing failure.
+		if perr := req.Do(ctx).Error(); apierrors.IsForbidden(perr) || apierrors.IsUnauthorized(perr) || apierrors.IsNotFound(perr) {
+			return fmt.Errorf("exec in %s/%s[%s]: %w", namespace, name, container, perr)
+		}
+	}
+	return err
 }
 
 // ResultRetryable reports whether reading a result failed for a reason that

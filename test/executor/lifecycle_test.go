@@ -189,6 +189,11 @@ func TestUnreadableResultEndsTheTask(t *testing.T) {
 	tk := exectest.LocalTask("result", "echo 42 > /out/result", "")
 	tk.Spec.Result = &task.Result{From: task.ResultFromFile, Path: "/out/result"}
 	exectest.Submit(t, ex, "result", tk)
+	t.Cleanup(func() {
+		if r, err := ex.Get(context.Background(), "result"); err == nil && !r.Terminal {
+			t.Logf("state %s/%s: %s", r.Phase, r.Reason, r.Message)
+		}
+	})
 	evs.WaitTerminal(t, time.Minute, "result")
 	ev := evs.Terminal("result")[0]
 	if ev.Reason != string(podstate.ReasonResultFailed) {

@@ -199,7 +199,11 @@ func TestCancel(t *testing.T) {
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](3), Backoff: "1s", RetryOn: []string{"Infrastructure", "ExitCode"}}
 	exectest.Submit(t, ex, "endless", tk)
 	clustertest.Eventually(t, time.Minute, "task running", func(ctx context.Context) error {
-		if r := exectest.Record(t, st, "endless"); r.Phase != string(podstate.Running) {
+		r, err := ex.Get(ctx, "endless")
+		if err != nil {
+			return err
+		}
+		if r.Phase != string(podstate.Running) {
 			return fmt.Errorf("phase %s", r.Phase)
 		}
 		return nil

@@ -137,9 +137,9 @@ func TestParallelismCap(t *testing.T) {
 	}
 	// Which task runs first is up to the workers; cancel one that waits.
 	var waiter string
-	clustertest.Eventually(t, time.Minute, "a task waits for a slot", func(context.Context) error {
+	clustertest.Eventually(t, time.Minute, "a task waits for a slot", func(ctx context.Context) error {
 		for _, id := range ids {
-			if r := exectest.Record(t, st, id); r.Reason == "WaitingForSlot" {
+			if r, err := ex.Get(ctx, id); err == nil && r.Reason == "WaitingForSlot" {
 				waiter = id
 				return nil
 			}
