@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,10 +75,15 @@ func TestRunLogsExactBytesAcrossAPIServerRestart(t *testing.T) {
 		t.Fatalf("before the rest was written, stdout has %d bytes, want the %d of part 1's complete lines", len(got), len(whole))
 	}
 
-	write("gate1", nil)
+	// Restart kube-apiserver; once kubetask's stream broke (in the middle of the
+	// 64 KiB line), the container writes on, during the outage.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := env.Cluster.RestartAPIServer(ctx); err != nil {
+	restarted := make(chan error, 1)
+	go func() { restarted <- env.Cluster.RestartAPIServer(ctx) }()
+	eventually(t, time.Minute, "the log stream to break", func() bool { return strings.Contains(p.stderr.String(), "resuming") })
+	write("gate1", nil)
+	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("apiserver restarted; %d of %d bytes printed", len(p.stdout.String()), len(want))
@@ -95,10 +99,6 @@ func TestRunLogsExactBytesAcrossAPIServerRestart(t *testing.T) {
 		lo := max(i-40, 0)
 		t.Errorf("stdout differs from the container's output at byte %d (got %d bytes, want %d):\ngot  %q\nwant %q",
 			i, len(got), len(want), got[lo:min(i+40, len(got))], want[lo:min(i+40, len(want))])
-	}
-	// The restart did break the stream (debug output with -v).
-	if !strings.Contains(stderr, "resuming") {
-		t.Errorf("the log stream was never resumed; the test did not exercise a broken stream; stderr:\n%s", stderr)
 	}
 }
 
@@ -155,20 +155,14 @@ func TestRunLogsContainerRestartWhileStreamBroken(t *testing.T) {
 	p := start(t, env, "-v", "run", "-f", f, "--logs", "main", "-q")
 	eventually(t, time.Minute, "the first line on stdout", func() bool { return strings.HasPrefix(p.stdout.String(), "first instance, line 1\n") })
 
-	// Restart kube-apiserver; once it is down, let the first instance finish
-	// (exit 1) and the node restart it.
+	// Restart kube-apiserver; once kubetask's stream broke (a stream in flight
+	// outlives the listener for a while), let the first instance finish (exit 1)
+	// and the node restart it, before kube-apiserver is back.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	restarted := make(chan error, 1)
 	go func() { restarted <- env.Cluster.RestartAPIServer(ctx) }()
-	addr := fmt.Sprintf("127.0.0.1:%d", env.Cluster.APIServerPort())
-	eventually(t, time.Minute, "kube-apiserver down", func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
+	eventually(t, time.Minute, "the log stream to break", func() bool { return strings.Contains(p.stderr.String(), "resuming") })
 	if err := os.WriteFile(filepath.Join(dir, "gate1"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +170,11 @@ func TestRunLogsContainerRestartWhileStreamBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append(append(append([]byte(nil), a1...), a2...), b1...)
-	eventually(t, 2*time.Minute, "both instances' output on stdout", func() bool { return len(p.stdout.String()) >= len(want) })
+	// Both instances' output, or as much as comes within a minute (the comparison
+	// below says what is missing).
+	for deadline := time.Now().Add(time.Minute); len(p.stdout.String()) < len(want) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "gate2"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +190,5 @@ func TestRunLogsContainerRestartWhileStreamBroken(t *testing.T) {
 		lo := max(i-40, 0)
 		t.Errorf("stdout differs from the container's output at byte %d (got %d bytes, want %d):\ngot  %q\nwant %q",
 			i, len(got), len(want), got[lo:min(i+40, len(got))], want[lo:min(i+40, len(want))])
-	}
-	if !strings.Contains(stderr, "resuming") {
-		t.Errorf("the log stream was never resumed; stderr:\n%s", stderr)
 	}
 }
