@@ -212,10 +212,6 @@ func (h *harness) checkNoFinalizerCameBack(name string) {
 	}
 }
 
-func phaseIs(ph corev1.PodPhase) func(*corev1.Pod) bool {
-	return func(p *corev1.Pod) bool { return p.Status.Phase == ph }
-}
-
 func terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
