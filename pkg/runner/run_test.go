@@ -49,7 +49,7 @@ type result struct {
 
 func start(ctx context.Context, t *testing.T, c *fake.Clientset, tk *task.Task, clk *clocktesting.FakeClock) (<-chan result, task.Identity) {
 	t.Helper()
-	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli"}
+	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli-test"}
 	ch := make(chan result, 1)
 	go func() {
 		o, err := Run(ctx, c, nil, tk, Options{Identity: id, Clock: clk, Logs: LogsNone, Execer: noExec{}, Logger: testLogger()})
@@ -188,5 +188,37 @@ func (noExec) Exec(context.Context, string, string, string, []string, io.Writer,
 }
 
 func testLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// TestRunRefusesAmbiguousRun: two unfinished pods of the run: Run returns
+// ErrAmbiguous at once (it does not hang) and creates nothing.
+func TestRunRefusesAmbiguousRun(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newFake(clk)
+	tk := parseTask(t, `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"t"},
+"spec":{"template":{"spec":{"containers":[{"name":"base","image":"busybox","command":["true"]}]}}}}`)
+	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli-test"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, n := range []int{0, 1} {
+		p, err := task.BuildPod(tk, id, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Run(ctx, c, nil, tk, Options{Identity: id, Clock: clk, Logs: LogsNone, Execer: noExec{}, Logger: testLogger()})
+	if !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("err %v, want ErrAmbiguous", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Run hung until the test's deadline")
+	}
+	l, _ := c.CoreV1().Pods("ns").List(ctx, metav1.ListOptions{})
+	if len(l.Items) != 2 {
+		t.Errorf("%d pods, want the 2 there were", len(l.Items))
+	}
 }

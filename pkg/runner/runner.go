@@ -208,15 +208,17 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 	// The executor outlives a cancellation of ctx: it cancels the task and
 	// sees the pod go.
 	exCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	exDone := make(chan error, 1)
-	go func() { exDone <- ex.Start(exCtx) }()
+	exDone := make(chan struct{})
+	var exErr error
+	go func() {
+		exErr = ex.Start(exCtx)
+		close(exDone)
+	}()
 	defer func() {
 		stop()
-		if err := <-exDone; err != nil {
-			r.log().Debug("executor stopped", "err", err)
-		}
+		<-exDone
 	}()
-	return r.wait(ctx, exDone)
+	return r.wait(ctx, exDone, func() error { return exErr })
 }
 
 type run struct {
@@ -404,7 +406,7 @@ func selectPods(pods []corev1.Pod, id task.Identity) (open []*corev1.Pod, next i
 
 // wait follows the executor's events until the outcome is recorded and the
 // pod settled, cancelling the task when ctx ends first.
-func (r *run) wait(ctx context.Context, exDone <-chan error) (*Outcome, error) {
+func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() error) (*Outcome, error) {
 	out := &Outcome{Namespace: r.id.Namespace}
 	logCtx, stopLogs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLogs()
@@ -422,10 +424,11 @@ func (r *run) wait(ctx context.Context, exDone <-chan error) (*Outcome, error) {
 		}
 		var evs []executor.Event
 		select {
-		case err := <-exDone:
+		case <-exDone:
 			if decided {
 				return out, nil
 			}
+			err := exErr()
 			if err == nil {
 				err = errors.New("the executor stopped before the outcome was decided")
 			}

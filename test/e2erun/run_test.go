@@ -432,31 +432,44 @@ func releaseAndDelete(ctx context.Context, env *clustertest.Env, name string) er
 	return attempt.Delete(ctx, env.Client, env.Namespace, name)
 }
 
-// Someone deletes the pod mid-run: the finalizer keeps the object until
-// kubetask has seen it, the outcome is DeletedExternally (73), and the pod is gone
-// afterwards.
+// TestRunDeletedExternally: a pod deleted by someone else while its main
+// container runs: kubetask waits until no container runs, then decides from
+// the main container. Killed by the deletion's signal: DeletedExternally
+// (exit 73). Handling SIGTERM and exiting 0: its own outcome, Succeeded (exit
+// 0; issue 9, defect b). Either way the pod goes.
 func TestRunDeletedExternally(t *testing.T) {
-	env := clustertest.New(t)
-	f := taskFile(t, "deleted", "", `      containers:
-        - {name: base, image: busybox, command: [sh, -c, 'trap "exit 0" TERM; echo started; while :; do sleep 1; done']}`)
-	p := start(t, env, "run", "-f", f)
-	eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
-	ps := pods(t, env)
-	if len(ps) != 1 {
-		t.Fatalf("%d pods, want 1", len(ps))
+	for name, tc := range map[string]struct {
+		script string
+		code   int
+		reason string
+	}{
+		"killed":   {`echo started; while :; do sleep 1; done`, 73, "DeletedExternally"},
+		"graceful": {`trap "echo stopping; exit 0" TERM; echo started; while :; do sleep 1; done`, 0, "Succeeded/Completed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := clustertest.New(t)
+			f := taskFile(t, "deleted", "", fmt.Sprintf(`      containers:
+        - {name: base, image: busybox, command: [sh, -c, '%s']}`, tc.script))
+			p := start(t, env, "run", "-f", f)
+			eventually(t, time.Minute, "the main container to start", func() bool { return strings.Contains(p.stdout.String(), "started") })
+			ps := pods(t, env)
+			if len(ps) != 1 {
+				t.Fatalf("%d pods, want 1", len(ps))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, ps[0].Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			code := p.wait(t, time.Minute)
+			t.Logf("stderr:\n%s", p.stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (%s)", code, tc.code, tc.reason)
+			}
+			if !strings.Contains(p.stderr.String(), tc.reason) {
+				t.Errorf("stderr does not name %s", tc.reason)
+			}
+			eventually(t, 30*time.Second, "the pod to be gone", func() bool { return len(pods(t, env)) == 0 })
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, ps[0].Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	code := p.wait(t, time.Minute)
-	t.Logf("stderr:\n%s", p.stderr)
-	if code != 73 {
-		t.Errorf("exit %d, want 73 (DeletedExternally)", code)
-	}
-	if !strings.Contains(p.stderr.String(), "DeletedExternally") {
-		t.Errorf("stderr does not name DeletedExternally")
-	}
-	eventually(t, 30*time.Second, "the pod to be gone", func() bool { return len(pods(t, env)) == 0 })
 }
