@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
@@ -46,12 +47,15 @@ type Progress struct {
 	Terminated bool
 	// RestartCount is the container's restart count.
 	RestartCount int32
-	// Gone: the pod no longer exists.
+	// Gone: the pod is not in the caller's view (deleted, or not seen yet). The
+	// follower confirms it with a GET before it gives up, and follows the pod it
+	// finds meanwhile: a cache may lag behind a pod just created.
 	Gone bool
 }
 
-// ErrPodGone is returned by Run when the pod disappeared before the container's
-// log was known to be complete: what the follower had not read is lost.
+// ErrPodGone is returned by Run when the pod disappeared (Progress said Gone and
+// the API server answered NotFound) before the container's log was known to be
+// complete: what the follower had not read is lost.
 var ErrPodGone = errors.New("pod gone before its log was read completely")
 
 // DefaultMaxLineBytes is the default Config.MaxLineBytes.
@@ -158,7 +162,22 @@ func (f *Follower) Run(ctx context.Context) error {
 		}
 		p := f.cfg.Progress()
 		if p.Gone {
-			return ErrPodGone
+			live, err := f.cfg.Client.CoreV1().Pods(f.cfg.Namespace).Get(ctx, f.cfg.Pod, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return ErrPodGone
+			case err != nil:
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				log.Debug("pod not in the cache and not readable; retrying", "err", err)
+				if !f.wait(ctx, backoff) {
+					return ctx.Err()
+				}
+				backoff = min(2*backoff, maxBackoff)
+				continue
+			}
+			p = ProgressOf(live, f.cfg.Container)
 		}
 		if !p.Started {
 			if p.Terminated {

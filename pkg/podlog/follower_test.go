@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -243,6 +245,22 @@ func TestFollowerEnds(t *testing.T) {
 		}
 		// What was read is delivered, the fragment too.
 		checkBytes(t, "log", []byte("a\nhalf"), col.bytes())
+	})
+	t.Run("not in the cache yet, but it exists", func(t *testing.T) {
+		node := newFakeNode(toRecords([]byte("a\nb\n"), 16<<10, every(time.Second, 1)))
+		node.progress = Progress{Gone: true} // the cache never sees it
+		col := &collector{}
+		f := newTestFollower(t, node, col, 0)
+		exited := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+		f.cfg.Client = fake.NewClientset(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c"}}},
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: exited}}},
+		})
+		if err := runFollower(t, f); err != nil {
+			t.Fatal(err)
+		}
+		checkBytes(t, "log", []byte("a\nb\n"), col.bytes())
 	})
 	t.Run("never started, never will", func(t *testing.T) {
 		node := newFakeNode()
