@@ -420,7 +420,7 @@ func (p *printer) outcome(o *runner.Outcome, showResult bool) {
 		if p.quiet {
 			return
 		}
-		fmt.Fprintf(w, "outcome: %s/%s: %s (decided after %.1fs; pod %s/%s %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), o.Namespace, o.Pod, cleanupWord(o.Cleanup))
+		fmt.Fprintf(w, "outcome: %s/%s: %s (decided after %.1fs; %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), podWords(o))
 		if showResult && o.Result != nil {
 			r := o.Result
 			more := ""
@@ -431,7 +431,7 @@ func (p *printer) outcome(o *runner.Outcome, showResult bool) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "outcome: FAILED %s/%s: %s (decided after %.1fs; pod %s/%s %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), o.Namespace, o.Pod, cleanupWord(o.Cleanup))
+	fmt.Fprintf(w, "outcome: FAILED %s/%s: %s (decided after %.1fs; %s)\n", o.Phase, o.Reason, o.Message, o.Elapsed.Seconds(), podWords(o))
 	if o.ResultError != "" && o.Reason != runner.ReasonResultFailed {
 		fmt.Fprintf(w, "result: %s\n", o.ResultError)
 	}
@@ -449,9 +449,14 @@ func (p *printer) outcome(o *runner.Outcome, showResult bool) {
 	}
 }
 
-func cleanupWord(c string) string {
-	if c == "" {
-		return "gone"
+// podWords says what became of the run's pod: "pod ns/name deleted".
+func podWords(o *runner.Outcome) string {
+	if o.Pod == "" {
+		return "no pod was created"
 	}
-	return c
+	c := o.Cleanup
+	if c == "" {
+		c = "gone"
+	}
+	return fmt.Sprintf("pod %s/%s %s", o.Namespace, o.Pod, c)
 }

@@ -81,13 +81,14 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 				cancel()
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
-					mu.Lock()
-					if result == nil {
-						result = ErrLeaseLost
-					}
-					mu.Unlock()
-					log.Error("lost the instance lease; stopping")
+				mu.Lock()
+				lost := ctx.Err() == nil && result == nil && !finished(done)
+				if lost {
+					result = ErrLeaseLost
+				}
+				mu.Unlock()
+				if lost {
+					log.Error("lost the instance lease: could not renew it within RenewDeadline")
 				}
 				cancel()
 			},
@@ -133,4 +134,13 @@ func (l *watchedLock) Update(ctx context.Context, ler resourcelock.LeaderElectio
 		l.acquired.Store(true)
 	}
 	return err
+}
+
+func finished(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }

@@ -565,9 +565,22 @@ func (r *run) startLogs(ctx context.Context) chan struct{} {
 			names = append(names, task.ResultContainer)
 		}
 	}
+	var seenMu sync.Mutex
+	seen := false
+	progress := func(name string) podlog.Progress {
+		p := r.ex.CachedPod(r.id.Namespace, r.pod)
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		if p == nil && !seen {
+			// Created, but the cache has not shown it yet: not gone.
+			return podlog.Progress{}
+		}
+		seen = true
+		return podlog.ProgressOf(p, name)
+	}
 	for _, name := range names {
 		f, err := podlog.New(podlog.Config{Client: r.client, Namespace: r.id.Namespace, Pod: r.pod, Container: name,
-			Progress: func() podlog.Progress { return podlog.ProgressOf(r.ex.CachedPod(r.id.Namespace, r.pod), name) },
+			Progress: func() podlog.Progress { return progress(name) },
 			Changed:  r.subscribe(), Clock: r.opts.Clock, OnLine: r.line, Logger: r.log(),
 		})
 		main := name == r.t.Spec.MainContainer

@@ -388,7 +388,7 @@ func TestRunRefusesAmbiguousAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := task.Identity{Namespace: env.Namespace, Name: tk.Name, RunID: runID, Executor: "cli"}
+	id := task.Identity{Namespace: env.Namespace, Name: tk.Name, RunID: runID, Executor: runID}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var names []string
