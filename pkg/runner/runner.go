@@ -420,6 +420,11 @@ func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() err
 	)
 	for {
 		if decided && r.settled(out, released) {
+			if !released && out.Pod != "" {
+				// Gone: its finalizer is off. The executor's own report of the
+				// release may come after the cache saw the pod go.
+				r.event(Event{Type: "released"})
+			}
 			return out, nil
 		}
 		var evs []executor.Event
