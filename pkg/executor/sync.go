@@ -278,7 +278,9 @@ func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev
 	}
 	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: typ, Pod: pod.Namespace + "/" + pod.Name,
 		Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
-	e.setProgress(updated, updated.Phase, updated.Reason, updated.Message, nil)
+	e.mu.Lock()
+	e.live[rec.ID] = progress{attempt: updated.Attempt, phase: updated.Phase, reason: updated.Reason, message: updated.Message}
+	e.mu.Unlock()
 	return updated, nil
 }
 

@@ -474,6 +474,9 @@ func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() err
 				r.event(Event{Type: typ})
 				r.mainLogs = r.startLogs(logCtx)
 			case executor.EventState:
+				if ev.Reason == "Creating" {
+					continue // "created" follows
+				}
 				r.event(Event{Type: "state", Phase: podstate.Phase(ev.Phase), Reason: podstate.Reason(ev.Reason), Message: ev.Message})
 			case executor.EventAttemptFinished:
 				r.event(Event{Type: "state", Phase: podstate.Phase(ev.Phase), Reason: podstate.Reason(ev.Reason), Message: ev.Message})
