@@ -89,25 +89,27 @@ var ErrInvalidTask = errors.New("invalid task")
 // runs, release the finalizer once no container runs, delete or keep. A next
 // attempt starts only once the previous attempt's pod has stopped.
 type Executor struct {
-	cfg     Config
-	client  kubernetes.Interface
-	execer  attempt.Execer
-	store   store.Store
-	queue   workqueue.TypedRateLimitingInterface[string]
-	metrics *metrics
-	creates chan string // task IDs whose pod creation is queued
+	cfg      Config
+	client   kubernetes.Interface
+	execer   attempt.Execer
+	store    store.Store
+	queue    workqueue.TypedRateLimitingInterface[string]
+	metrics  *metrics
+	creates  chan string // task IDs whose pod creation is queued
+	cleanups chan string // pod keys whose clean-up call is queued
 
 	informers []cache.SharedIndexInformer
 	indexers  []cache.Indexer
 
 	mu        sync.Mutex
-	live      map[string]progress  // latest derived state of unfinished tasks (not persisted)
-	gates     map[string]gateMemo  // scheduling-gate observations, by pod key
-	creations map[string]*creation // admitted pod creations, by task ID
-	waiting   []waiter             // tasks waiting for a parallelism slot, oldest submission first
-	inLine    map[string]time.Time // the tasks in waiting, with their place
-	phases    map[string]string    // latest phase per task, for the tasks gauge
-	listFail  time.Time            // first failed LIST since the last success
+	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)
+	gates     map[string]gateMemo   // scheduling-gate observations, by pod key
+	creations map[string]*creation  // admitted pod creations, by task ID
+	actions   map[string]*podAction // clean-up calls, by pod key
+	waiting   []waiter              // tasks waiting for a parallelism slot, oldest submission first
+	inLine    map[string]time.Time  // the tasks in waiting, with their place
+	phases    map[string]string     // latest phase per task, for the tasks gauge
+	listFail  time.Time             // first failed LIST since the last success
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
@@ -128,6 +130,8 @@ func New(cfg Config) (*Executor, error) {
 		inLine:    map[string]time.Time{},
 		phases:    map[string]string{},
 		creates:   make(chan string, cfg.Parallelism),
+		cleanups:  make(chan string, cfg.Parallelism),
+		actions:   map[string]*podAction{},
 		gate:      newGate(cfg.Clock),
 	}
 	e.client = cfg.Client
@@ -200,10 +204,14 @@ func (e *Executor) Start(ctx context.Context) error {
 		}()
 	}
 	for i := 0; i < e.cfg.CreateConcurrency; i++ {
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			e.runCreator(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			e.runCleaner(ctx)
 		}()
 	}
 	defer func() {

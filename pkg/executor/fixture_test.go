@@ -191,17 +191,32 @@ func (f *fx) serverPod(name string) *corev1.Pod {
 	return p
 }
 
-// sync runs one pass for id and returns its requeue, its error and the API
-// requests it made ("verb resource", subresources and names left out).
+// sync runs one pass for id, then the clean-up calls it handed over, and
+// returns the pass's requeue, the API requests made ("verb resource",
+// subresources and names left out) and the pass's error.
 func (f *fx) sync(id string) (time.Duration, []string, error) {
 	f.t.Helper()
 	f.client.ClearActions()
 	d, err := f.ex.sync(f.ctx, id)
+	f.drainCleanups()
 	var verbs []string
 	for _, a := range f.client.Actions() {
 		verbs = append(verbs, a.GetVerb()+" "+a.GetResource().Resource)
 	}
 	return d, verbs, err
+}
+
+// drainCleanups performs the queued clean-up calls (delete, stop,
+// release) as the cleaner goroutines would.
+func (f *fx) drainCleanups() {
+	for {
+		select {
+		case key := <-f.ex.cleanups:
+			f.ex.cleanOne(f.ctx, key)
+		default:
+			return
+		}
+	}
 }
 
 // drainCreations performs the queued creations as the creator goroutines

@@ -309,3 +309,46 @@ func TestAdoptedTaskLeavesTheLine(t *testing.T) {
 		t.Fatalf("y: %v %s", err, f.state("y"))
 	}
 }
+
+// TestCleanupRunsOffTheWorkers: the pass that records an outcome makes no
+// API request itself; the clean-up it decides runs on a cleaner, and the
+// release is reported once, by the next pass, also when the pod is gone.
+func TestCleanupRunsOffTheWorkers(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask())
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := mainExited(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded)
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	f.client.ClearActions()
+	if _, err := f.ex.sync(f.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.client.Actions()); n != 0 {
+		t.Fatalf("the recording pass made %d API requests: %v", n, f.client.Actions())
+	}
+	if r := f.record("a"); !r.Terminal {
+		t.Fatal("outcome not recorded")
+	}
+	f.drainCleanups() // the delete
+	// The cache shows the deletion; the pod has stopped: release.
+	name := task.PodName(identOf(f, "a"), 0)
+	deleting := f.podOf("a", 0, w.Deleted(0))
+	f.cache(deleting)
+	f.server(deleting)
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.serverPod(name); p != nil && hasFinalizer(p) {
+		t.Fatal("not released")
+	}
+	f.uncache(deleting) // gone
+	for range 2 {
+		if _, _, err := f.sync("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.eventTypes("a"); !slices.Equal(got, []string{"AttemptFinished", "PodDeleting", "PodReleased"}) {
+		t.Errorf("events %v", got)
+	}
+}

@@ -96,6 +96,7 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 			errs = append(errs, err)
 		}
 	}
+	e.reportReleases(rec.ID, pods)
 	if rec.Terminal {
 		e.unwait(rec.ID)
 		if len(pods) == 0 {
@@ -371,23 +372,35 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 // recorded: after the embedding's Hold, it deletes the pod or, when kept,
 // stops what still runs in it; once no container runs it releases the
 // finalizer (a kept pod is also labelled released, so it leaves the cache).
-// It returns when to look again while it waits for the pod to stop.
+// The calls run on the cleaners (actions.go); finishPod decides the next one
+// from the pod as it is now and returns when to look again while it waits.
 func (e *Executor) finishPod(ctx context.Context, t *task.Task, id string, out store.AttemptOutcome, pod *corev1.Pod, now time.Time) (time.Duration, error) {
 	if e.cfg.Hold != nil && e.cfg.Hold(id, out.Attempt) {
 		if wait := out.ObservedAt.Add(e.cfg.HoldTimeout).Sub(now); wait > 0 {
 			return wait, nil
 		}
 	}
+	key := pod.Namespace + "/" + pod.Name
+	if a, ok := e.actionOf(key); ok {
+		switch {
+		case !a.done:
+			return 0, nil // in flight: the cleaner brings the task back
+		case a.err != nil:
+			e.clearAction(key)
+			return 0, a.err // rate-limited retry of the pass
+		case !a.reflected(pod) && now.Sub(a.doneAt) < actionSettle:
+			return 0, nil // the cache will show it
+		}
+		e.reportReleases(id, map[int]*corev1.Pod{}) // a done release is reported before it is forgotten
+	}
 	phase := podstate.Phase(out.Phase)
 	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase})
-	name := pod.Namespace + "/" + pod.Name
+	name := key
 	switch {
 	case del && pod.DeletionTimestamp == nil:
 		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodDeleting, Pod: name, Time: now})
-		if err := attempt.Delete(ctx, e.client, pod.Namespace, pod.Name); err != nil {
-			return 0, err
-		}
-		return stopRecheck, nil // the pod's events bring the task back
+		e.startAction(&podAction{kind: actDelete, id: id, attempt: out.Attempt, pod: pod, at: now})
+		return 0, nil
 	case !del && pod.DeletionTimestamp == nil && !podstate.Stopped(pod):
 		policy := t.Policy()
 		if !podstate.Derive(pod, policy, now).StopPod {
@@ -397,24 +410,50 @@ func (e *Executor) finishPod(ctx context.Context, t *task.Task, id string, out s
 			break // already stopping
 		}
 		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodStopping, Pod: name, Time: now})
-		if err := attempt.Stop(ctx, e.client, pod, now); err != nil {
-			return 0, err
-		}
-		return stopRecheck, nil
+		e.startAction(&podAction{kind: actStop, id: id, attempt: out.Attempt, pod: pod, at: now})
+		return 0, nil
 	}
 	if !podstate.Stopped(pod) {
 		return stopRecheck, nil
 	}
 	held := hasFinalizer(pod)
 	if held || (!del && pod.Labels[task.LabelReleased] != "true") {
-		if err := attempt.ReleaseSeen(ctx, e.client, pod, !del); err != nil {
-			return 0, err
-		}
-		if held {
-			e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodReleased, Pod: name, Time: now})
-		}
+		e.startAction(&podAction{kind: actRelease, id: id, attempt: out.Attempt, pod: pod, mark: !del, held: held, at: now})
 	}
 	return 0, nil
+}
+
+// reportReleases emits PodReleased for the releases of task id that are
+// done, once, whether or not the pod is still there (a deleted pod goes as
+// soon as its finalizer is off), and forgets the actions on pods that are
+// gone.
+func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
+	present := map[string]bool{}
+	for _, p := range pods {
+		present[p.Namespace+"/"+p.Name] = true
+	}
+	type report struct {
+		key string
+		a   podAction
+	}
+	var reports []report
+	e.mu.Lock()
+	for key, a := range e.actions {
+		if a.id != id || !a.done {
+			continue
+		}
+		if a.kind == actRelease && a.err == nil && a.held && !a.reported {
+			a.reported = true
+			reports = append(reports, report{key, *a})
+		}
+		if !present[key] {
+			delete(e.actions, key)
+		}
+	}
+	e.mu.Unlock()
+	for _, r := range reports {
+		e.emit(Event{ID: id, Attempt: r.a.attempt, Type: EventPodReleased, Pod: r.key, Time: r.a.doneAt})
+	}
 }
 
 // releaseUnknown handles pods of a task the store does not know (an
@@ -548,6 +587,11 @@ func (e *Executor) forget(id string) {
 	delete(e.live, id)
 	delete(e.creations, id)
 	delete(e.gates, id)
+	for key, a := range e.actions {
+		if a.id == id && a.done {
+			delete(e.actions, key)
+		}
+	}
 }
 
 // stoppedByOthers reports whether reason is a pod-level stop by someone else

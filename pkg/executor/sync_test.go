@@ -86,7 +86,7 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"main exited 0 beside a running sidecar, cleanup Delete: Succeeded, pod deleted; its finalizer stays until no container runs": {
 			pod: mainExited(0), state: "Succeeded/Completed", terminal: true,
-			verbs: []string{"delete pods"}, requeue: stopRecheck,
+			verbs: []string{"delete pods"},
 			check: func(t *testing.T, f *fx, id string) {
 				if got := f.eventTypes(id); !slices.Equal(got, []string{"AttemptFinished", "PodDeleting"}) {
 					t.Errorf("events %v", got)
@@ -95,7 +95,7 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"main exited 0 beside a running sidecar, cleanup Keep: Succeeded, the sidecar is stopped by lowering activeDeadlineSeconds": {
 			task: []func(*task.Task){keep}, pod: mainExited(0), state: "Succeeded/Completed", terminal: true,
-			verbs: []string{"patch pods"}, requeue: stopRecheck,
+			verbs: []string{"patch pods"},
 			check: func(t *testing.T, f *fx, id string) {
 				p := f.serverPod(task.PodName(identOf(f, id), 0))
 				if p.Spec.ActiveDeadlineSeconds == nil || !hasFinalizer(p) {
@@ -114,7 +114,7 @@ func TestSyncDecisions(t *testing.T) {
 			},
 		},
 		"main exited 3: Failed/ExitCode, final (no retry on ExitCode)": {
-			pod: mainExited(3), state: "Failed/ExitCode", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			pod: mainExited(3), state: "Failed/ExitCode", terminal: true, verbs: []string{"delete pods"},
 		},
 		"main exited 1 with retries on ExitCode: attempt 1 after the backoff; the pod is deleted": {
 			task: []func(*task.Task){retryOn("ExitCode")}, pod: mainExited(1), state: "Pending/RetryBackoff",
@@ -158,12 +158,12 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"schedule timeout confirmed by a fresh read: ScheduleTimeout, pod deleted": {
 			pod: created().Unschedulable("0/1 nodes are available"), after: 11 * time.Minute,
-			state: "Failed/ScheduleTimeout", terminal: true, verbs: []string{"get pods", "delete pods"}, requeue: stopRecheck,
+			state: "Failed/ScheduleTimeout", terminal: true, verbs: []string{"get pods", "delete pods"},
 		},
 		"run timeout on a stale cache, the API server shows main exited 0: Succeeded": {
 			task: []func(*task.Task){timeouts(func(to *task.Timeouts) { to.Run = "90s" })},
 			pod:  running(), live: running().After(30 * time.Second).On("main").Terminated(0), after: 2 * time.Minute,
-			state: "Succeeded/Completed", terminal: true, verbs: []string{"get pods", "delete pods"}, requeue: stopRecheck,
+			state: "Succeeded/Completed", terminal: true, verbs: []string{"get pods", "delete pods"},
 		},
 		"behind scheduling gates for an hour: no schedule timeout": {
 			pod: created().SchedulingGated(), after: time.Hour, state: "Pending/Scheduling",
@@ -172,7 +172,7 @@ func TestSyncDecisions(t *testing.T) {
 		// --- results (defects a and g) ---
 		"File result read through the holder: Succeeded with the result": {
 			task: []func(*task.Task){fileResult}, pod: withResultHolder(mainExited(0)),
-			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"},
 			check: func(t *testing.T, f *fx, id string) {
 				if r := f.record(id); string(r.Result) != "42" {
 					t.Errorf("result %q", r.Result)
@@ -185,12 +185,12 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"File result, exec still failing ResultTimeout after the main container exited: ResultFailed": {
 			task: []func(*task.Task){fileResult}, pod: withResultHolder(mainExited(0)), exec: errors.New("connection reset by peer"),
-			after: 3 * time.Minute, state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			after: 3 * time.Minute, state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"},
 		},
 		"File result, exec forbidden (RBAC): ResultFailed at once": {
 			task: []func(*task.Task){fileResult}, pod: withResultHolder(mainExited(0)),
 			exec:  apierrors.NewForbidden(schema.GroupResource{Resource: "pods/exec"}, "p", errors.New("no")),
-			state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"},
 		},
 		"File result, the pod was deleted and the holder stopped before the read: ResultFailed at once": {
 			task: []func(*task.Task){fileResult}, exec: errors.New("container not found"),
@@ -199,12 +199,12 @@ func TestSyncDecisions(t *testing.T) {
 		},
 		"File result missing (the read exits 1): ResultFailed": {
 			task: []func(*task.Task){fileResult}, pod: withResultHolder(mainExited(0)), exec: utilexec.CodeExitError{Err: errors.New("exit 1"), Code: 1},
-			state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Failed/ResultFailed", terminal: true, verbs: []string{"delete pods"},
 		},
 		"termination message result: read from the status": {
 			task:  []func(*task.Task){func(t *task.Task) { t.Spec.Result = &task.Result{From: task.ResultFromTerminationMessage} }},
 			pod:   running().After(time.Minute).On("main").TerminatedReason(0, "Completed", "hello"),
-			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"},
 			check: func(t *testing.T, f *fx, id string) {
 				if r := f.record(id); string(r.Result) != "hello" || f.exec.calls != 0 {
 					t.Errorf("result %q, %d execs", r.Result, f.exec.calls)
@@ -228,12 +228,12 @@ func TestSyncDecisions(t *testing.T) {
 		// --- cancellation ---
 		"cancelled while main runs: Cancelled at once, the pod deleted": {
 			pod: running(), setup: func(f *fx, id string) { f.update(id, func(r *store.Record) { r.CancelledAt = f.clk.Now() }) },
-			state: "Failed/Cancelled", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Failed/Cancelled", terminal: true, verbs: []string{"delete pods"},
 		},
 		"cancelled after main exited 0: Succeeded": {
 			pod: mainExited(0), after: time.Second,
 			setup: func(f *fx, id string) { f.update(id, func(r *store.Record) { r.CancelledAt = f.clk.Now() }) },
-			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"}, requeue: stopRecheck,
+			state: "Succeeded/Completed", terminal: true, verbs: []string{"delete pods"},
 		},
 	}
 	for name, tc := range cases {

@@ -1,0 +1,153 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// Pod clean-up (delete, stop, release) runs outside the workers, like pod
+// creation: a worker that records an outcome never waits in the client's rate
+// limiter behind other tasks' clean-up, so outcomes are recorded as fast as
+// pods finish even when the client's QPS binds. The sync decides an action and
+// hands it over; the action's answer comes back to the next pass of the task,
+// which decides again from the pod as the cache then shows it.
+
+type actionKind string
+
+const (
+	actDelete  actionKind = "delete"
+	actStop    actionKind = "stop"
+	actRelease actionKind = "release"
+)
+
+// actionSettle bounds how long a done action waits for the cache to show
+// its effect before the task decides again without it.
+const actionSettle = 30 * time.Second
+
+// podAction is one clean-up call on one pod, from the decision until the
+// cache shows its effect.
+type podAction struct {
+	kind     actionKind
+	id       string // task
+	attempt  int
+	pod      *corev1.Pod // as the decision saw it
+	mark     bool        // release: label the pod released
+	held     bool        // release: the pod had kubetask's finalizer
+	at       time.Time   // when it was decided
+	done     bool
+	err      error
+	doneAt   time.Time
+	reported bool // its event was emitted
+}
+
+// reflected reports whether pod (as the cache shows it now; nil: gone) shows
+// the effect of a.
+func (a *podAction) reflected(pod *corev1.Pod) bool {
+	if pod == nil {
+		return true
+	}
+	switch a.kind {
+	case actDelete:
+		return pod.DeletionTimestamp != nil
+	case actStop:
+		secs, ok := podstate.StopDeadlineSeconds(a.pod, a.at)
+		return pod.DeletionTimestamp != nil || podstate.Stopped(pod) ||
+			(ok && pod.Spec.ActiveDeadlineSeconds != nil && *pod.Spec.ActiveDeadlineSeconds <= secs)
+	default:
+		return !hasFinalizer(pod) && (!a.mark || pod.Labels[task.LabelReleased] == "true")
+	}
+}
+
+// startAction hands a clean-up call to the cleaners unless one is pending
+// for the pod.
+func (e *Executor) startAction(a *podAction) {
+	key := a.pod.Namespace + "/" + a.pod.Name
+	e.mu.Lock()
+	if _, ok := e.actions[key]; ok {
+		e.mu.Unlock()
+		return
+	}
+	e.actions[key] = a
+	e.mu.Unlock()
+	select {
+	case e.cleanups <- key:
+	default:
+		go func() { e.cleanups <- key }() // never blocks a worker
+	}
+}
+
+// actionOf returns a copy of the pending or done action on pod key.
+func (e *Executor) actionOf(key string) (podAction, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a, ok := e.actions[key]
+	if !ok {
+		return podAction{}, false
+	}
+	return *a, true
+}
+
+func (e *Executor) clearAction(key string) {
+	e.mu.Lock()
+	delete(e.actions, key)
+	e.mu.Unlock()
+}
+
+// runCleaner performs clean-up calls while the gate is open.
+func (e *Executor) runCleaner(ctx context.Context) {
+	for e.gate.wait(ctx) {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-e.cleanups:
+			if !e.gate.enter() {
+				go func() { e.cleanups <- key }() // after the Lease is held again
+				continue
+			}
+			e.cleanOne(ctx, key)
+			e.gate.leave()
+		}
+	}
+}
+
+// cleanOne performs the pending action on pod key and brings its task back.
+func (e *Executor) cleanOne(ctx context.Context, key string) {
+	e.mu.Lock()
+	a, ok := e.actions[key]
+	var act podAction
+	if ok && !a.done {
+		act = *a
+	}
+	e.mu.Unlock()
+	if !ok || act.kind == "" {
+		return
+	}
+	var err error
+	pod := act.pod
+	switch act.kind {
+	case actDelete:
+		err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name)
+	case actStop:
+		err = attempt.Stop(ctx, e.client, pod, act.at)
+	case actRelease:
+		err = attempt.ReleaseSeen(ctx, e.client, pod, act.mark)
+	default:
+		err = fmt.Errorf("unknown pod action %q", act.kind)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	if a, ok := e.actions[key]; ok && a == e.actions[key] {
+		a.done, a.err, a.doneAt = true, err, e.cfg.Clock.Now()
+	}
+	e.mu.Unlock()
+	e.queue.Add(act.id)
+}
