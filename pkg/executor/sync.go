@@ -91,7 +91,7 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	// Pods of attempts whose outcome is recorded: stop, release, delete.
 	for n, p := range pods {
 		if out, ok := outcomeOf(rec, n); ok {
-			d, err := e.finishPod(ctx, &t, rec.ID, out, p, now)
+			d, err := e.finishPod(&t, rec.ID, out, p, now)
 			next.after(d)
 			errs = append(errs, err)
 		}
@@ -200,7 +200,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	var next requeue
 	if pod != nil {
 		out, _ := outcomeOf(rec, n)
-		d, err := e.finishPod(ctx, t, rec.ID, out, pod, now)
+		d, err := e.finishPod(t, rec.ID, out, pod, now)
 		if err != nil {
 			return 0, err
 		}
@@ -374,7 +374,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 // finalizer (a kept pod is also labelled released, so it leaves the cache).
 // The calls run on the cleaners (actions.go); finishPod decides the next one
 // from the pod as it is now and returns when to look again while it waits.
-func (e *Executor) finishPod(ctx context.Context, t *task.Task, id string, out store.AttemptOutcome, pod *corev1.Pod, now time.Time) (time.Duration, error) {
+func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, pod *corev1.Pod, now time.Time) (time.Duration, error) {
 	if e.cfg.Hold != nil && e.cfg.Hold(id, out.Attempt) {
 		if wait := out.ObservedAt.Add(e.cfg.HoldTimeout).Sub(now); wait > 0 {
 			return wait, nil
