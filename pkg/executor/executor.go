@@ -399,6 +399,11 @@ func FirstAttempt(n int) SubmitOption {
 	return func(r *store.Record) { r.Attempt = max(n, 0) }
 }
 
+// Origin records that the task reruns task id.
+func Origin(id string) SubmitOption {
+	return func(r *store.Record) { r.Origin = id }
+}
+
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
 // again returns the existing record and does not start another run. id must
 // be a valid label value. The task is validated before anything is stored.
@@ -424,7 +429,7 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 		return Status{}, fmt.Errorf("encoding task: %w", err)
 	}
 	rec := store.Record{
-		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc,
+		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc, Labels: t.Labels,
 		Phase: "Pending", Reason: "Submitted", Message: "waiting to create the pod",
 	}
 	for _, o := range opts {

@@ -44,6 +44,10 @@ type Record struct {
 	Namespace, Name string
 	// Executor is the instance that owns the task.
 	Executor string
+	// Labels are the task's labels (its metadata.labels), for Page's filter.
+	Labels map[string]string
+	// Origin is the ID of the task this one reruns; empty otherwise.
+	Origin string
 	// Task is the task document as submitted (JSON).
 	Task []byte
 	// Attempt is the current attempt, 0 for the first.
