@@ -1,0 +1,209 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Config configures `kubetask serve`. The zero value of every field but the
+// cluster connection is usable: Defaults fills it for a laptop (SQLite in the
+// state directory, 127.0.0.1:8080, a generated token).
+type Config struct {
+	// Listen is the address to serve on. Default 127.0.0.1:8080. A
+	// non-loopback address requires TLS and authentication.
+	Listen string `json:"listen,omitempty"`
+	// TLSCertFile and TLSKeyFile serve HTTPS when both are set.
+	TLSCertFile string `json:"tlsCertFile,omitempty"`
+	TLSKeyFile  string `json:"tlsKeyFile,omitempty"`
+	// StateDir holds the SQLite store and the generated token file. Default
+	// $KUBETASK_SERVE_DIR, else $XDG_STATE_HOME/kubetask/serve, else
+	// ~/.local/state/kubetask/serve.
+	StateDir string `json:"stateDir,omitempty"`
+	// Store is "sqlite" (default: tasks.db in StateDir), "sqlite:PATH" or
+	// "memory" (tests and demos: nothing survives a restart).
+	Store string `json:"store,omitempty"`
+	// InstanceID names this service's executor (its pods' label and its
+	// Lease). Default "kubetask-serve".
+	InstanceID string `json:"instanceID,omitempty"`
+	// Namespaces the service runs tasks in; empty means all.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// DefaultNamespace for tasks that name none. Default "default".
+	DefaultNamespace string `json:"defaultNamespace,omitempty"`
+	// Parallelism, QPS and Burst are the executor's (defaults 100, 50, 100).
+	Parallelism int     `json:"parallelism,omitempty"`
+	QPS         float32 `json:"qps,omitempty"`
+	Burst       int     `json:"burst,omitempty"`
+	// Retention is how long finished tasks and their logs are kept after
+	// their last change. Default 720h (30 days); "0s" keeps them for ever.
+	Retention Duration `json:"retention,omitempty"`
+	// Auth is "token" (default: bearer tokens from TokenFile) or
+	// "kubernetes" (TokenReview and SubjectAccessReview) or "none" (only on
+	// a loopback address).
+	Auth string `json:"auth,omitempty"`
+	// TokenFile lists the accepted tokens (mode token). Default
+	// tokens.yaml in StateDir, generated with one token for every namespace
+	// when missing.
+	TokenFile string `json:"tokenFile,omitempty"`
+	// LogCapBytes caps each archived container log. Default 64 MiB.
+	LogCapBytes int64 `json:"logCapBytes,omitempty"`
+	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
+	// Default 10s.
+	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
+}
+
+// Duration is a Go duration written as a string ("90s", "720h").
+type Duration string
+
+// Get returns the duration (0 when empty; Validate rejects malformed values).
+func (d Duration) Get() time.Duration {
+	v, _ := time.ParseDuration(string(d))
+	return v
+}
+
+// EnvStateDir overrides the default state directory.
+const EnvStateDir = "KUBETASK_SERVE_DIR"
+
+// LoadFile reads a YAML or JSON configuration file strictly: an unknown field
+// is an error that names it.
+func LoadFile(path string) (Config, error) {
+	var c Config
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.StateDir == "" {
+		d, err := defaultStateDir()
+		if err != nil {
+			return err
+		}
+		c.StateDir = d
+	}
+	if c.Store == "" {
+		c.Store = "sqlite"
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = "kubetask-serve"
+	}
+	if c.DefaultNamespace == "" {
+		c.DefaultNamespace = "default"
+	}
+	if c.Retention == "" {
+		c.Retention = "720h"
+	}
+	if c.Auth == "" {
+		c.Auth = "token"
+	}
+	if c.TokenFile == "" && c.Auth == "token" {
+		c.TokenFile = filepath.Join(c.StateDir, "tokens.yaml")
+	}
+	if c.LogCapBytes == 0 {
+		c.LogCapBytes = 64 << 20
+	}
+	if c.ShutdownTimeout == "" {
+		c.ShutdownTimeout = "10s"
+	}
+	return nil
+}
+
+// Validate reports every problem of a defaulted configuration at once, each
+// naming the field (and flag) and the fix.
+func (c *Config) Validate() error {
+	var errs []error
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT (--listen 127.0.0.1:8080)", c.Listen))
+	}
+	tls := c.TLSCertFile != "" || c.TLSKeyFile != ""
+	if tls && (c.TLSCertFile == "" || c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("tlsCertFile and tlsKeyFile go together (--tls-cert-file, --tls-key-file)"))
+	}
+	if err == nil && !loopback(host) && (!tls || c.Auth == "none") {
+		errs = append(errs, fmt.Errorf("listen %q is not a loopback address: serving there needs TLS (--tls-cert-file, --tls-key-file) and authentication (--auth token or kubernetes)", c.Listen))
+	}
+	switch {
+	case c.Store == "sqlite", c.Store == "memory", strings.HasPrefix(c.Store, "sqlite:") && len(c.Store) > len("sqlite:"):
+	default:
+		errs = append(errs, fmt.Errorf("store %q: want sqlite, sqlite:PATH or memory (--store)", c.Store))
+	}
+	for _, msg := range validation.IsValidLabelValue(c.InstanceID) {
+		errs = append(errs, fmt.Errorf("instanceID %q: %s (--instance-id)", c.InstanceID, msg))
+	}
+	switch c.Auth {
+	case "token", "kubernetes", "none":
+	default:
+		errs = append(errs, fmt.Errorf("auth %q: want token, kubernetes or none (--auth)", c.Auth))
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}} {
+		if v, err := time.ParseDuration(string(d.v)); err != nil || v < 0 {
+			errs = append(errs, fmt.Errorf("%s %q: want a non-negative Go duration such as 720h or 30s", d.name, d.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"parallelism", int64(c.Parallelism)}, {"burst", int64(c.Burst)}, {"logCapBytes", c.LogCapBytes}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
+		}
+	}
+	if c.QPS < 0 {
+		errs = append(errs, fmt.Errorf("qps must not be negative, got %v", c.QPS))
+	}
+	return errors.Join(errs...)
+}
+
+// StorePath is the SQLite file the configuration names ("" for memory).
+func (c *Config) StorePath() string {
+	switch {
+	case c.Store == "memory":
+		return ""
+	case strings.HasPrefix(c.Store, "sqlite:"):
+		return strings.TrimPrefix(c.Store, "sqlite:")
+	default:
+		return filepath.Join(c.StateDir, "tasks.db")
+	}
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func defaultStateDir() (string, error) {
+	if d := os.Getenv(EnvStateDir); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "kubetask", "serve"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no state directory: set --state-dir or $%s: %w", EnvStateDir, err)
+	}
+	return filepath.Join(home, ".local", "state", "kubetask", "serve"), nil
+}

@@ -1,0 +1,70 @@
+package service
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	cases := map[string]struct {
+		edit func(*Config)
+		errs []string // fragments every reported problem must be among
+	}{
+		"defaults are valid":   {edit: func(*Config) {}},
+		"loopback without tls": {edit: func(c *Config) { c.Listen = "[::1]:9000" }},
+		"all interfaces without TLS": {edit: func(c *Config) { c.Listen = "0.0.0.0:8080" },
+			errs: []string{"not a loopback address"}},
+		"TLS without auth off loopback": {edit: func(c *Config) {
+			c.Listen, c.TLSCertFile, c.TLSKeyFile, c.Auth = "0.0.0.0:8443", "c", "k", "none"
+		}, errs: []string{"not a loopback address"}},
+		"cert without key": {edit: func(c *Config) { c.TLSCertFile = "c" }, errs: []string{"go together"}},
+		"every problem at once": {edit: func(c *Config) {
+			c.Store, c.Auth, c.Retention, c.Parallelism, c.InstanceID = "mysql", "ldap", "a month", -1, "no spaces"
+		}, errs: []string{"store \"mysql\"", "auth \"ldap\"", "retention", "parallelism", "instanceID"}},
+		"bad listen": {edit: func(c *Config) { c.Listen = "8080" }, errs: []string{"HOST:PORT"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := Config{StateDir: t.TempDir()}
+			if err := c.Defaults(); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(&c)
+			err := c.Validate()
+			if len(tc.errs) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %v", tc.errs)
+			}
+			for _, want := range tc.errs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFileIsStrict(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "serve.yaml")
+	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:9090\nparalelism: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(p); err == nil || !strings.Contains(err.Error(), "paralelism") {
+		t.Errorf("err %v, want one naming the unknown field", err)
+	}
+	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:9090\nparallelism: 3\nnamespaces: [a, b]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(p)
+	if err != nil || c.Parallelism != 3 || len(c.Namespaces) != 2 {
+		t.Errorf("config %+v, err %v", c, err)
+	}
+}
