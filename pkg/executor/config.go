@@ -77,6 +77,15 @@ type Config struct {
 	// Call Resync(id) when the answer changes.
 	Hold        func(id string, attempt int) bool
 	HoldTimeout time.Duration
+	// CaptureLogs, when set, archives logs: the executor runs it for each
+	// container whose log the task keeps (spec.logs.containers, the main
+	// container by default), once per attempt, from the time the attempt's
+	// pod exists. It must return nil once the container's log is archived
+	// completely (logcapture.Run does), or ctx's error. The executor removes
+	// an attempt's pod's finalizer only after every capture of the attempt
+	// returned nil, so a deletion, an eviction or a restart of the process
+	// cannot take a line with it; a capture that fails is started again.
+	CaptureLogs func(ctx context.Context, c LogCapture) error
 	// ExecTimeout bounds one exec into a result holder. Default 30s.
 	ExecTimeout time.Duration
 	// ResultTimeout bounds the time, from the main container's exit, during

@@ -106,6 +106,10 @@ type Executor struct {
 	gates     map[string]gateMemo   // scheduling-gate observations, by pod key
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
+
+	capMu    sync.Mutex
+	captures map[captureKey]*captureRun // log captures (Config.CaptureLogs)
+	runCtx   context.Context            // Start's context, for captures
 	waiting   []waiter              // tasks waiting for a parallelism slot, oldest submission first
 	inLine    map[string]time.Time  // the tasks in waiting, with their place
 	phases    map[string]string     // latest phase per task, for the tasks gauge
@@ -132,6 +136,8 @@ func New(cfg Config) (*Executor, error) {
 		creates:   make(chan string, cfg.Parallelism),
 		cleanups:  make(chan string, cfg.Parallelism),
 		actions:   map[string]*podAction{},
+		captures:  map[captureKey]*captureRun{},
+		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),
 	}
 	e.client = cfg.Client
@@ -191,6 +197,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.startedAt = e.cfg.Clock.Now()
+	e.runCtx = ctx
 	e.mu.Unlock()
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
 

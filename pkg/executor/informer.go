@@ -148,6 +148,7 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if deleted {
 		e.wakeWaiting()
 	}
+	e.kickCaptures(pod.Namespace + "/" + pod.Name)
 	if e.cfg.OnPodChange != nil {
 		e.cfg.OnPodChange(pod.Namespace, pod.Name)
 	}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -350,5 +351,68 @@ func TestCleanupRunsOffTheWorkers(t *testing.T) {
 	}
 	if got := f.eventTypes("a"); !slices.Equal(got, []string{"AttemptFinished", "PodDeleting", "PodReleased"}) {
 		t.Errorf("events %v", got)
+	}
+}
+
+// TestFinalizerStaysUntilLogsAreArchived: with CaptureLogs, a capture runs
+// per kept container from the time the pod exists, and the pod's finalizer
+// is released only after every capture of the attempt returned.
+func TestFinalizerStaysUntilLogsAreArchived(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan LogCapture, 4)
+	f := newFx(t, func(c *Config) {
+		c.CaptureLogs = func(ctx context.Context, lc LogCapture) error {
+			started <- lc
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	f.submit("a", newTask(func(tk *task.Task) { tk.Spec.Logs.Containers = []string{"main", "envoy"} }))
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	f.both(f.podOf("a", 0, running()))
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case lc := <-started:
+			got[lc.Container] = true
+		case <-time.After(5 * time.Second):
+			t.Fatal("captures not started while the attempt runs")
+		}
+	}
+	if !got["main"] || !got["envoy"] {
+		t.Errorf("captures %v", got)
+	}
+	w := mainExited(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded)
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	if _, _, err := f.sync("a"); err != nil { // records, deletes
+		t.Fatal(err)
+	}
+	deleting := f.podOf("a", 0, w.Deleted(0))
+	f.both(deleting)
+	if _, verbs, err := f.sync("a"); err != nil || len(verbs) != 0 {
+		t.Fatalf("released before the logs were archived: %v %v", verbs, err)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, verbs, err := f.sync("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(verbs, []string{"patch pods"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not released after the captures returned (last requests %v)", verbs)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -153,6 +153,8 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	}
 	e.unwait(rec.ID) // the attempt has (or had) its pod: no slot to wait for
 
+	e.capturesDone(e.captureCtx(), t, rec.ID, n, pod) // follow the logs while the attempt runs
+
 	policy := t.Policy()
 	policy.CancelledAt = rec.CancelledAt
 	policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
@@ -417,6 +419,9 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		return stopRecheck, nil
 	}
 	held := hasFinalizer(pod)
+	if held && !e.capturesDone(e.captureCtx(), t, id, out.Attempt, pod) {
+		return 0, nil // the finalizer stays until the logs are archived; a capture's end brings the task back
+	}
 	if held || (!del && pod.Labels[task.LabelReleased] != "true") {
 		e.startAction(&podAction{kind: actRelease, id: id, attempt: out.Attempt, pod: pod, mark: !del, held: held, at: now})
 	}
@@ -587,6 +592,7 @@ func (e *Executor) forget(id string) {
 	delete(e.live, id)
 	delete(e.creations, id)
 	delete(e.gates, id)
+	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
 			delete(e.actions, key)
@@ -657,4 +663,11 @@ func (r *requeue) after(d time.Duration) {
 	if d > 0 && (r.d == 0 || d < r.d) {
 		r.d = d
 	}
+}
+
+// captureCtx is the context log captures run in: the executor's life.
+func (e *Executor) captureCtx() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runCtx
 }
