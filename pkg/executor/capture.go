@@ -1,0 +1,142 @@
+package executor
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubetask/kubetask/pkg/podlog"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// LogCapture is one container's log of one attempt, handed to
+// Config.CaptureLogs.
+type LogCapture struct {
+	TaskID                    string
+	Attempt                   int
+	Namespace, Pod, Container string
+	// Progress reports the container's progress as the executor's cache
+	// last saw it (podlog.ProgressOf); Changed is signalled when the pod
+	// changes. Both feed a podlog.Follower.
+	Progress func() podlog.Progress
+	Changed  <-chan struct{}
+}
+
+// captureKey names one capture.
+type captureKey struct {
+	id        string
+	attempt   int
+	container string
+}
+
+// captureRun is a capture started by the executor.
+type captureRun struct {
+	done    chan struct{}
+	err     error
+	changed chan struct{}
+	podKey  string
+}
+
+// capturesDone starts the captures of attempt n of task id that are not
+// running (for the containers the task keeps logs of) and reports whether
+// all of them have finished. Without Config.CaptureLogs there is nothing to
+// capture.
+func (e *Executor) capturesDone(ctx context.Context, t *task.Task, id string, n int, pod *corev1.Pod) bool {
+	if e.cfg.CaptureLogs == nil || pod == nil {
+		return true
+	}
+	all := true
+	for _, c := range logContainers(t) {
+		k := captureKey{id: id, attempt: n, container: c}
+		e.capMu.Lock()
+		run, ok := e.captures[k]
+		if ok {
+			select {
+			case <-run.done:
+				if run.err != nil {
+					delete(e.captures, k) // failed (ctx ended): start again
+					ok = false
+				}
+			default:
+				all = false
+			}
+		}
+		if !ok {
+			run = &captureRun{done: make(chan struct{}), changed: make(chan struct{}, 1), podKey: pod.Namespace + "/" + pod.Name}
+			e.captures[k] = run
+			all = false
+		}
+		e.capMu.Unlock()
+		if !ok {
+			e.startCapture(ctx, k, pod, run)
+		}
+	}
+	return all
+}
+
+func (e *Executor) startCapture(ctx context.Context, k captureKey, pod *corev1.Pod, run *captureRun) {
+	ns, name := pod.Namespace, pod.Name
+	var seenMu sync.Mutex
+	seen := false
+	lc := LogCapture{TaskID: k.id, Attempt: k.attempt, Namespace: ns, Pod: name, Container: k.container,
+		Progress: func() podlog.Progress {
+			p := e.CachedPod(ns, name)
+			seenMu.Lock()
+			defer seenMu.Unlock()
+			if p == nil && !seen {
+				return podlog.Progress{} // created, not in the cache yet
+			}
+			seen = true
+			return podlog.ProgressOf(p, k.container)
+		},
+		Changed: run.changed}
+	go func() {
+		err := e.cfg.CaptureLogs(ctx, lc)
+		if err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("log capture failed; it starts again", "task", k.id, "attempt", k.attempt, "container", k.container, "err", err)
+		}
+		run.err = err
+		close(run.done)
+		e.queue.Add(k.id)
+	}()
+}
+
+// kickCaptures signals the captures that follow pod key that it changed.
+func (e *Executor) kickCaptures(podKey string) {
+	e.capMu.Lock()
+	defer e.capMu.Unlock()
+	for _, run := range e.captures {
+		if run.podKey == podKey {
+			select {
+			case run.changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// forgetCaptures drops the finished captures of task id.
+func (e *Executor) forgetCaptures(id string) {
+	e.capMu.Lock()
+	defer e.capMu.Unlock()
+	for k, run := range e.captures {
+		if k.id != id {
+			continue
+		}
+		select {
+		case <-run.done:
+			delete(e.captures, k)
+		default:
+		}
+	}
+}
+
+// logContainers are the containers whose logs the task keeps (spec.logs),
+// the main container by default.
+func logContainers(t *task.Task) []string {
+	if len(t.Spec.Logs.Containers) > 0 {
+		return t.Spec.Logs.Containers
+	}
+	return []string{t.Spec.MainContainer}
+}
