@@ -372,6 +372,10 @@ func (e *Executor) Healthy() error {
 	return nil
 }
 
+// Ready reports whether the executor acts on pods now: it holds its instance
+// Lease and its pod caches have synced (a service's readiness).
+func (e *Executor) Ready() bool { return e.gate.closedSince().IsZero() }
+
 func (e *Executor) resync(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(e.cfg.ResyncPeriod)
 	defer t.Stop()
