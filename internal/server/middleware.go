@@ -1,0 +1,263 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kubetask/kubetask/pkg/api"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+	streams  *prometheus.GaugeVec
+	expired  prometheus.Counter
+	events   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_http_requests_total", Help: "HTTP requests served, by method, route pattern and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_http_request_duration_seconds", Help: "Time to serve an HTTP request (for watches and log follows: the stream's life), by method and route pattern.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 600},
+		}, []string{"method", "route"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubetask_http_requests_in_flight", Help: "HTTP requests being served (streams included).",
+		}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubetask_api_streams", Help: "Open watch and log-follow streams, by kind.",
+		}, []string{"kind"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubetask_watch_expired_total", Help: "Watches resumed from a cursor the server no longer keeps (told to list again).",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubetask_watch_events_published_total", Help: "Task events published to watches.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// statusWriter remembers the status code; Unwrap and Flush keep streaming
+// and deadlines working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// instrument counts requests by route pattern and status code.
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestInfo{route: "unmatched", req: r}
+		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, info))
+		sw := &statusWriter{ResponseWriter: w}
+		s.metrics.inFlight.Inc()
+		defer func() {
+			s.metrics.inFlight.Dec()
+			code := sw.status
+			if code == 0 {
+				code = http.StatusOK
+			}
+			s.metrics.requests.WithLabelValues(r.Method, info.route, strconv.Itoa(code)).Inc()
+			s.metrics.duration.WithLabelValues(r.Method, info.route).Observe(time.Since(start).Seconds())
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// requestInfo is what handlers and metrics learn about a request beyond
+// huma's inputs: the route pattern that served it, and the request itself
+// (its raw query, to refuse unknown parameters).
+type requestInfo struct {
+	route string
+	req   *http.Request
+}
+
+type requestKey struct{}
+
+func requestFrom(ctx context.Context) *requestInfo {
+	if ri, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
+		return ri
+	}
+	return &requestInfo{route: "unmatched"}
+}
+
+// recover answers 500 for a handler's panic (net/http would drop the
+// connection without an answer) and logs it.
+func (s *Server) recover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler { //nolint:errorlint // the sentinel is panicked as is
+				panic(v)
+			}
+			s.log.Error("panic serving a request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+			writeProblem(w, http.StatusInternalServerError, "internal error: the server logged it")
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// public lists what needs no token: probes and the API's description.
+var public = map[string]bool{
+	"/healthz": true, "/readyz": true,
+	api.Prefix + "/openapi.json": true, api.Prefix + "/openapi.yaml": true,
+	api.Prefix + "/openapi-3.0.json": true, api.Prefix + "/openapi-3.0.yaml": true,
+}
+
+// authenticate puts the request's Caller in its context, or answers 401
+// (no or unknown bearer token) or 503 (the authenticator failed). Whether
+// the caller may do what it asks is each handler's decision.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Auth == nil || public[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tok, ok := bearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kubetask"`)
+			writeProblem(w, http.StatusUnauthorized, "missing bearer token: send the header Authorization: Bearer <token>")
+			return
+		}
+		c, err := s.cfg.Auth.Authenticate(r.Context(), tok)
+		switch {
+		case errors.Is(err, ErrUnauthenticated):
+			s.log.Info("refused a bearer token", "remote", r.RemoteAddr, "err", err)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kubetask", error="invalid_token"`)
+			writeProblem(w, http.StatusUnauthorized, "unknown or expired bearer token: send a token the server knows (its token file, or a valid Kubernetes token)")
+			return
+		case err != nil:
+			s.log.Error("cannot authenticate", "remote", r.RemoteAddr, "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "cannot check the bearer token now; try again")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
+	})
+}
+
+// limitBody reads request bodies up to MaxBodyBytes and answers 413 beyond,
+// before any handler decodes them.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		limit := s.cfg.MaxBodyBytes
+		tooLarge := func() {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+				"request body larger than the server's limit of %d bytes: send a smaller document (put large data in a ConfigMap or a volume, not in the task)", limit))
+		}
+		if r.ContentLength > limit {
+			tooLarge()
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		_ = r.Body.Close()
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "cannot read the request body: "+err.Error())
+			return
+		}
+		if int64(len(body)) > limit {
+			tooLarge()
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.cfg.Executor.Healthy(); err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "not healthy: "+err.Error())
+		return
+	}
+	writeText(w, "ok\n")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-s.stopping:
+		writeProblem(w, http.StatusServiceUnavailable, "not ready: shutting down")
+		return
+	default:
+	}
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+	}
+	writeText(w, "ok\n")
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	c := CallerFrom(r.Context())
+	ok, err := c.Allowed(r.Context(), ActionMetrics, AllNamespaces)
+	switch {
+	case err != nil:
+		s.log.Error("cannot authorize", "subject", c.Subject(), "action", ActionMetrics, "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, "cannot check permissions now; try again")
+		return
+	case !ok:
+		writeProblem(w, http.StatusForbidden, fmt.Sprintf("%s may not read /metrics (needs get on the non-resource URL /metrics)", c.Subject()))
+		return
+	}
+	promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}).ServeHTTP(w, r)
+}
+
+func writeText(w http.ResponseWriter, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, s)
+}
+
+// writeProblem answers with RFC 9457 problem details, as huma's handlers do.
+func writeProblem(w http.ResponseWriter, status int, detail string, errs ...api.ProblemDetail) {
+	b, _ := json.Marshal(api.Problem{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,321 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// Executor is what the server needs of the executor; *executor.Executor is
+// one. Submit must be idempotent by ID (return the existing record for an ID
+// it knows), Get must return an error wrapping store.ErrNotFound for an
+// unknown ID, and Cancel must do nothing for a finished task.
+type Executor interface {
+	Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error)
+	Get(ctx context.Context, id string) (store.Record, error)
+	Cancel(ctx context.Context, id string) error
+	// Healthy is the liveness of /healthz.
+	Healthy() error
+}
+
+var _ Executor = (*executor.Executor)(nil)
+
+// Config configures a Server. New checks it and fills in the defaults.
+type Config struct {
+	// Executor runs the tasks. Required.
+	Executor Executor
+	// Pager lists task records for GET /tasks (the store's). Required.
+	Pager store.Pager
+	// Logs is the log archive for GET /tasks/{id}/logs. Without it that
+	// endpoint answers 501.
+	Logs store.Logs
+	// Client, when set, reads the Kubernetes events of a Pending task's pod
+	// for GET /tasks/{id} (it needs list on events), and checks submitted
+	// tasks on the API server when ValidateOnServer is set.
+	Client kubernetes.Interface
+	// ValidateOnServer checks each new task with a server-side dry-run
+	// creation of its pod (task.ValidateOnServer) before accepting it: an
+	// invalid pod spec is a 422 at submission instead of a failed task.
+	ValidateOnServer bool
+	// Auth authenticates callers (NewTokenAuth, NewKubernetesAuth). Nil: no
+	// authentication, every caller may do everything (CheckListen allows
+	// that on loopback only).
+	Auth Authenticator
+	// Ready says whether /readyz answers 200: the store is open and the
+	// executor's caches have synced. Nil: ready.
+	Ready func() error
+	// Registry receives the HTTP metrics and is served at /metrics
+	// (register the executor's metrics in it too). Default: a new registry.
+	Registry *prometheus.Registry
+	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
+	MaxBodyBytes int64
+	// EventBuffer is how many recent events the server keeps for watches to
+	// resume from. Default 100000.
+	EventBuffer int
+	// Heartbeat is the interval of the comments that keep idle watch streams
+	// alive. Default 15s.
+	Heartbeat time.Duration
+	// StreamTimeout ends a watch or a log follow after this long; the client
+	// resumes from its cursor or offset (and is authorized again). Default 30m.
+	StreamTimeout time.Duration
+	// LogPollInterval is how often a log follow reads the archive when no
+	// NotifyLog woke it. Default 1s.
+	LogPollInterval time.Duration
+	// LogWait is how long a log follow waits, once the attempt has ended,
+	// for its archive to be complete before it ends anyway. Default 30s.
+	LogWait time.Duration
+	// PendingEvents is the number of a Pending task's pod events GET
+	// /tasks/{id} reports. Default 10.
+	PendingEvents int
+	// TLS, when set, makes Serve serve HTTPS with it.
+	TLS *tls.Config
+	// ShutdownTimeout bounds how long Serve waits for requests in flight
+	// once its context ends. Default 10s.
+	ShutdownTimeout time.Duration
+	// NewID makes the IDs of tasks submitted without one; they must be valid
+	// label values, unique, and should sort by creation time. Default: "t"
+	// and a lowercase ULID.
+	NewID func() string
+	// Clock is injected for tests. Default the real clock.
+	Clock clock.WithTicker
+	// Logger is the structured logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	var errs []error
+	if c.Executor == nil {
+		errs = append(errs, errors.New("Executor is required"))
+	}
+	if c.Pager == nil {
+		errs = append(errs, errors.New("Pager is required (the store's store.Pager)"))
+	}
+	if c.ValidateOnServer && c.Client == nil {
+		errs = append(errs, errors.New("ValidateOnServer needs Client"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"MaxBodyBytes", c.MaxBodyBytes}, {"EventBuffer", int64(c.EventBuffer)}, {"PendingEvents", int64(c.PendingEvents)},
+		{"Heartbeat", int64(c.Heartbeat)}, {"StreamTimeout", int64(c.StreamTimeout)}, {"LogPollInterval", int64(c.LogPollInterval)},
+		{"LogWait", int64(c.LogWait)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %d", f.name, f.v))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("server config: %w", err)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = 100000
+	}
+	if c.PendingEvents == 0 {
+		c.PendingEvents = 10
+	}
+	setDuration(&c.Heartbeat, 15*time.Second)
+	setDuration(&c.StreamTimeout, 30*time.Minute)
+	setDuration(&c.LogPollInterval, time.Second)
+	setDuration(&c.LogWait, 30*time.Second)
+	setDuration(&c.ShutdownTimeout, 10*time.Second)
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.NewID == nil {
+		c.NewID = newIDSource(c.Clock).next
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// Server is kubetask's HTTP API. Create it with New; serve Handler yourself
+// or call Serve; feed it the executor's events with Publish.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	api     huma.API
+	handler http.Handler
+	ring    *ring
+	meta    *metaCache
+	logWake *wakers
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed when streams must end (shutdown)
+}
+
+// New checks cfg, fills its defaults and builds the server. It registers the
+// HTTP metrics in cfg.Registry (an error if they are registered already).
+func New(cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("server metrics: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  m,
+		ring:     newRing(cfg.EventBuffer),
+		meta:     newMetaCache(10000),
+		logWake:  newWakers(),
+		stopping: make(chan struct{}),
+	}
+	mux := routeMux{http.NewServeMux()}
+	s.api = huma.NewAPI(apiConfig(), humago.NewAdapter(mux, ""))
+	s.register()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
+	})
+	s.handler = s.instrument(s.recover(s.authenticate(s.limitBody(mux))))
+	return s, nil
+}
+
+// OpenAPI returns the API's OpenAPI 3.1 document (also served at
+// /api/v1/openapi.json and .yaml).
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+// Handler returns the server's HTTP handler: the API under /api/v1,
+// /healthz, /readyz and /metrics.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// CloseStreams ends every watch and log follow now and makes new ones end at
+// once (their clients resume elsewhere or later); /readyz answers 503 from
+// then on. Serve calls it when its context ends.
+func (s *Server) CloseStreams() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Serve serves the API on l until ctx ends, then shuts down: it stops
+// accepting, ends the streams, waits up to ShutdownTimeout for requests in
+// flight and closes what is left. With cfg.TLS it serves HTTPS. It refuses a
+// listener CheckListen refuses. It returns nil after a shutdown for ctx.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	if err := CheckListen(l.Addr().String(), s.cfg.TLS != nil, s.cfg.Auth != nil); err != nil {
+		return err
+	}
+	if s.cfg.TLS != nil {
+		l = tls.NewListener(l, s.cfg.TLS)
+	}
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(l) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("serving the API: %w", err)
+	case <-ctx.Done():
+	}
+	s.CloseStreams()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		s.log.Warn("requests still in flight after the shutdown timeout; closing them", "timeout", s.cfg.ShutdownTimeout)
+		_ = hs.Close()
+	}
+	<-done
+	return nil
+}
+
+// CheckListen refuses to serve on a non-loopback address without TLS and
+// authentication: tasks run arbitrary pods, so whoever reaches the API
+// controls pods. addr is host:port; an empty host, 0.0.0.0 and [::] are every
+// interface, a host name other than localhost counts as non-loopback.
+func CheckListen(addr string, tlsOn, authOn bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if isLoopback(host) || (tlsOn && authOn) {
+		return nil
+	}
+	var missing []string
+	if !tlsOn {
+		missing = append(missing, "TLS (a certificate and key)")
+	}
+	if !authOn {
+		missing = append(missing, "authentication (auth mode token or kubernetes)")
+	}
+	return fmt.Errorf("refusing to listen on %s without %s: anyone who reaches it could run pods; configure them, or listen on 127.0.0.1",
+		addr, strings.Join(missing, " and "))
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// apiConfig is huma's configuration: JSON only, the OpenAPI document under
+// the prefix, no docs page (it would load scripts from the internet) and no
+// $schema links in responses.
+func apiConfig() huma.Config {
+	c := huma.DefaultConfig("kubetask", "v1")
+	c.Info.Description = "Run tasks as Kubernetes pods: submit, read state and attempts, list, watch, logs, cancel, rerun. See docs/api.md."
+	c.OpenAPIPath = api.Prefix + "/openapi"
+	c.DocsPath = ""
+	c.SchemasPath = ""
+	c.CreateHooks = nil
+	c.Formats = map[string]huma.Format{"application/json": huma.DefaultJSONFormat, "json": huma.DefaultJSONFormat}
+	c.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "A token of the token mode's file, or a Kubernetes token in the kubernetes mode."},
+	}
+	c.Security = []map[string][]string{{"bearer": {}}}
+	return c
+}
+
+// routeMux records the pattern that served a request for the metrics (the
+// request the mux sees is a copy of the one the outer handlers hold).
+type routeMux struct{ *http.ServeMux }
+
+func (m routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.ServeMux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if ri, ok := r.Context().Value(requestKey{}).(*requestInfo); ok {
+			ri.route = pattern
+		}
+		h(w, r)
+	})
+}

@@ -1,0 +1,300 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+type submitInput struct {
+	Namespace      string `path:"ns" doc:"The namespace the task runs in." example:"default"`
+	ID             string `query:"id" doc:"The task ID (a label value: at most 63 letters, digits, '-', '_', '.'); default: one the server makes."`
+	IdempotencyKey string `header:"Idempotency-Key" doc:"The task ID, as a header (like id; give one of them, or both equal)."`
+	ContentType    string `header:"Content-Type" doc:"application/json, application/yaml or text/yaml."`
+	RawBody        []byte `contentType:"application/json"`
+}
+
+type rerunInput struct {
+	ID             string `path:"id" doc:"The finished task to run again."`
+	NewID          string `query:"id" doc:"The new task's ID; default: one the server makes."`
+	IdempotencyKey string `header:"Idempotency-Key" doc:"The new task's ID, as a header: a retried rerun with the same key returns the task it created."`
+}
+
+// Content types a submission may have.
+var submitTypes = []string{"application/json", "application/yaml", "text/yaml"}
+
+// documentSchema describes a submission in the OpenAPI document. The task
+// format is documented in docs/task-format.md; its pod template is a
+// Kubernetes PodTemplateSpec.
+var documentSchema = &huma.Schema{
+	Type: "object",
+	Description: "A task (apiVersion kubetask.dev/v1alpha1, kind Task: metadata, spec.template and the task's own fields, " +
+		"see docs/task-format.md) or a plain pod (apiVersion v1, kind Pod). Unknown fields are errors.",
+	Required: []string{"apiVersion", "kind"},
+	Properties: map[string]*huma.Schema{
+		"apiVersion": {Type: "string", Enum: []any{task.APIVersion, "v1"}},
+		"kind":       {Type: "string", Enum: []any{task.Kind, "Pod"}},
+		"metadata":   {Type: "object", Description: "name, labels; namespace, when given, must be the path's."},
+		"spec":       {Type: "object"},
+	},
+}
+
+// describeSubmit documents the submission body once huma registered it.
+func (s *Server) describeSubmit() {
+	op := s.api.OpenAPI().Paths[api.Prefix+"/namespaces/{ns}/tasks"].Post
+	op.RequestBody.Required = true
+	op.RequestBody.Description = "The task document, JSON or YAML."
+	op.RequestBody.Content = map[string]*huma.MediaType{}
+	for _, ct := range submitTypes {
+		op.RequestBody.Content[ct] = &huma.MediaType{Schema: documentSchema}
+	}
+}
+
+func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, error) {
+	if err := knownQuery(ctx, "id"); err != nil {
+		return nil, err
+	}
+	if msgs := validation.IsDNS1123Label(in.Namespace); len(msgs) > 0 {
+		return nil, huma.Error400BadRequest("bad namespace in the path: "+strings.Join(msgs, "; "),
+			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be a namespace name"})
+	}
+	c := CallerFrom(ctx)
+	if ok, err := s.allowed(ctx, c, ActionSubmit, in.Namespace); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, forbidden(c, ActionSubmit, in.Namespace)
+	}
+	id, err := requestedID(in.ID, in.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	t, err := decodeSubmit(in.ContentType, in.RawBody, in.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.ValidateOnServer {
+		var inv *task.InvalidError
+		if err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace); errors.As(err, &inv) {
+			return nil, invalid(inv)
+		} else if err != nil {
+			// Not a verdict on the task (quota, a missing namespace, a
+			// timeout): the executor reports what happens when it runs.
+			s.log.Warn("cannot check a task on the API server; accepting it", "namespace", in.Namespace, "err", err)
+		}
+	}
+	return s.submitTask(ctx, id, t, "")
+}
+
+func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error) {
+	if err := knownQuery(ctx, "id"); err != nil {
+		return nil, err
+	}
+	newID, err := requestedID(in.NewID, in.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.record(ctx, in.ID, ActionRerun)
+	if err != nil {
+		return nil, err
+	}
+	if !rec.Terminal {
+		return nil, huma.Error409Conflict(fmt.Sprintf("task %q is not finished (%s/%s): wait for its outcome or cancel it, then rerun it", rec.ID, rec.Phase, rec.Reason))
+	}
+	var t task.Task
+	if err := json.Unmarshal(rec.Task, &t); err != nil {
+		return nil, s.internal("decoding the document of task "+rec.ID, err)
+	}
+	t.Default()
+	return s.submitTask(ctx, newID, &t, rec.ID)
+}
+
+// requestedID is the task ID a client gave in the id query parameter or the
+// Idempotency-Key header (the same, if both), "" if none.
+func requestedID(query, header string) (string, error) {
+	if query != "" && header != "" && query != header {
+		return "", huma.Error400BadRequest("the id parameter and the Idempotency-Key header differ: give the task ID once",
+			&huma.ErrorDetail{Location: "query.id", Value: query}, &huma.ErrorDetail{Location: "header.Idempotency-Key", Value: header})
+	}
+	id, loc := query, "query.id"
+	if id == "" {
+		id, loc = header, "header.Idempotency-Key"
+	}
+	if id == "" {
+		return "", nil
+	}
+	if msgs := validation.IsValidLabelValue(id); len(msgs) > 0 {
+		return "", huma.Error400BadRequest("bad task ID: it must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+			&huma.ErrorDetail{Location: loc, Value: id, Message: strings.Join(msgs, "; ")})
+	}
+	return id, nil
+}
+
+// decodeSubmit turns a submission's body into a defaulted, valid task that
+// runs in namespace ns, or a status error: 415 for a content type other than
+// JSON or YAML, 400 for a document that cannot be decoded, 422 with every
+// problem and its field path for an invalid one.
+func decodeSubmit(contentType string, body []byte, ns string) (*task.Task, error) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if contentType == "" || err != nil || !slices.Contains(submitTypes, mt) {
+		return nil, huma.Error415UnsupportedMediaType(fmt.Sprintf("Content-Type %q is not a task document's: send %s", contentType, strings.Join(submitTypes, ", ")),
+			&huma.ErrorDetail{Location: "header.Content-Type", Value: contentType, Message: "must be one of " + strings.Join(submitTypes, ", ")})
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, huma.Error400BadRequest("empty request body: send the task document",
+			&huma.ErrorDetail{Location: "body", Message: "the document is empty"})
+	}
+	if mt == "application/json" {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			msg := err.Error()
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				msg = fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+			}
+			return nil, huma.Error400BadRequest("malformed JSON: "+msg+" (YAML needs Content-Type application/yaml)",
+				&huma.ErrorDetail{Location: "body", Message: msg})
+		}
+	}
+	t, err := task.Parse(body)
+	var inv *task.InvalidError
+	if errors.As(err, &inv) {
+		return nil, invalid(inv)
+	}
+	if err != nil {
+		return nil, huma.Error400BadRequest("malformed document: "+strings.TrimPrefix(err.Error(), "decoding task: "),
+			&huma.ErrorDetail{Location: "body", Message: err.Error()})
+	}
+	if t.Namespace != "" && t.Namespace != ns {
+		return nil, huma.Error422UnprocessableEntity(fmt.Sprintf("the document's namespace %q is not the path's %q: omit metadata.namespace or submit to its namespace", t.Namespace, ns),
+			&huma.ErrorDetail{Location: "body.metadata.namespace", Value: t.Namespace, Message: fmt.Sprintf("must be %q (the path's) or omitted", ns)})
+	}
+	t.Namespace = ns
+	return t, nil
+}
+
+// invalid is the 422 for an invalid task: every problem with its field path.
+func invalid(inv *task.InvalidError) error {
+	details := make([]error, 0, len(inv.Errs))
+	for _, e := range inv.Errs {
+		d := &huma.ErrorDetail{Location: "body", Message: e.ErrorBody()}
+		if e.Field != "" && e.Field != "<nil>" {
+			d.Location = "body." + e.Field
+		}
+		switch e.Type {
+		case field.ErrorTypeInvalid, field.ErrorTypeNotSupported, field.ErrorTypeTypeInvalid, field.ErrorTypeTooLong, field.ErrorTypeTooMany:
+		default:
+			e.BadValue = nil // no value to show: a missing, forbidden or duplicate field
+		}
+		if e.BadValue != nil {
+			if _, omit := e.BadValue.(field.OmitValueType); !omit {
+				d.Value = e.BadValue
+			}
+		}
+		details = append(details, d)
+	}
+	msg := fmt.Sprintf("invalid task: %d problem(s), each with its field path in errors: fix them and submit again", len(inv.Errs))
+	if len(inv.Errs) == 1 {
+		msg = "invalid task: " + inv.Errs[0].Error()
+	}
+	return huma.Error422UnprocessableEntity(msg, details...)
+}
+
+// normalized is a task document as the executor stores it, for comparing a
+// submission with a stored one: decoded, defaulted and encoded again.
+func normalized(doc []byte) ([]byte, error) {
+	var t task.Task
+	if err := json.Unmarshal(doc, &t); err != nil {
+		return nil, err
+	}
+	t.Default()
+	return json.Marshal(&t)
+}
+
+// submitTask submits t under id (a new server ID when empty), idempotently:
+// an existing task with the same document (and origin) is returned with 200,
+// one with another document is a 409.
+func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin string) (*taskOutput, error) {
+	doc, err := json.Marshal(t)
+	if err != nil {
+		return nil, s.internal("encoding the task", err)
+	}
+	if doc, err = normalized(doc); err != nil {
+		return nil, s.internal("encoding the task", err)
+	}
+	if id == "" {
+		id = s.cfg.NewID()
+	} else {
+		rec, err := s.cfg.Executor.Get(ctx, id)
+		switch {
+		case err == nil:
+			return s.existing(ctx, rec, doc, origin)
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, s.internal("reading task "+id, err)
+		}
+	}
+	var opts []executor.SubmitOption
+	if origin != "" {
+		opts = append(opts, executor.Origin(origin))
+	}
+	cursor := s.ring.headCursor()
+	rec, err := s.cfg.Executor.Submit(ctx, id, t, opts...)
+	if errors.Is(err, executor.ErrInvalidTask) {
+		var inv *task.InvalidError
+		if errors.As(err, &inv) {
+			return nil, invalid(inv)
+		}
+		return nil, huma.Error422UnprocessableEntity(strings.TrimPrefix(err.Error(), executor.ErrInvalidTask.Error()+": "),
+			&huma.ErrorDetail{Location: "path.ns", Value: t.Namespace, Message: err.Error()})
+	}
+	if err != nil {
+		return nil, s.internal("submitting task "+id, err)
+	}
+	if !s.same(rec, doc, origin) {
+		// A concurrent submission with the same ID and another document
+		// was first.
+		return nil, conflict(id)
+	}
+	out := s.toAPI(rec, false)
+	return &taskOutput{Status: http.StatusCreated, Location: api.Prefix + "/tasks/" + id, Cursor: cursor, Body: &out}, nil
+}
+
+func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, origin string) (*taskOutput, error) {
+	if !s.same(rec, doc, origin) {
+		return nil, conflict(rec.ID)
+	}
+	cursor := s.ring.headCursor()
+	if cur, err := s.cfg.Executor.Get(ctx, rec.ID); err == nil {
+		rec = cur
+	}
+	out := s.toAPI(rec, false)
+	return &taskOutput{Status: http.StatusOK, Location: api.Prefix + "/tasks/" + rec.ID, Cursor: cursor, Body: &out}, nil
+}
+
+func (s *Server) same(rec store.Record, doc []byte, origin string) bool {
+	stored, err := normalized(rec.Task)
+	if err != nil {
+		s.log.Error("cannot decode a stored task document", "task", rec.ID, "err", err)
+		return false
+	}
+	return bytes.Equal(stored, doc) && (origin == "" || rec.Origin == origin)
+}
+
+func conflict(id string) error {
+	return huma.Error409Conflict(fmt.Sprintf("task ID %q is taken by a different document: choose another ID, or send the same document to get the existing task", id),
+		&huma.ErrorDetail{Location: "query.id", Value: id, Message: "exists with another document"})
+}
