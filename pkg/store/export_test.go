@@ -2,14 +2,12 @@ package store
 
 import (
 	"context"
-
-	"k8s.io/utils/clock"
 )
 
 // OpenSQLiteOneTxPerWrite opens a SQLite store on the write path before group
 // commit (one transaction and one sync per write), the benchmark's baseline.
 func OpenSQLiteOneTxPerWrite(ctx context.Context, path string) (Store, error) {
-	return openSQLiteStore(ctx, path, clock.RealClock{}, sqliteOptions{oneTxPerWrite: true})
+	return openSQLiteStore(ctx, path, sqliteOptions{oneTxPerWrite: true})
 }
 
 // SQLiteCommits returns how many group transactions s has committed.
@@ -21,10 +19,74 @@ func SQLiteCommits(s Store) int64 {
 // beforeCommit with the number of writes applied in each group just before
 // committing it.
 func OpenSQLiteBeforeCommit(ctx context.Context, path string, beforeCommit func(applied int)) (Store, error) {
-	return openSQLiteStore(ctx, path, clock.RealClock{}, sqliteOptions{beforeCommit: beforeCommit})
+	return openSQLiteStore(ctx, path, sqliteOptions{beforeCommit: beforeCommit})
 }
 
 // SQLiteQueued returns how many writes wait in s's queue for the writer.
 func SQLiteQueued(s Store) int {
 	return len(s.(*sqliteStore).queue)
+}
+
+// SQLitePlan returns the details of EXPLAIN QUERY PLAN of query on s's
+// reader connections.
+func SQLitePlan(s Store, query string, args ...any) ([]string, error) {
+	rows, err := s.(*sqliteStore).r.Query("EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			return nil, err
+		}
+		out = append(out, detail)
+	}
+	return out, rows.Err()
+}
+
+// SQLitePageSQL returns the statement and arguments of the page opts
+// selects.
+func SQLitePageSQL(opts PageOptions) (string, []any, error) {
+	q, err := opts.query()
+	if err != nil {
+		return "", nil, err
+	}
+	query, args := sqlitePageSQL(q)
+	return query, args, nil
+}
+
+// SQLiteStatements are the store's other statements whose plans the tests
+// check, by name.
+var SQLiteStatements = map[string]string{
+	"get":                  sqliteWriteSQL.selectByID,
+	"log state":            sqliteWriteSQL.logState,
+	"log last byte":        sqliteWriteSQL.logLastByte,
+	"log chunks":           sqliteReadSQL.logChunks,
+	"log keys":             sqliteReadSQL.logKeys,
+	"retention candidates": sqliteWriteSQL.finished,
+	"retention delete":     sqliteWriteSQL.deleteTask,
+	// The statements of the triggers, which EXPLAIN QUERY PLAN of the
+	// statements that fire them does not show.
+	"trigger: labels of a task": `DELETE FROM task_labels WHERE task_id = ?`,
+	"trigger: chunks of a task": `DELETE FROM log_chunks WHERE task_id = ?`,
+	"trigger: logs of a task":   `DELETE FROM logs WHERE task_id = ?`,
+}
+
+// OpenSQLiteRetentionBudget opens a SQLite store whose DeleteFinishedBefore
+// stops once the deleted logs reach budget bytes.
+func OpenSQLiteRetentionBudget(ctx context.Context, path string, budget int64) (Store, error) {
+	return openSQLiteStore(ctx, path, sqliteOptions{retentionLogBytes: budget})
+}
+
+// ContinueToken returns the token of a page with opts' filters that ends
+// with last.
+func ContinueToken(opts PageOptions, last Record) (string, error) {
+	q, err := opts.query()
+	if err != nil {
+		return "", err
+	}
+	return q.token(last), nil
 }

@@ -1,11 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 )
@@ -21,17 +24,43 @@ func NewMemory() Store {
 // NewMemoryWithClock is NewMemory with the clock that sets CreatedAt and
 // UpdatedAt, so tests can control them.
 func NewMemoryWithClock(clk clock.PassiveClock) Store {
-	return &memory{clock: clk, recs: map[string]Record{}}
+	return NewMemoryWithOptions(Options{Clock: clk})
 }
 
-var _ Store = (*memory)(nil)
+// NewMemoryWithOptions is NewMemory with options. The store also implements
+// Pager, Logs and Retention; its Page filters and sorts every record (it is
+// meant for tests and small embeddings, not for a million records).
+func NewMemoryWithOptions(opts Options) Store {
+	return &memory{
+		clock:      opts.clock(),
+		maxLogSize: opts.maxLogSize(),
+		recs:       map[string]Record{},
+		logs:       map[string]map[LogKey]*memoryLog{},
+	}
+}
+
+var (
+	_ Store     = (*memory)(nil)
+	_ Pager     = (*memory)(nil)
+	_ Logs      = (*memory)(nil)
+	_ Retention = (*memory)(nil)
+)
 
 type memory struct {
-	clock clock.PassiveClock
+	clock      clock.PassiveClock
+	maxLogSize int64
 
-	mu     sync.RWMutex
-	recs   map[string]Record
+	mu   sync.RWMutex
+	recs map[string]Record
+	// logs holds each task's logs by task ID.
+	logs   map[string]map[LogKey]*memoryLog
 	closed bool
+}
+
+// memoryLog is one archived log.
+type memoryLog struct {
+	data []byte
+	info LogInfo
 }
 
 // errClosed is returned by every method of a closed store except Close.
@@ -124,11 +153,149 @@ func (m *memory) List(ctx context.Context, opts ListOptions) ([]Record, error) {
 	return out, nil
 }
 
-// Close makes every later call fail; the records are dropped.
+func (m *memory) Page(ctx context.Context, opts PageOptions) (Page, error) {
+	if err := ctx.Err(); err != nil {
+		return Page{}, fmt.Errorf("task record page: %w", err)
+	}
+	q, err := opts.query()
+	if err != nil {
+		return Page{}, fmt.Errorf("task record page: %w", err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return Page{}, errClosed
+	}
+	var out []Record
+	for _, rec := range m.recs {
+		if q.matches(rec) {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		return comparePageKeys(pageKey{a.CreatedAt.UnixNano(), a.ID}, pageKey{b.CreatedAt.UnixNano(), b.ID})
+	})
+	out = out[:min(len(out), q.limit+1)]
+	for i := range out {
+		out[i] = out[i].DeepCopy()
+	}
+	return q.page(out), nil
+}
+
+func (m *memory) AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return LogInfo{}, fmt.Errorf("log %s append: %w", key, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return LogInfo{}, errClosed
+	}
+	if _, ok := m.recs[key.TaskID]; !ok {
+		return LogInfo{}, fmt.Errorf("log %s append: %w", key, ErrNotFound)
+	}
+	l := m.logs[key.TaskID][key]
+	if l == nil {
+		l = &memoryLog{}
+	}
+	if offset != l.info.Size {
+		return l.info.copy(), fmt.Errorf("log %s append at %d (size %d): %w", key, offset, l.info.Size, ErrLogOffset)
+	}
+	if l.info.Complete && len(data) > 0 {
+		return l.info.copy(), fmt.Errorf("log %s append: %w", key, ErrLogComplete)
+	}
+	kept, truncated, err := clipLog(l.info.Size, l.info.Truncated, m.maxLogSize, data, func() (byte, error) {
+		return l.data[len(l.data)-1], nil
+	})
+	if err != nil {
+		return LogInfo{}, fmt.Errorf("log %s append: %w", key, err)
+	}
+	l.data = append(l.data, kept...)
+	l.info = LogInfo{
+		Size:      int64(len(l.data)),
+		Complete:  l.info.Complete || complete,
+		Truncated: truncated,
+		Cursor:    bytes.Clone(cursor),
+	}
+	if m.logs[key.TaskID] == nil {
+		m.logs[key.TaskID] = map[LogKey]*memoryLog{}
+	}
+	m.logs[key.TaskID][key] = l
+	return l.info.copy(), nil
+}
+
+func (m *memory) ReadLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, LogInfo{}, fmt.Errorf("log %s: %w", key, err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, LogInfo{}, errClosed
+	}
+	l := m.logs[key.TaskID][key]
+	if l == nil {
+		return nil, LogInfo{}, fmt.Errorf("log %s: %w", key, ErrNotFound)
+	}
+	if offset < 0 || offset > l.info.Size {
+		return nil, l.info.copy(), fmt.Errorf("log %s read at %d (size %d): %w", key, offset, l.info.Size, ErrLogOffset)
+	}
+	end := offset + min(int64(max(limit, 0)), l.info.Size-offset)
+	return bytes.Clone(l.data[offset:end:end]), l.info.copy(), nil
+}
+
+func (m *memory) LogKeys(ctx context.Context, taskID string) ([]LogKey, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	keys := slices.Collect(maps.Keys(m.logs[taskID]))
+	slices.SortFunc(keys, compareLogKeys)
+	return keys, nil
+}
+
+func (m *memory) DeleteFinishedBefore(ctx context.Context, t time.Time, batch int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("task retention: %w", err)
+	}
+	if batch <= 0 {
+		return 0, fmt.Errorf("task retention: batch %d is not positive", batch)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, errClosed
+	}
+	var old []Record
+	for _, rec := range m.recs {
+		if rec.Terminal && rec.UpdatedAt.Before(t) {
+			old = append(old, rec)
+		}
+	}
+	slices.SortFunc(old, func(a, b Record) int {
+		if c := a.UpdatedAt.Compare(b.UpdatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	old = old[:min(len(old), batch)]
+	for _, rec := range old {
+		delete(m.recs, rec.ID)
+		delete(m.logs, rec.ID)
+	}
+	return len(old), nil
+}
+
+// Close makes every later call fail; the records and logs are dropped.
 func (m *memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
 	m.recs = nil
+	m.logs = nil
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 func TestMemory(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return store.NewMemory() })
+	storetest.RunWithOptions(t, func(t *testing.T, opts store.Options) store.Store { return store.NewMemoryWithOptions(opts) })
 }
 
 func TestMemoryClock(t *testing.T) {

@@ -1,12 +1,17 @@
 package store
 
-import "bytes"
+import (
+	"bytes"
+	"maps"
+)
 
-// DeepCopy returns a copy of r that shares no memory with r: Task, Result,
-// ExitCode and Attempts (with each attempt's ExitCode) are copied, and nil
-// stays nil while an empty, non-nil slice stays empty and non-nil.
+// DeepCopy returns a copy of r that shares no memory with r: Labels, Task,
+// Result, ExitCode and Attempts (with each attempt's ExitCode) are copied,
+// and nil stays nil while an empty, non-nil map or slice stays empty and
+// non-nil.
 func (r Record) DeepCopy() Record {
 	out := r
+	out.Labels = maps.Clone(r.Labels)
 	out.Task = bytes.Clone(r.Task)
 	out.Result = bytes.Clone(r.Result)
 	out.ExitCode = cloneInt32(r.ExitCode)

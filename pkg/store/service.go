@@ -1,9 +1,15 @@
 package store
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // The interfaces below are what `kubetask serve` needs beyond Store: pages of
@@ -56,6 +62,11 @@ var ErrBadContinue = errors.New("bad continue token")
 // Pager lists records page by page. Every filter is served by an index; no
 // call counts the whole table.
 type Pager interface {
+	// Page returns the page of matching records that follows
+	// opts.Continue (the first page when it is empty). A Limit outside
+	// 1..MaxPageSize is taken as DefaultPageSize (0 or less) or MaxPageSize.
+	// A token that does not decode, or that was issued for other filters,
+	// is ErrBadContinue; the limit may change from page to page.
 	Page(ctx context.Context, opts PageOptions) (Page, error)
 }
 
@@ -82,29 +93,139 @@ type LogInfo struct {
 }
 
 // ErrLogOffset is returned by AppendLog when offset is not the archived size
-// (a chunk appended twice, or one missing).
+// (a chunk appended twice, or one missing), with the log's current info, so
+// the caller can resume from its Size; and by ReadLog for an offset outside
+// 0..Size.
 var ErrLogOffset = errors.New("log chunk offset does not match the archived size")
+
+// ErrLogComplete is returned by AppendLog for data appended to a log that
+// is already complete, with the log's info; nothing is written.
+var ErrLogComplete = errors.New("log already complete")
+
+// DefaultMaxLogSize is the per-log size cap of a store whose
+// Options.MaxLogSize is 0: 64 MiB.
+const DefaultMaxLogSize int64 = 64 << 20
+
+// LogTruncatedMarker is the line the archive appends once to a log that
+// reached its cap of maxSize bytes. It starts a line of its own: when the kept
+// bytes do not end with a newline, one is added before it (and counted in
+// Size like the marker).
+func LogTruncatedMarker(maxSize int64) string {
+	return fmt.Sprintf("[kubetask: log truncated at %d bytes]\n", maxSize)
+}
 
 // Logs is the log archive: each container's log of each attempt, appended in
 // chunks as it is captured, readable by byte offset while it grows and after
 // the pod is gone.
+//
+// A log belongs to a task record: AppendLog of a task that has no record is
+// ErrNotFound (the executor creates the record at submission, before any
+// pod), and Retention deletes a task's logs with its record, so the archive
+// holds no log that nothing would ever delete.
 type Logs interface {
-	// AppendLog appends data at offset, which must equal the archived size,
-	// saves cursor with it and, when complete is set, marks the log
-	// complete, all in one durable write. Bytes beyond the store's cap are
-	// dropped and the log marked truncated, with a marker line appended
-	// once. It returns the log's info after the write.
+	// AppendLog appends data at offset, which must equal the archived size
+	// (else ErrLogOffset), saves cursor with it (replacing the previous
+	// one; nil stays nil) and, when complete is set, marks the log complete,
+	// all in one durable write: once it returns nil, a crash loses none of
+	// it. Bytes beyond the store's cap (Options.MaxLogSize) are dropped and
+	// the log marked truncated, with LogTruncatedMarker appended once; later
+	// appends at Size drop their data but still save the cursor and the
+	// complete flag. Complete stays set; data after it is ErrLogComplete.
+	// The first append creates the log (an empty one with only a cursor or
+	// the complete flag, too). It returns the log's info after the write.
 	AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error)
 	// ReadLog returns up to limit bytes of the log from offset (fewer at the
-	// end) and the log's info; ErrNotFound when nothing was archived.
+	// end, none when limit <= 0) and the log's info, from one consistent
+	// view of the log; ErrNotFound when nothing was archived, ErrLogOffset
+	// for an offset outside 0..Size.
 	ReadLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error)
-	// LogKeys lists the archived logs of a task, by attempt then container.
+	// LogKeys lists the archived logs of a task, by attempt then container
+	// (none, and no error, for a task without logs or without a record).
 	LogKeys(ctx context.Context, taskID string) ([]LogKey, error)
 }
 
 // Retention deletes finished tasks and their logs.
 type Retention interface {
 	// DeleteFinishedBefore deletes up to batch terminal tasks whose last
-	// update is before t, with their logs, and returns how many it deleted.
+	// update is before t, oldest first, with their labels and logs, in one
+	// transaction, and returns how many it deleted. batch must be positive;
+	// keep it small (say 100), since the store's writer waits for the
+	// deletion. A store may delete fewer than batch to bound one call's work
+	// (the SQLite store stops once the deleted logs exceed 64 MiB), so a
+	// caller that wants everything deleted calls again until it returns 0.
 	DeleteFinishedBefore(ctx context.Context, t time.Time, batch int) (int, error)
+}
+
+// Options configure a store (NewMemoryWithOptions, OpenSQLiteWithOptions);
+// the zero value is the default.
+type Options struct {
+	// Clock sets CreatedAt and UpdatedAt; nil means the real clock.
+	Clock clock.PassiveClock
+	// MaxLogSize caps each archived log (one container of one attempt) in
+	// bytes, the truncation marker not counted: 0 means DefaultMaxLogSize,
+	// a negative value no cap.
+	MaxLogSize int64
+}
+
+// maxLogSize returns the cap in effect, negative for none.
+func (o Options) maxLogSize() int64 {
+	if o.MaxLogSize == 0 {
+		return DefaultMaxLogSize
+	}
+	return o.MaxLogSize
+}
+
+// clock returns the clock in effect.
+func (o Options) clock() clock.PassiveClock {
+	if o.Clock == nil {
+		return clock.RealClock{}
+	}
+	return o.Clock
+}
+
+// clipLog decides what an append of data to a log of size bytes (truncated
+// or not) stores under the cap maxSize (negative: none): the bytes to
+// append and whether the log is truncated afterwards. lastByte returns the
+// log's last archived byte; it is called only when the cap falls exactly at
+// the current end of a non-empty log.
+func clipLog(size int64, truncated bool, maxSize int64, data []byte, lastByte func() (byte, error)) ([]byte, bool, error) {
+	if truncated {
+		return nil, true, nil
+	}
+	if maxSize < 0 || int64(len(data)) <= maxSize-size {
+		return data, false, nil
+	}
+	room := max(maxSize-size, 0)
+	kept := append([]byte{}, data[:room]...)
+	var last byte = '\n' // an empty log needs no newline before the marker
+	switch {
+	case room > 0:
+		last = kept[room-1]
+	case size > 0:
+		b, err := lastByte()
+		if err != nil {
+			return nil, false, err
+		}
+		last = b
+	}
+	if last != '\n' {
+		kept = append(kept, '\n')
+	}
+	return append(kept, LogTruncatedMarker(maxSize)...), true, nil
+}
+
+// String returns "<task>/<attempt>/<container>", for errors.
+func (k LogKey) String() string {
+	return fmt.Sprintf("%s/%d/%s", k.TaskID, k.Attempt, k.Container)
+}
+
+// copy returns i with its own Cursor.
+func (i LogInfo) copy() LogInfo {
+	i.Cursor = bytes.Clone(i.Cursor)
+	return i
+}
+
+// compareLogKeys orders keys by task, attempt, then container.
+func compareLogKeys(a, b LogKey) int {
+	return cmp.Or(strings.Compare(a.TaskID, b.TaskID), cmp.Compare(a.Attempt, b.Attempt), strings.Compare(a.Container, b.Container))
 }

@@ -48,19 +48,33 @@ import (
 //
 // A file that is not a SQLite database, or one whose schema is newer than
 // this binary knows, is refused with an error that names path.
+//
+// Schema: a database of an earlier release is migrated forward when it is
+// opened (see sqliteMigrations), in one transaction; migration 2 adds the
+// labels, origin, page indexes, log archive and retention index to a
+// version-1 database, which on a large file takes a while, once.
 func OpenSQLite(ctx context.Context, path string) (Store, error) {
-	return OpenSQLiteWithClock(ctx, path, clock.RealClock{})
+	return OpenSQLiteWithOptions(ctx, path, Options{})
 }
 
 // OpenSQLiteWithClock is OpenSQLite with the clock that sets CreatedAt and
 // UpdatedAt, so tests can control them.
 func OpenSQLiteWithClock(ctx context.Context, path string, clk clock.PassiveClock) (Store, error) {
-	return openSQLiteStore(ctx, path, clk, sqliteOptions{})
+	return OpenSQLiteWithOptions(ctx, path, Options{Clock: clk})
+}
+
+// OpenSQLiteWithOptions is OpenSQLite with options. The store also
+// implements Pager, Logs and Retention: Page serves every filter from an
+// index (see sqlitePageSQL), AppendLog and DeleteFinishedBefore are writes
+// of the group-commit writer with the guarantees of Update above.
+func OpenSQLiteWithOptions(ctx context.Context, path string, opts Options) (Store, error) {
+	return openSQLiteStore(ctx, path, sqliteOptions{Options: opts})
 }
 
 // sqliteOptions are the unexported knobs of openSQLite, for tests and
-// benchmarks.
+// benchmarks, beside the exported ones.
 type sqliteOptions struct {
+	Options
 	// oneTxPerWrite selects the write path before group commit: every Create
 	// and Update runs its own transaction (and sync) in the caller's
 	// goroutine, serialised on the one writer connection. The benchmark uses
@@ -70,10 +84,12 @@ type sqliteOptions struct {
 	// writes applied in a group just before it commits them, so a test can
 	// hold the writer there while it queues more writes.
 	beforeCommit func(applied int)
+	// retentionLogBytes replaces sqliteRetentionLogBytes when positive.
+	retentionLogBytes int64
 }
 
-func openSQLiteStore(ctx context.Context, path string, clk clock.PassiveClock, opts sqliteOptions) (Store, error) {
-	s, err := openSQLite(ctx, path, clk, opts)
+func openSQLiteStore(ctx context.Context, path string, opts sqliteOptions) (Store, error) {
+	s, err := openSQLite(ctx, path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("task store %s: %w", path, err)
 	}
@@ -115,12 +131,79 @@ var sqliteMigrations = []string{
 	);
 	CREATE INDEX tasks_by_executor ON tasks (executor, terminal, id);
 	CREATE INDEX tasks_by_terminal ON tasks (terminal, id);`,
+
+	// 2: what kubetask serve needs. Labels (JSON, NULL for nil) and origin;
+	// one index per page filter, each ending in the page order (created_at,
+	// id) so a filtered page is a range of one index read in order; the
+	// labels as rows (task_labels, kept by triggers from tasks.labels, with
+	// the immutable created_at copied so a label's range is in page order
+	// too); the log archive (per-log state and chunks keyed by offset, so a
+	// read from an offset is a range scan); a partial index of terminal
+	// tasks by last update for retention. Deleting a task deletes its
+	// labels and logs (trigger).
+	`ALTER TABLE tasks ADD COLUMN labels TEXT;
+	ALTER TABLE tasks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+	CREATE INDEX tasks_by_created ON tasks (created_at, id);
+	CREATE INDEX tasks_by_namespace ON tasks (namespace, created_at, id);
+	CREATE INDEX tasks_by_namespace_phase ON tasks (namespace, phase, created_at, id);
+	CREATE INDEX tasks_by_phase ON tasks (phase, created_at, id);
+	CREATE INDEX tasks_by_reason ON tasks (reason, created_at, id);
+	CREATE INDEX tasks_by_name ON tasks (name, created_at, id);
+	CREATE INDEX tasks_by_terminal_created ON tasks (terminal, created_at, id);
+	CREATE INDEX tasks_finished ON tasks (updated_at, id) WHERE terminal = 1;
+	CREATE TABLE task_labels (
+		task_id    TEXT    NOT NULL,
+		key        TEXT    NOT NULL,
+		value      TEXT    NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (task_id, key)
+	) WITHOUT ROWID;
+	CREATE INDEX task_labels_by_value ON task_labels (key, value, created_at, task_id);
+	CREATE TRIGGER tasks_labels_insert AFTER INSERT ON tasks WHEN NEW.labels IS NOT NULL BEGIN
+		INSERT INTO task_labels (task_id, key, value, created_at)
+			SELECT NEW.id, key, value, NEW.created_at FROM json_each(NEW.labels);
+	END;
+	CREATE TRIGGER tasks_labels_update AFTER UPDATE OF labels ON tasks
+	WHEN OLD.labels IS NOT NEW.labels BEGIN
+		DELETE FROM task_labels WHERE task_id = OLD.id;
+		INSERT INTO task_labels (task_id, key, value, created_at)
+			SELECT NEW.id, key, value, NEW.created_at FROM json_each(NEW.labels);
+	END;
+	CREATE TABLE logs (
+		task_id   TEXT    NOT NULL,
+		attempt   INTEGER NOT NULL,
+		container TEXT    NOT NULL,
+		size      INTEGER NOT NULL,
+		complete  INTEGER NOT NULL,
+		truncated INTEGER NOT NULL,
+		cursor    BLOB,
+		PRIMARY KEY (task_id, attempt, container)
+	) WITHOUT ROWID;
+	CREATE TABLE log_chunks (
+		task_id   TEXT    NOT NULL,
+		attempt   INTEGER NOT NULL,
+		container TEXT    NOT NULL,
+		offset    INTEGER NOT NULL,
+		data      BLOB    NOT NULL,
+		PRIMARY KEY (task_id, attempt, container, offset)
+	);
+	CREATE TRIGGER tasks_delete AFTER DELETE ON tasks BEGIN
+		DELETE FROM task_labels WHERE task_id = OLD.id;
+		DELETE FROM log_chunks WHERE task_id = OLD.id;
+		DELETE FROM logs WHERE task_id = OLD.id;
+	END;`,
 }
 
-var _ Store = (*sqliteStore)(nil)
+var (
+	_ Store     = (*sqliteStore)(nil)
+	_ Pager     = (*sqliteStore)(nil)
+	_ Logs      = (*sqliteStore)(nil)
+	_ Retention = (*sqliteStore)(nil)
+)
 
 type sqliteStore struct {
-	clock clock.PassiveClock
+	clock      clock.PassiveClock
+	maxLogSize int64
 	// w is the only connection that writes: one writer serialises Create and
 	// Update in-process instead of making them wait on SQLite's file lock.
 	w *sql.DB
@@ -129,8 +212,9 @@ type sqliteStore struct {
 	// stmts are the write statements, prepared on w.
 	stmts *sqliteWriteStmts
 
-	oneTxPerWrite bool
-	beforeCommit  func(applied int)
+	oneTxPerWrite     bool
+	beforeCommit      func(applied int)
+	retentionLogBytes int64
 
 	// mu guards closed and every send on queue: Close holds it exclusively
 	// to close queue, so no call sends on a closed channel and no write
@@ -145,7 +229,7 @@ type sqliteStore struct {
 	commits atomic.Int64
 }
 
-func openSQLite(ctx context.Context, path string, clk clock.PassiveClock, opts sqliteOptions) (_ *sqliteStore, err error) {
+func openSQLite(ctx context.Context, path string, opts sqliteOptions) (_ *sqliteStore, err error) {
 	if path == "" || strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
 		return nil, errors.New("path must be a plain file name (no '?', no file: URI)")
 	}
@@ -158,7 +242,14 @@ func openSQLite(ctx context.Context, path string, clk clock.PassiveClock, opts s
 	for _, p := range pragmas {
 		dsn += "&_pragma=" + p
 	}
-	s := &sqliteStore{clock: clk, oneTxPerWrite: opts.oneTxPerWrite, beforeCommit: opts.beforeCommit}
+	s := &sqliteStore{
+		clock:         opts.clock(),
+		maxLogSize:    opts.maxLogSize(),
+		oneTxPerWrite: opts.oneTxPerWrite,
+		beforeCommit:  opts.beforeCommit,
+
+		retentionLogBytes: opts.retentionLogBytes,
+	}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -232,9 +323,10 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 	return nil
 }
 
+// sqliteColumns are a record's columns, in recordArgs' and scanRecord's order.
 const sqliteColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version`
+	attempts, created_at, updated_at, version, labels, origin`
 
 func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
 	if rec.ID == "" {
@@ -277,7 +369,8 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
 	}
 	// args follow sqliteColumns; id (0) and created_at (17) are not written,
-	// and the WHERE clause takes the ID and the expected version.
+	// and the WHERE clause takes the ID and the expected version (see
+	// sqliteWriteSQL.update).
 	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected)
 	res := s.write(ctx, &sqliteWrite{rec: rec, expected: expected, args: args})
 	if res.err != nil {
@@ -357,6 +450,14 @@ func recordArgs(rec Record) ([]any, error) {
 	if rec.ExitCode != nil {
 		exitCode = sql.NullInt32{Int32: *rec.ExitCode, Valid: true}
 	}
+	var labels sql.NullString
+	if rec.Labels != nil {
+		b, err := json.Marshal(rec.Labels) // keys sorted: equal maps, equal text
+		if err != nil {
+			return nil, fmt.Errorf("labels encoding: %w", err)
+		}
+		labels = sql.NullString{String: string(b), Valid: true}
+	}
 	var attempts sql.NullString
 	if rec.Attempts != nil {
 		b, err := json.Marshal(rec.Attempts)
@@ -375,6 +476,7 @@ func recordArgs(rec Record) ([]any, error) {
 		rec.Phase, rec.Reason, rec.Message, exitCode, rec.Retryable, blobArg(rec.Result),
 		rec.Terminal, timeArg(rec.CancelledAt), timeArg(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
+		labels, rec.Origin,
 	}, nil
 }
 
@@ -411,14 +513,19 @@ func scanRecord(row scanner) (Record, error) {
 		task, result               nullBlob
 		exitCode                   sql.NullInt32
 		cancelledAt, nextAttemptAt sql.NullInt64
-		attempts                   sql.NullString
+		attempts, labels           sql.NullString
 		createdAt, updatedAt       int64
 	)
 	if err := row.Scan(&rec.ID, &rec.Namespace, &rec.Name, &rec.Executor, &task, &rec.Attempt,
 		&rec.Phase, &rec.Reason, &rec.Message, &exitCode, &rec.Retryable, &result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
-		&attempts, &createdAt, &updatedAt, &rec.Version); err != nil {
+		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &rec.Origin); err != nil {
 		return Record{}, err
+	}
+	if labels.Valid {
+		if err := json.Unmarshal([]byte(labels.String), &rec.Labels); err != nil {
+			return Record{}, fmt.Errorf("task record %s labels decoding: %w", rec.ID, err)
+		}
 	}
 	rec.Task, rec.Result = task.b, result.b
 	if exitCode.Valid {

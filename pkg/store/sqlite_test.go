@@ -32,8 +32,12 @@ func openSQLite(t *testing.T, path string) store.Store {
 }
 
 func TestSQLite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return openSQLite(t, filepath.Join(t.TempDir(), "tasks.db"))
+	storetest.RunWithOptions(t, func(t *testing.T, opts store.Options) store.Store {
+		s, err := store.OpenSQLiteWithOptions(context.Background(), filepath.Join(t.TempDir(), "tasks.db"), opts)
+		if err != nil {
+			t.Fatalf("OpenSQLite: %v", err)
+		}
+		return s
 	})
 }
 

@@ -14,8 +14,12 @@ import (
 // all of it.
 const sqliteMaxGroup = 128
 
-// sqliteWrite is one Create or Update call on its way through the writer.
+// sqliteWrite is one write call (Create, Update, AppendLog,
+// DeleteFinishedBefore) on its way through the writer.
 type sqliteWrite struct {
+	// run, when set, applies the write (AppendLog, DeleteFinishedBefore);
+	// otherwise it is a Create (create set) or an Update of rec.
+	run    func(ctx context.Context, tx *sql.Tx, st *sqliteWriteStmts) (sqliteResult, error)
 	create bool
 	// rec is the record as it will be stored (Version and times set).
 	rec Record
@@ -48,6 +52,10 @@ func (w *sqliteWrite) abandon() bool { return w.state.CompareAndSwap(writePendin
 type sqliteResult struct {
 	rec     Record
 	created bool
+	// log is the log's info after an AppendLog (also with ErrLogOffset).
+	log LogInfo
+	// deleted is the number of tasks DeleteFinishedBefore deleted.
+	deleted int
 	err     error
 }
 
@@ -191,17 +199,25 @@ func (s *sqliteStore) writeAlone(ctx context.Context, w *sqliteWrite) sqliteResu
 // non-nil error is a failed write statement, after which tx must be rolled
 // back.
 func (st *sqliteWriteStmts) apply(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
-	if w.create {
+	switch {
+	case w.run != nil:
+		return w.run(ctx, tx, st)
+	case w.create:
 		return st.applyCreate(ctx, tx, w)
+	default:
+		return st.applyUpdate(ctx, tx, w)
 	}
-	return st.applyUpdate(ctx, tx, w)
 }
 
 // sqliteWriteSQL are the write path's statements, prepared once on the
 // writer connection (preparing a statement costs about as much as running it).
-var sqliteWriteSQL = struct{ insert, selectByID, update, version string }{
+var sqliteWriteSQL = struct {
+	insert, selectByID, update, version                              string
+	taskExists, logState, logLastByte, logChunk, logUpsert, finished string
+	deleteTask                                                       string
+}{
 	insert: `INSERT INTO tasks (` + sqliteColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
 	// The version check is part of the statement, so a conflict writes
@@ -209,39 +225,70 @@ var sqliteWriteSQL = struct{ insert, selectByID, update, version string }{
 	update: `UPDATE tasks SET
 		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
 		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
-		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?
+		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
+		labels = ?, origin = ?
 		WHERE id = ? AND version = ?
 		RETURNING created_at`,
-	version: `SELECT version FROM tasks WHERE id = ?`,
+	version:    `SELECT version FROM tasks WHERE id = ?`,
+	taskExists: `SELECT 1 FROM tasks WHERE id = ?`,
+	logState: `SELECT size, complete, truncated, cursor FROM logs
+		WHERE task_id = ? AND attempt = ? AND container = ?`,
+	logLastByte: `SELECT substr(data, -1) FROM log_chunks
+		WHERE task_id = ? AND attempt = ? AND container = ? ORDER BY offset DESC LIMIT 1`,
+	logChunk: `INSERT INTO log_chunks (task_id, attempt, container, offset, data) VALUES (?, ?, ?, ?, ?)`,
+	logUpsert: `INSERT INTO logs (task_id, attempt, container, size, complete, truncated, cursor)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (task_id, attempt, container) DO UPDATE SET
+		size = excluded.size, complete = excluded.complete, truncated = excluded.truncated,
+		cursor = excluded.cursor`,
+	// The oldest terminal tasks, from the partial index of terminal tasks,
+	// with the size of their logs.
+	finished: `SELECT id, (SELECT coalesce(sum(size), 0) FROM logs WHERE logs.task_id = tasks.id)
+		FROM tasks INDEXED BY tasks_finished
+		WHERE terminal = 1 AND updated_at < ? ORDER BY updated_at, id LIMIT ?`,
+	// The tasks_delete trigger deletes the task's labels and logs with it.
+	deleteTask: `DELETE FROM tasks WHERE id = ?`,
 }
 
 // sqliteWriteStmts are sqliteWriteSQL prepared on the writer connection.
-type sqliteWriteStmts struct{ insert, selectByID, update, version *sql.Stmt }
+type sqliteWriteStmts struct {
+	insert, selectByID, update, version                              *sql.Stmt
+	taskExists, logState, logLastByte, logChunk, logUpsert, finished *sql.Stmt
+	deleteTask                                                       *sql.Stmt
+}
 
-func prepareWriteStmts(ctx context.Context, db *sql.DB) (*sqliteWriteStmts, error) {
-	var st sqliteWriteStmts
-	var err error
-	for _, p := range []struct {
+func (st *sqliteWriteStmts) all() []struct {
+	stmt **sql.Stmt
+	sql  string
+} {
+	q := &sqliteWriteSQL
+	return []struct {
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&st.insert, sqliteWriteSQL.insert},
-		{&st.selectByID, sqliteWriteSQL.selectByID},
-		{&st.update, sqliteWriteSQL.update},
-		{&st.version, sqliteWriteSQL.version},
-	} {
+		{&st.insert, q.insert}, {&st.selectByID, q.selectByID}, {&st.update, q.update},
+		{&st.version, q.version}, {&st.taskExists, q.taskExists}, {&st.logState, q.logState},
+		{&st.logLastByte, q.logLastByte}, {&st.logChunk, q.logChunk}, {&st.logUpsert, q.logUpsert},
+		{&st.finished, q.finished}, {&st.deleteTask, q.deleteTask},
+	}
+}
+
+func prepareWriteStmts(ctx context.Context, db *sql.DB) (*sqliteWriteStmts, error) {
+	st := &sqliteWriteStmts{}
+	for _, p := range st.all() {
+		var err error
 		if *p.stmt, err = db.PrepareContext(ctx, p.sql); err != nil {
 			st.close()
 			return nil, fmt.Errorf("statement prepare: %w", err)
 		}
 	}
-	return &st, nil
+	return st, nil
 }
 
 func (st *sqliteWriteStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.selectByID, st.update, st.version} {
-		if s != nil {
-			_ = s.Close()
+	for _, p := range st.all() {
+		if *p.stmt != nil {
+			_ = (*p.stmt).Close()
 		}
 	}
 }

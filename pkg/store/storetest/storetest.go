@@ -57,7 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CancelWhileWaiting", testCancelWhileWaiting},
 		{"CloseWhileWriting", testCloseWhileWriting},
 	}
-	for _, tc := range tests {
+	for _, tc := range append(tests, serviceCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {
@@ -87,6 +87,8 @@ func Sample(id string) store.Record {
 		Namespace:     "ns-" + id,
 		Name:          "task-" + id,
 		Executor:      "exec-a",
+		Labels:        map[string]string{"app": "demo", "kubetask.io/team": "core"},
+		Origin:        "origin-of-" + id,
 		Task:          []byte(`{"image":"busybox","command":["true"]}`),
 		Attempt:       1,
 		Phase:         "Running",
@@ -268,6 +270,8 @@ func testDeepCopyIsolation(t *testing.T, s store.Store) {
 	want := created.DeepCopy()
 
 	scribble := func(r *store.Record) {
+		r.Labels["app"] = "scribbled"
+		r.Labels["new"] = "scribbled"
 		r.Task[0] = 'X'
 		r.Result[0] = 'X'
 		*r.ExitCode = 99
@@ -307,6 +311,17 @@ func testDeepCopyIsolation(t *testing.T, s store.Store) {
 	scribble(&list[0])
 	if diff := cmp.Diff(want2, mustGet(t, s, "a")); diff != "" {
 		t.Fatalf("changing List's output changed the stored record (-want +got):\n%s", diff)
+	}
+
+	if p, ok := s.(store.Pager); ok {
+		page, err := p.Page(ctx, store.PageOptions{Labels: map[string]string{"app": "demo"}})
+		if err != nil || len(page.Records) != 1 {
+			t.Fatalf("Page: %d records, err %v", len(page.Records), err)
+		}
+		scribble(&page.Records[0])
+		if diff := cmp.Diff(want2, mustGet(t, s, "a")); diff != "" {
+			t.Fatalf("changing Page's output changed the stored record (-want +got):\n%s", diff)
+		}
 	}
 }
 
@@ -532,11 +547,17 @@ func testRoundTrip(t *testing.T, s store.Store) {
 		"exit code negative": func(r *store.Record) {
 			r.ExitCode = ptr[int32](-1)
 		},
-		"result nil":     func(r *store.Record) { r.Result = nil },
-		"result empty":   func(r *store.Record) { r.Result = []byte{} },
-		"result binary":  func(r *store.Record) { r.Result = []byte{0, 1, 2, 0xff, 0} },
-		"task nil":       func(r *store.Record) { r.Task = nil },
-		"task empty":     func(r *store.Record) { r.Task = []byte{} },
+		"result nil":    func(r *store.Record) { r.Result = nil },
+		"result empty":  func(r *store.Record) { r.Result = []byte{} },
+		"result binary": func(r *store.Record) { r.Result = []byte{0, 1, 2, 0xff, 0} },
+		"task nil":      func(r *store.Record) { r.Task = nil },
+		"task empty":    func(r *store.Record) { r.Task = []byte{} },
+		"labels nil":    func(r *store.Record) { r.Labels = nil },
+		"labels empty":  func(r *store.Record) { r.Labels = map[string]string{} },
+		"labels with empty value, dots, slashes and unicode": func(r *store.Record) {
+			r.Labels = map[string]string{"app.kubernetes.io/name": "x", "empty": "", "ünï": "cödé \"q\" <&>", "123": "456"}
+		},
+		"origin empty":   func(r *store.Record) { r.Origin = "" },
 		"attempts nil":   func(r *store.Record) { r.Attempts = nil },
 		"attempts empty": func(r *store.Record) { r.Attempts = []store.AttemptOutcome{} },
 		"attempts with exit codes nil and 0 and zero times": func(r *store.Record) {
