@@ -76,7 +76,7 @@ func (s *Server) register() {
 		OperationID: "getTask", Method: http.MethodGet, Path: api.Prefix + "/tasks/{id}", Tags: tags,
 		Summary:     "Get a task",
 		Description: "The task's state, result, every attempt and, while it is Pending, its pod's recent Kubernetes events.",
-		Errors:      []int{http.StatusUnauthorized, http.StatusNotFound},
+		Errors:      []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound},
 	}, s.get)
 	huma.Register(s.api, huma.Operation{
 		OperationID: "listTasks", Method: http.MethodGet, Path: api.Prefix + "/tasks", Tags: tags,
@@ -90,7 +90,7 @@ func (s *Server) register() {
 		Summary: "Cancel a task",
 		Description: "Asks the task to stop: it ends Failed/Cancelled unless its main container already finished. " +
 			"Idempotent; cancelling a finished task changes nothing. Returns the task.",
-		Errors: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound},
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound},
 	}, s.cancel)
 	huma.Register(s.api, huma.Operation{
 		OperationID: "rerunTask", Method: http.MethodPost, Path: api.Prefix + "/tasks/{id}/rerun", Tags: tags,
@@ -98,9 +98,32 @@ func (s *Server) register() {
 		Description: "Submits the finished task's document again as a new task (a new ID, or the Idempotency-Key) " +
 			"whose origin is the task. 409 while the task is not finished.",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+		Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}, s.rerun)
 	s.registerStreams()
+	s.tidyOpenAPI()
+}
+
+// tidyOpenAPI documents what huma cannot infer: the 200 of an idempotent
+// submission or rerun, and no 422 where the handlers answer 400 for every
+// bad parameter (422 is for invalid tasks only).
+func (s *Server) tidyOpenAPI() {
+	for _, item := range s.api.OpenAPI().Paths {
+		for _, op := range []*huma.Operation{item.Get, item.Post} {
+			if op == nil {
+				continue
+			}
+			if op.OperationID != "submitTask" && op.OperationID != "rerunTask" {
+				delete(op.Responses, "422") // huma adds it to every operation with parameters
+			}
+			if created, ok := op.Responses["201"]; ok {
+				existing := *created
+				existing.Description = "The task exists already with the same document (an idempotent retry)."
+				op.Responses["200"] = &existing
+				created.Description = "The task was created."
+			}
+		}
+	}
 }
 
 // --- get, list, cancel ---
