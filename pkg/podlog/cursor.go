@@ -2,6 +2,7 @@ package podlog
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"time"
@@ -23,10 +24,16 @@ const maxPrefix = 40
 // atLast lines stamped last, and the first offset bytes of the open line.
 //
 // Consumed bytes of the open line are held (not emitted) until its newline
-// arrives, the log is known to be complete (flush), or maxLine bytes are held.
+// arrives, the log is known to be complete (flush), or maxLine bytes are held
+// (or, with partial, until the stream has nothing more buffered).
+//
+// The position is updated before a Line is emitted, and the held bytes are
+// cleared, so that during emit (and between two emits) the position minus the
+// held bytes is exactly what was delivered: that is the resume cursor.
 type cursor struct {
 	container string
 	maxLine   int
+	partial   bool
 	emit      func(Line)
 
 	last   time.Time
@@ -58,13 +65,52 @@ func (c *cursor) since() *metav1.Time {
 	return &t
 }
 
-// emitHeld emits the held bytes of the open line; newline completes the line.
+// emitHeld emits the held bytes of the open line; newline completes the line
+// (the caller has already moved the position past it).
 func (c *cursor) emitHeld(newline bool) {
 	if len(c.held) == 0 && !newline {
 		return
 	}
-	c.emit(Line{Container: c.container, Time: c.last, Text: string(c.held), Newline: newline})
+	text := string(c.held)
 	c.held = c.held[:0]
+	c.emit(Line{Container: c.container, Time: c.last, Text: text, Newline: newline})
+}
+
+// idle emits the held bytes when partial lines are wanted and br has nothing
+// more buffered: the next read may wait for the container.
+func (c *cursor) idle(br *bufio.Reader) {
+	if c.partial && br.Buffered() == 0 {
+		c.emitHeld(false)
+	}
+}
+
+// readChunk reads the next bytes of the current line: up to its newline
+// (excluded; nl reports it), or as many as br holds (a full buffer, or with
+// partial, what arrived so far). data is valid until the next read. err is
+// the stream's end (io.EOF when clean); data may hold bytes before it.
+func (c *cursor) readChunk(br *bufio.Reader) (data []byte, nl bool, err error) {
+	if !c.partial {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			return chunk[:len(chunk)-1], true, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			return chunk, false, nil
+		}
+		return chunk, false, err
+	}
+	// Deliver what is held before waiting for more, then take what arrived.
+	c.idle(br)
+	if _, err := br.Peek(1); err != nil {
+		return nil, false, err
+	}
+	buf, _ := br.Peek(br.Buffered())
+	if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+		_, _ = br.Discard(i + 1)
+		return buf[:i], true, nil
+	}
+	_, _ = br.Discard(len(buf))
+	return buf, false, nil
 }
 
 // flush emits the held bytes of the open line without a newline: the log it
@@ -96,6 +142,7 @@ func (c *cursor) read(r io.Reader, resumed bool) (readResult, error) {
 	for {
 		// The start of a line: the kubelet's timestamp, or (only for the first line
 		// of a resumed stream) the end of a line that began before sinceTime.
+		c.idle(br)
 		ts, pre, err := readPrefix(br)
 		if err != nil {
 			return res, endErr(err)
@@ -149,12 +196,8 @@ func (c *cursor) read(r io.Reader, resumed bool) (readResult, error) {
 			if nl {
 				break
 			}
-			chunk, err := br.ReadSlice('\n')
-			data, nl = chunk, err == nil
-			if nl {
-				data = chunk[:len(chunk)-1]
-			}
-			if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			data, nl, err = c.readChunk(br)
+			if err != nil {
 				if mode == modePass {
 					pass = append(pass, data...)
 					if len(pass) > 0 {
@@ -188,9 +231,9 @@ func (c *cursor) content(mode lineMode, skip *int, marks bool, data []byte, nl b
 		}
 	}
 	if nl {
-		c.emitHeld(true)
 		c.atLast++
 		c.open, c.offset = false, 0
+		c.emitHeld(true)
 		res.fresh = true
 	}
 }

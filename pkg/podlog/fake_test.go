@@ -11,81 +11,35 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/pkg/podlog/podlogtest"
 )
 
 // This file is a fake node for the follower's tests: container logs as CRI
 // records, served as the kubelet serves them (k8s.io/cri-client/pkg/logs
 // ReadLogs), with streams cut where a test says.
 
-// record is one CRI log record.
-type record struct {
-	ts      time.Time
-	partial bool
-	text    []byte
-}
+// record is one CRI log record (podlogtest holds the kubelet's serving logic,
+// shared with the tests of packages that use the follower).
+type record = podlogtest.Record
 
 // t0 is the time of the first record of every test log.
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+var t0 = podlogtest.T0
 
 // toRecords splits what a container wrote into records like the local node
-// (and containerd): one per line, lines over maxRecord bytes split into partial
-// records, an unterminated last line a partial record. Record i is stamped
-// at(i).
+// (and containerd): see podlogtest.Split.
 func toRecords(out []byte, maxRecord int, at func(i int) time.Time) []record {
-	var recs []record
-	add := func(partial bool, text []byte) {
-		recs = append(recs, record{ts: at(len(recs)), partial: partial, text: text})
-	}
-	for len(out) > 0 {
-		i := bytes.IndexByte(out, '\n')
-		switch {
-		case i >= 0 && i <= maxRecord:
-			add(false, out[:i])
-			out = out[i+1:]
-		case len(out) > maxRecord:
-			add(true, out[:maxRecord])
-			out = out[maxRecord:]
-		default:
-			add(true, out)
-			out = nil
-		}
-	}
-	return recs
+	return podlogtest.Split(out, maxRecord, at)
 }
 
 // every returns a stamping function: records come in groups of same stamps,
 // group g at t0 + g*step.
 func every(step time.Duration, group int) func(int) time.Time {
-	return func(i int) time.Time { return t0.Add(time.Duration(i/group) * step) }
+	return podlogtest.Every(t0, step, group)
 }
 
-// serve is the kubelet's ReadLogs with timestamps: records before since are
-// skipped one by one, and a record gets the timestamp prefix when the record
-// before it (skipped or not) ended a line.
-func serve(recs []record, since *metav1.Time) []byte {
-	var from time.Time
-	if since != nil {
-		// sinceTime travels as RFC3339: whole seconds.
-		from = time.Unix(since.Unix(), 0)
-	}
-	var b bytes.Buffer
-	newLine := true
-	for _, r := range recs {
-		msg := append([]byte(nil), r.text...)
-		if !r.partial {
-			msg = append(msg, '\n')
-		}
-		if !r.ts.Before(from) {
-			if newLine {
-				b.WriteString(r.ts.Format("2006-01-02T15:04:05.000000000Z07:00"))
-				b.WriteByte(' ')
-			}
-			b.Write(msg)
-		}
-		newLine = len(msg) == 0 || msg[len(msg)-1] == '\n'
-	}
-	return b.Bytes()
-}
+// serve is the kubelet's ReadLogs with timestamps (podlogtest.Serve).
+func serve(recs []record, since *metav1.Time) []byte { return podlogtest.Serve(recs, since) }
 
 // cut ends a stream after at bytes (when at >= 0), cleanly or with an error.
 type cut struct {

@@ -84,6 +84,17 @@ type Config struct {
 	// MaxLineBytes bounds the bytes of one line held back while waiting for its
 	// newline; a longer line is delivered in pieces (default DefaultMaxLineBytes).
 	MaxLineBytes int
+	// PartialLines delivers the bytes of a line in progress whenever the
+	// follower has read all it received, instead of holding them until the
+	// newline: Lines then come in pieces wherever the stream paused, and no
+	// byte waits in the follower for the rest of its line. For archives;
+	// printers want whole lines.
+	PartialLines bool
+	// Resume is a Cursor of an earlier follower of the same container: this
+	// follower delivers what comes after it (see Cursor). Empty: from the
+	// beginning of the log. A cursor this version cannot read makes New fail
+	// with ErrBadCursor.
+	Resume []byte
 }
 
 // Follower follows the log of one container. Create it with New, run it once
@@ -93,7 +104,9 @@ type Follower struct {
 	cur cursor
 	// open opens a log stream; the client's by default, replaced in tests.
 	open func(ctx context.Context, opts *corev1.PodLogOptions) (io.ReadCloser, error)
-	// opened: a stream of the current instance was opened before.
+	// opened: a stream of the current instance was opened before, or the
+	// follower resumed from a position: the container may have restarted
+	// since, so the previous instance's log is read first.
 	opened bool
 }
 
@@ -113,9 +126,16 @@ const (
 	// endedPoll is the wait after a stream ended cleanly while the container
 	// runs: it exited and its status is on its way, or the stream was closed.
 	endedPoll = 500 * time.Millisecond
+	// unreachedEnds is how many streams in a row, opened after the container
+	// terminated for good, may end cleanly without anything new and without
+	// repeating the last line delivered before the follower concludes that
+	// the node no longer has that line (rotated away, or in an instance older
+	// than the previous one) and that the log has nothing after it.
+	unreachedEnds = 10
 )
 
-// New validates cfg, applies its defaults and returns a Follower.
+// New validates cfg, applies its defaults and returns a Follower. It fails
+// with ErrBadCursor (wrapped) when cfg.Resume is not a valid cursor.
 func New(cfg Config) (*Follower, error) {
 	switch {
 	case cfg.Client == nil:
@@ -137,16 +157,34 @@ func New(cfg Config) (*Follower, error) {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
 	}
 	f := &Follower{cfg: cfg}
-	f.cur = cursor{container: cfg.Container, maxLine: cfg.MaxLineBytes, emit: cfg.OnLine}
+	f.cur = cursor{container: cfg.Container, maxLine: cfg.MaxLineBytes, partial: cfg.PartialLines, emit: cfg.OnLine}
+	if err := f.cur.decodePosition(cfg.Resume); err != nil {
+		return nil, err
+	}
+	f.opened = !f.cur.last.IsZero()
 	f.open = func(ctx context.Context, opts *corev1.PodLogOptions) (io.ReadCloser, error) {
 		return cfg.Client.CoreV1().Pods(cfg.Namespace).GetLogs(cfg.Pod, opts).Stream(ctx)
 	}
 	return f, nil
 }
 
+// Cursor returns the follower's resume cursor: the position right after the
+// last byte delivered to OnLine. A follower created with it as Config.Resume
+// delivers exactly the bytes that this one would deliver after that point
+// (see the package documentation). Call it from OnLine or after Run
+// returned, not concurrently with Run otherwise.
+func (f *Follower) Cursor() []byte { return f.cur.appendPosition(nil) }
+
+// AppendCursor appends the resume cursor (as Cursor returns it) to b and
+// returns the extended slice: for callers that keep the cursor of every
+// line without allocating. The same calling rules as Cursor apply.
+func (f *Follower) AppendCursor(b []byte) []byte { return f.cur.appendPosition(b) }
+
 // Run follows the log until it is complete, and returns nil then: the container
 // terminated for good, and two streams opened afterwards ended cleanly with
-// nothing new after repeating the last line delivered. It returns ErrPodGone
+// nothing new after repeating the last line delivered (or, when the node no
+// longer has that line, several such streams in a row: see Limits in the
+// package documentation). It returns ErrPodGone
 // when the pod disappeared first, and ctx's error when ctx ended first. A line
 // held back waiting for its newline is delivered (without Newline) before Run
 // returns, so a caller that prints the log waits for Run to return. Run may be
@@ -155,7 +193,8 @@ func (f *Follower) Run(ctx context.Context) error {
 	defer f.cur.flush()
 	log := f.cfg.Logger.With("pod", f.cfg.Namespace+"/"+f.cfg.Pod, "container", f.cfg.Container)
 	backoff := minBackoff
-	ends := 0 // passes in a row that showed the end of the log
+	ends := 0      // passes in a row that showed the end of the log
+	unreached := 0 // clean passes in a row, after the end, that did not find the cursor
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -197,8 +236,16 @@ func (f *Follower) Run(ctx context.Context) error {
 		} else {
 			ends = 0
 		}
+		if err == nil && p.Terminated && !end && !fresh {
+			unreached++
+		} else {
+			unreached = 0
+		}
 		switch {
 		case end && ends >= confirmations:
+			return nil
+		case unreached >= unreachedEnds:
+			log.Debug("log streams end without the last line delivered; the node no longer has it", "since", f.cur.last)
 			return nil
 		case err == nil:
 			backoff = minBackoff
@@ -241,8 +288,9 @@ func (f *Follower) Run(ctx context.Context) error {
 func (f *Follower) pass(ctx context.Context, p Progress) (end, fresh bool, err error) {
 	// A container may have restarted since the last stream, also when p does
 	// not say so yet: the rest of its previous instance comes first.
+	inPrevious := false
 	if f.opened || p.RestartCount > 0 {
-		if err := f.readPrevious(ctx); err != nil {
+		if inPrevious, err = f.readPrevious(ctx); err != nil {
 			return false, false, err
 		}
 	}
@@ -258,29 +306,32 @@ func (f *Follower) pass(ctx context.Context, p Progress) (end, fresh bool, err e
 		return false, res.fresh, fmt.Errorf("reading log of %s/%s[%s]: %w", f.cfg.Namespace, f.cfg.Pod, f.cfg.Container, err)
 	}
 	// A stream cut cleanly before it repeated the cursor's line proves nothing
-	// (when nothing was ever read, there is no line to repeat).
-	return p.Terminated && !res.fresh && (res.reached || f.cur.last.IsZero()), res.fresh, nil
+	// (when nothing was ever read, there is no line to repeat; when the
+	// cursor's line is in the previous instance's log, this log never repeats
+	// it).
+	return p.Terminated && !res.fresh && (res.reached || inPrevious || f.cur.last.IsZero()), res.fresh, nil
 }
 
 // readPrevious reads the previous instance's log from the cursor until reads
 // end cleanly with nothing new (confirmations in a row): then that log is
 // complete, and its unterminated last line, if the cursor holds it, is
-// delivered. No previous instance is not an error.
-func (f *Follower) readPrevious(ctx context.Context) error {
+// delivered. holds: the last read repeated the cursor's line, so the cursor
+// is in that log. No previous instance is not an error.
+func (f *Follower) readPrevious(ctx context.Context) (holds bool, err error) {
 	for ends := 0; ; {
 		since := f.cur.since()
 		rc, err := f.open(ctx, &corev1.PodLogOptions{Container: f.cfg.Container, Previous: true, Timestamps: true, SinceTime: since})
 		if apierrors.IsBadRequest(err) {
 			// "previous terminated container ... not found": it never restarted.
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("opening previous log of %s/%s[%s]: %w", f.cfg.Namespace, f.cfg.Pod, f.cfg.Container, err)
+			return false, fmt.Errorf("opening previous log of %s/%s[%s]: %w", f.cfg.Namespace, f.cfg.Pod, f.cfg.Container, err)
 		}
 		res, err := f.cur.read(rc, since != nil)
 		rc.Close()
 		if err != nil {
-			return fmt.Errorf("reading previous log of %s/%s[%s]: %w", f.cfg.Namespace, f.cfg.Pod, f.cfg.Container, err)
+			return false, fmt.Errorf("reading previous log of %s/%s[%s]: %w", f.cfg.Namespace, f.cfg.Pod, f.cfg.Container, err)
 		}
 		if res.fresh {
 			ends = 0
@@ -292,7 +343,7 @@ func (f *Follower) readPrevious(ctx context.Context) error {
 		if res.openSeen {
 			f.cur.flush()
 		}
-		return nil
+		return res.reached, nil
 	}
 }
 

@@ -156,7 +156,7 @@ func TestFollowerRestartWhileBroken(t *testing.T) {
 	a, b := output("first"), output("second")
 	recA := toRecords(a, 16<<10, every(100*time.Millisecond, 1))
 	// The second instance starts after the first one ended.
-	start := recA[len(recA)-1].ts.Add(time.Second)
+	start := recA[len(recA)-1].Time.Add(time.Second)
 	recB := toRecords(b, 16<<10, func(i int) time.Time { return start.Add(time.Duration(i) * 100 * time.Millisecond) })
 	fullA := serve(recA, nil)
 	for name, tc := range map[string]struct {
