@@ -48,10 +48,16 @@ const (
 // Page is one page of records, newest first: by CreatedAt descending, then by
 // ID descending. Pages follow each other by keyset (the last record's
 // CreatedAt and ID), so a record created while a client pages through never
-// shifts the later pages: no record is skipped or returned twice.
+// shifts the later pages: no record is skipped or returned twice. (CreatedAt
+// never changes, so an update does not move a record either.)
 type Page struct {
 	Records []Record
-	// Continue fetches the next page; empty on the last page.
+	// Continue fetches the next page; empty on the last page, so a page
+	// with a token is never followed by an empty one. It is opaque
+	// (base64url of the last record's key and a digest of the filters),
+	// does not expire and survives the deletion of that record. It is not
+	// a capability: a crafted token only moves where the page starts, the
+	// filters still apply.
 	Continue string
 }
 

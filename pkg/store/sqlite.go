@@ -268,7 +268,7 @@ func openSQLite(ctx context.Context, path string, opts sqliteOptions) (_ *sqlite
 	if s.stmts, err = prepareWriteStmts(ctx, s.w); err != nil {
 		return nil, err
 	}
-	if s.r, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)"); err != nil {
+	if s.r, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)&_pragma=mmap_size(2147418112)"); err != nil {
 		return nil, fmt.Errorf("database open: %w", err)
 	}
 	s.r.SetMaxOpenConns(sqliteReaders)

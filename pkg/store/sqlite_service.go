@@ -37,14 +37,16 @@ func (s *sqliteStore) Page(ctx context.Context, opts PageOptions) (Page, error) 
 	return q.page(recs), nil
 }
 
-// sqliteColumnsOfT is sqliteColumns qualified by the alias t.
-var sqliteColumnsOfT = func() string {
+// sqliteColumnsOf returns sqliteColumns qualified by alias.
+func sqliteColumnsOf(alias string) string {
 	cols := strings.Split(sqliteColumns, ",")
 	for i, c := range cols {
-		cols[i] = "t." + strings.TrimSpace(c)
+		cols[i] = alias + "." + strings.TrimSpace(c)
 	}
 	return strings.Join(cols, ", ")
-}()
+}
+
+var sqliteColumnsOfT, sqliteColumnsOfP = sqliteColumnsOf("t"), sqliteColumnsOf("p")
 
 // sqlitePageSQL returns the statement that reads q's page (limit+1 rows, the
 // extra one only says that more follow) and its arguments.
@@ -61,8 +63,11 @@ var sqliteColumnsOfT = func() string {
 //     row is then read by ID; further labels are primary-key lookups);
 //   - reason: tasks_by_reason;
 //   - name prefix: tasks_by_name, the range [prefix, prefixEnd) (not LIKE);
-//     this index is ordered by name first, so the range's rows are sorted:
-//     the one filter whose cost grows with its matches, not with the page;
+//     this index is ordered by name first, so the range's keys are sorted:
+//     the one filter whose cost grows with its matches, not with the page.
+//     The sort takes only the keys (rowids) from the index, which covers
+//     them when no other filter needs the row, and the page's rows are read
+//     afterwards by rowid;
 //   - namespace: tasks_by_namespace; phase: tasks_by_phase;
 //   - terminal: tasks_by_terminal_created;
 //   - none: tasks_by_created (CreatedAfter and CreatedBefore bound the range
@@ -84,6 +89,7 @@ func sqlitePageSQL(q pageQuery) (string, []any) {
 	created, id := "t.created_at", "t.id"
 	labelKeys := q.sortedLabelKeys()
 	var from string
+	deferred := false
 	switch {
 	case q.Namespace != "" && q.Phase != "":
 		from = "tasks AS t INDEXED BY tasks_by_namespace_phase"
@@ -97,6 +103,7 @@ func sqlitePageSQL(q pageQuery) (string, []any) {
 		from = "tasks AS t INDEXED BY tasks_by_reason"
 	case q.NamePrefix != "":
 		from = "tasks AS t INDEXED BY tasks_by_name"
+		deferred = true
 	case q.Namespace != "":
 		from = "tasks AS t INDEXED BY tasks_by_namespace"
 	case q.Phase != "":
@@ -145,11 +152,18 @@ func sqlitePageSQL(q pageQuery) (string, []any) {
 	case q.createdTo != nil:
 		add(created+" < ?", *q.createdTo)
 	}
-	query := "SELECT " + sqliteColumnsOfT + " FROM " + from
+	cols := sqliteColumnsOfT
+	if deferred {
+		cols = "t.rowid"
+	}
+	query := "SELECT " + cols + " FROM " + from
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY " + created + " DESC, " + id + " DESC LIMIT ?"
+	if deferred {
+		query = "SELECT " + sqliteColumnsOfP + " FROM tasks AS p WHERE p.rowid IN (" + query + ") ORDER BY p.created_at DESC, p.id DESC"
+	}
 	return query, append(args, q.limit+1)
 }
 

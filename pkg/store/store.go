@@ -6,7 +6,8 @@
 //
 // Implementations: NewMemory (embedding, tests) and OpenSQLite (durable,
 // modernc.org/sqlite, no cgo). Every implementation passes the conformance
-// suite in storetest.
+// suite in storetest. Both also implement the optional interfaces of
+// `kubetask serve` (service.go): Pager, Logs and Retention.
 package store
 
 import (

@@ -8,6 +8,16 @@
 // applied its write or reports that it did not, and a Close that leaves no
 // call hanging.
 //
+// For a store that implements them (each case is skipped otherwise), it
+// also pins down the optional interfaces of kubetask serve: Pager (every
+// filter alone and combined, against a plain filter over the records; paging
+// through 1,000 records while more are created, with no record skipped or
+// repeated; bad and foreign continue tokens; page sizes; labels that change),
+// Logs (chunks read back byte-exact at any offset, offset mismatches, the
+// complete flag and cursor, read bounds, a log's task, key order, concurrent
+// appends, and with RunWithOptions the size cap and its marker) and
+// Retention (only old terminal tasks go, with their logs and labels).
+//
 // Precision: times round-trip to the nanosecond (compared with time.Equal);
 // a time's location is not part of the contract, so a store may return it in
 // UTC. Non-zero times must lie within the range of time.UnixNano (years 1678
