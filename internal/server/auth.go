@@ -32,7 +32,7 @@ const (
 	ActionMetrics Action = "metrics"
 )
 
-// AllNamespaces, as the namespace of an authorization question, asks about
+// AllNamespaces is, as the namespace of an authorization question, asks about
 // every namespace at once (a list or watch without a namespace filter).
 const AllNamespaces = ""
 

@@ -164,7 +164,9 @@ func TestKubernetesMode(t *testing.T) {
 		}
 		c.Auth = auth
 	})
-	as := func(tok string) []string { return []string{"Authorization", "Bearer " + tok, "Content-Type", "application/yaml"} }
+	as := func(tok string) []string {
+		return []string{"Authorization", "Bearer " + tok, "Content-Type", "application/yaml"}
+	}
 	submit := func(tok, ns string) int {
 		resp, _ := h.do(http.MethodPost, api.Prefix+"/namespaces/"+ns+"/tasks", []byte(taskDoc("job")), as(tok)...)
 		return resp.StatusCode

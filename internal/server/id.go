@@ -55,7 +55,9 @@ func (s *idSource) next() string {
 	}
 	s.lastMs = ms
 	var raw [16]byte
-	raw[0], raw[1], raw[2], raw[3], raw[4], raw[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	var msb [8]byte
+	binary.BigEndian.PutUint64(msb[:], ms)
+	copy(raw[:6], msb[2:]) // the low 48 bits, as in a UUIDv7
 	binary.BigEndian.PutUint16(raw[6:8], s.hi)
 	binary.BigEndian.PutUint64(raw[8:], s.lo)
 	return IDPrefix + encodeULID(raw)

@@ -62,7 +62,7 @@ func (r *ring) append(ev api.Event, labels map[string]string) {
 	if len(r.buf) < r.size {
 		r.buf = append(r.buf, e)
 	} else {
-		r.buf[(r.last-1)%uint64(r.size)] = e
+		r.buf[(r.last-1)%uint64(r.size)] = e //nolint:gosec // size is positive
 	}
 	close(r.notify)
 	r.notify = make(chan struct{})
@@ -80,17 +80,17 @@ func (r *ring) head() uint64 {
 // later one.
 func (r *ring) headCursor() string { return r.cursor(r.head()) }
 
-// since returns up to max events after number after, oldest first, and the
+// since returns up to limit events after number after, oldest first, and the
 // channel closed by the next append. ok is false when events after after are
 // no longer kept (or after is in the future): the reader missed some.
-func (r *ring) since(after uint64, max int) (out []ringEntry, ok bool, wait <-chan struct{}) {
+func (r *ring) since(after uint64, limit int) (out []ringEntry, ok bool, wait <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if after > r.last || after+1 < r.first() {
 		return nil, false, r.notify
 	}
-	for n := after + 1; n <= r.last && len(out) < max; n++ {
-		out = append(out, r.buf[(n-1)%uint64(r.size)])
+	for n := after + 1; n <= r.last && len(out) < limit; n++ {
+		out = append(out, r.buf[(n-1)%uint64(r.size)]) //nolint:gosec // size is positive
 	}
 	return out, true, r.notify
 }
@@ -145,8 +145,8 @@ type metaItem struct {
 	meta taskMeta
 }
 
-func newMetaCache(max int) *metaCache {
-	return &metaCache{max: max, items: map[string]*list.Element{}, order: list.New()}
+func newMetaCache(size int) *metaCache {
+	return &metaCache{max: size, items: map[string]*list.Element{}, order: list.New()}
 }
 
 func (c *metaCache) get(id string) (taskMeta, bool) {

@@ -103,10 +103,10 @@ type Config struct {
 func (c *Config) defaults() error {
 	var errs []error
 	if c.Executor == nil {
-		errs = append(errs, errors.New("Executor is required"))
+		errs = append(errs, errors.New("config: Executor is required"))
 	}
 	if c.Pager == nil {
-		errs = append(errs, errors.New("Pager is required (the store's store.Pager)"))
+		errs = append(errs, errors.New("config: Pager is required (the store's store.Pager)"))
 	}
 	if c.ValidateOnServer && c.Client == nil {
 		errs = append(errs, errors.New("ValidateOnServer needs Client"))
@@ -254,7 +254,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.log.Warn("requests still in flight after the shutdown timeout; closing them", "timeout", s.cfg.ShutdownTimeout)
 		_ = hs.Close()
 	}
-	<-done
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the API: %w", err)
+	}
 	return nil
 }
 

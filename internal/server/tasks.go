@@ -428,7 +428,7 @@ func forbidden(c Caller, action Action, ns string) error {
 
 func badRequest(details []error) error {
 	if len(details) == 1 {
-		d := details[0].(*huma.ErrorDetail)
+		d := details[0].(*huma.ErrorDetail) //nolint:errorlint // built by this package, never wrapped
 		return huma.Error400BadRequest(fmt.Sprintf("%s: %s", d.Location, d.Message), details...)
 	}
 	return huma.Error400BadRequest(fmt.Sprintf("%d bad request parameters: see errors", len(details)), details...)
@@ -468,7 +468,7 @@ func knownQuery(ctx context.Context, known ...string) error {
 		return nil
 	}
 	sort.Slice(details, func(i, j int) bool {
-		return details[i].(*huma.ErrorDetail).Location < details[j].(*huma.ErrorDetail).Location
+		return details[i].(*huma.ErrorDetail).Location < details[j].(*huma.ErrorDetail).Location //nolint:errorlint // built by this package, never wrapped
 	})
 	return badRequest(details)
 }

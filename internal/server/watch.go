@@ -96,8 +96,8 @@ func (s *Server) Publish(ev executor.Event) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rec, err := s.cfg.Executor.Get(ctx, ev.ID)
 		cancel()
-		switch {
-		case err == nil:
+		switch err {
+		case nil:
 			m = taskMeta{namespace: rec.Namespace, name: rec.Name, labels: rec.Labels}
 			s.meta.put(ev.ID, m)
 		default:

@@ -107,13 +107,13 @@ type Executor struct {
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
 
-	capMu    sync.Mutex
-	captures map[captureKey]*captureRun // log captures (Config.CaptureLogs)
-	runCtx   context.Context            // Start's context, for captures
-	waiting   []waiter              // tasks waiting for a parallelism slot, oldest submission first
-	inLine    map[string]time.Time  // the tasks in waiting, with their place
-	phases    map[string]string     // latest phase per task, for the tasks gauge
-	listFail  time.Time             // first failed LIST since the last success
+	capMu     sync.Mutex
+	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
+	runCtx    context.Context            // Start's context, for captures
+	waiting   []waiter                   // tasks waiting for a parallelism slot, oldest submission first
+	inLine    map[string]time.Time       // the tasks in waiting, with their place
+	phases    map[string]string          // latest phase per task, for the tasks gauge
+	listFail  time.Time                  // first failed LIST since the last success
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced

@@ -96,11 +96,11 @@ func (c *cursor) decodePosition(b []byte) error {
 		if nums[0] >= 1e9 {
 			return bad("nanoseconds %d", nums[0])
 		}
-		d.last = time.Unix(sec, int64(nums[0])).UTC()
+		d.last = time.Unix(sec, int64(nums[0])).UTC() //nolint:gosec // below 1e9, checked above
 		if y := d.last.Year(); y < 1970 || y > 9999 {
 			return bad("timestamp %d s out of range", sec)
 		}
-		d.atLast, d.open, d.offset = int(nums[1]), flags&flagOpen != 0, int(nums[2])
+		d.atLast, d.open, d.offset = int(nums[1]), flags&flagOpen != 0, int(nums[2]) //nolint:gosec // at most MaxInt, checked above
 		if !d.open && d.atLast == 0 {
 			// The position is set when a line begins: it is open or counted.
 			return bad("no line at its timestamp")

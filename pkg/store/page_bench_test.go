@@ -40,7 +40,7 @@ func BenchmarkPages(b *testing.B) {
 	if path == "" {
 		path = filepath.Join(b.TempDir(), "tasks.db")
 	}
-	s := openPagesFixture(b, ctx, path, n)
+	s := openPagesFixture(ctx, b, path, n)
 	defer s.Close()
 	p := s.(store.Pager)
 
@@ -135,7 +135,7 @@ func pageTokenAfter(b *testing.B, p store.Pager, opts store.PageOptions, pages i
 
 // openPagesFixture opens the store at path with n records, loading them if
 // the file does not hold them yet.
-func openPagesFixture(b *testing.B, ctx context.Context, path string, n int) store.Store {
+func openPagesFixture(ctx context.Context, b *testing.B, path string, n int) store.Store {
 	b.Helper()
 	s, err := store.OpenSQLite(ctx, path)
 	if err != nil {
