@@ -1,0 +1,279 @@
+// Package logcapture archives one container's log into a store.Logs archive
+// while the container runs, so that the log outlives the pod.
+//
+// # Guarantees
+//
+// Run follows the log with a podlog.Follower (PartialLines: no byte waits for
+// its newline) and appends what it read to the archive in chunks, each chunk
+// together with the follower's cursor taken right after its last byte, in one
+// durable write. So the archive always holds a prefix of the log and the
+// position right after it, and a capture started again after anything (the
+// service killed, the API server restarted, a stream broken, the capture's
+// context ended) resumes exactly there: together the captures archive every
+// byte the container wrote, once and in order, as far as the node keeps it
+// (see podlog's Limits).
+//
+// Run returns nil only once the whole log is archived and the log is marked
+// complete, which is what an executor waits for before it releases the pod's
+// finalizer: a pod deleted, evicted or force-deleted keeps its log readable
+// until then. When the pod vanished anyway before its log was read to the
+// end (its finalizer removed by someone else), the archive keeps what was
+// read, a marker line says that the rest is lost, and the log is complete.
+//
+// Chunks are written when ChunkSize bytes are pending and at least every
+// FlushInterval while bytes are pending, so a reader of the archive (a
+// `kubetask logs -f`) lags the container by about FlushInterval, and one
+// capture holds at most about ChunkSize bytes (plus one read) in memory.
+package logcapture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetask/kubetask/pkg/podlog"
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultChunkSize     = 128 << 10
+	DefaultFlushInterval = 250 * time.Millisecond
+	// finalWriteTimeout bounds the write of the pending bytes after the
+	// capture's context ended (a shutdown), which uses a context of its own.
+	finalWriteTimeout = 10 * time.Second
+)
+
+// PodGoneMarker is the line appended to a log whose pod vanished before the
+// log was read to its end. It starts a line of its own.
+const PodGoneMarker = "[kubetask: the pod was deleted before its log was read completely; the rest of the log is lost]\n"
+
+// BadCursorMarker is the line appended to a log whose saved resume position
+// this version cannot read (an archive written by an incompatible version):
+// the capture cannot continue it without duplicating or losing bytes, so it
+// ends the log.
+const BadCursorMarker = "[kubetask: the log capture could not resume this log; the rest of the log is not archived]\n"
+
+// Config configures Run. Client, Namespace, Pod, Container, Key, Logs and
+// Progress are required.
+type Config struct {
+	// Client reads the log (pods/log).
+	Client kubernetes.Interface
+	// Namespace, Pod and Container name the container whose log is archived.
+	Namespace, Pod, Container string
+	// Key is the log's key in the archive.
+	Key store.LogKey
+	// Logs is the archive.
+	Logs store.Logs
+	// Progress and Changed feed the follower (podlog.Config).
+	Progress func() podlog.Progress
+	Changed  <-chan struct{}
+	// OnAppend is called after each chunk is durably archived (from Run's
+	// goroutines, one call at a time): to wake readers that follow the
+	// archive. Optional; it must not block.
+	OnAppend func()
+	// ChunkSize is the number of pending bytes that triggers a write
+	// (default DefaultChunkSize).
+	ChunkSize int
+	// FlushInterval is the longest time read bytes wait before they are
+	// written (default DefaultFlushInterval).
+	FlushInterval time.Duration
+	// Clock times flushes and the follower's waits (default: the real clock).
+	Clock clock.Clock
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// capture is one Run.
+type capture struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	offset  int64  // the archived size: where the next chunk goes
+	pending []byte // read, not yet archived
+	cursor  []byte // the follower's cursor after pending's last byte
+	moved   bool   // cursor differs from the archived one
+	err     error  // the first write error; the capture stops on it
+	done    bool   // the archive said the log is complete
+}
+
+// Run archives the log until it is complete and returns nil then (also when
+// it was complete already, or when its task record is gone). It returns
+// ctx's error when ctx ended first, after archiving what it had read (with
+// a bounded context of its own), and any other error when the archive failed:
+// the caller runs it again, and the new run resumes where the archive ends.
+func Run(ctx context.Context, cfg Config) error {
+	switch {
+	case cfg.Client == nil || cfg.Logs == nil || cfg.Progress == nil:
+		return errors.New("logcapture: Config.Client, Logs and Progress are required")
+	case cfg.Namespace == "" || cfg.Pod == "" || cfg.Container == "" || cfg.Key.TaskID == "":
+		return errors.New("logcapture: Config.Namespace, Pod, Container and Key are required")
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &capture{cfg: cfg, log: cfg.Logger.With("task", cfg.Key.TaskID, "attempt", cfg.Key.Attempt, "container", cfg.Key.Container)}
+
+	_, info, err := cfg.Logs.ReadLog(ctx, cfg.Key, 0, 0)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("reading the archived log: %w", err)
+	case info.Complete:
+		return nil
+	}
+	c.offset = info.Size
+
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var f *podlog.Follower
+	f, err = podlog.New(podlog.Config{
+		Client: cfg.Client, Namespace: cfg.Namespace, Pod: cfg.Pod, Container: cfg.Container,
+		Progress: cfg.Progress, Changed: cfg.Changed, Clock: cfg.Clock, Logger: cfg.Logger,
+		PartialLines: true, Resume: info.Cursor,
+		OnLine: func(l podlog.Line) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.pending = append(c.pending, l.Text...)
+			if l.Newline {
+				c.pending = append(c.pending, '\n')
+			}
+			c.cursor = f.AppendCursor(c.cursor[:0])
+			c.moved = true
+			if len(c.pending) >= cfg.ChunkSize {
+				c.writeLocked(fctx, false)
+				if c.err != nil || c.done {
+					stop()
+				}
+			}
+		},
+	})
+	if errors.Is(err, podlog.ErrBadCursor) {
+		c.log.Error("the archived log's resume position is unreadable; ending the log", "err", err)
+		return c.finish(ctx, BadCursorMarker)
+	}
+	if err != nil {
+		return err
+	}
+
+	// Flush what is pending at least every FlushInterval.
+	flusherDone := make(chan struct{})
+	go func() {
+		defer close(flusherDone)
+		for {
+			timer := cfg.Clock.NewTimer(cfg.FlushInterval)
+			select {
+			case <-fctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C():
+			}
+			c.mu.Lock()
+			if len(c.pending) > 0 {
+				c.writeLocked(fctx, false)
+				if c.err != nil || c.done {
+					stop()
+				}
+			}
+			c.mu.Unlock()
+		}
+	}()
+
+	runErr := f.Run(fctx)
+	stop()
+	<-flusherDone
+
+	c.mu.Lock()
+	werr, done := c.err, c.done
+	c.mu.Unlock()
+	switch {
+	case werr != nil:
+		return werr
+	case done:
+		return nil
+	case runErr == nil:
+		return c.finish(ctx, "")
+	case errors.Is(runErr, podlog.ErrPodGone):
+		c.log.Warn("the pod vanished before its log was read completely", "err", runErr)
+		return c.finish(ctx, PodGoneMarker)
+	}
+	// ctx ended: archive what was read, with the cursor after it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
+	defer cancel()
+	c.mu.Lock()
+	if c.moved {
+		c.writeLocked(wctx, false)
+	}
+	werr = c.err
+	c.mu.Unlock()
+	return errors.Join(runErr, werr)
+}
+
+// finish writes what is pending, then marker (on a line of its own) when
+// given, and marks the log complete.
+func (c *capture) finish(ctx context.Context, marker string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if marker != "" {
+		if n := len(c.pending); (n > 0 && c.pending[n-1] != '\n') || (n == 0 && c.offset > 0 && !c.endsWithNewline(ctx)) {
+			c.pending = append(c.pending, '\n')
+		}
+		c.pending = append(c.pending, marker...)
+	}
+	c.writeLocked(ctx, true)
+	return c.err
+}
+
+// endsWithNewline reports whether the archived log ends with a newline (an
+// unreadable one counts as yes: the marker then joins its last line).
+func (c *capture) endsWithNewline(ctx context.Context) bool {
+	b, _, err := c.cfg.Logs.ReadLog(ctx, c.cfg.Key, c.offset-1, 1)
+	return err != nil || len(b) != 1 || b[0] == '\n'
+}
+
+// writeLocked appends the pending bytes and the cursor after them at the
+// archived offset, marking the log complete when complete is set. c.mu is
+// held. A log already complete or without a task record ends the capture
+// (done); any other failure is kept in c.err.
+func (c *capture) writeLocked(ctx context.Context, complete bool) {
+	if c.err != nil || c.done {
+		return
+	}
+	info, err := c.cfg.Logs.AppendLog(ctx, c.cfg.Key, c.offset, c.pending, c.cursor, complete)
+	switch {
+	case errors.Is(err, store.ErrLogComplete):
+		c.log.Warn("the archived log was completed by another capture; stopping")
+		c.done = true
+		return
+	case errors.Is(err, store.ErrNotFound):
+		c.log.Info("the task's record is gone (retention); the log is not archived")
+		c.done = true
+		return
+	case err != nil:
+		c.err = fmt.Errorf("archiving %d bytes of the log at offset %d: %w", len(c.pending), c.offset, err)
+		return
+	}
+	c.offset = info.Size
+	c.pending = c.pending[:0]
+	c.moved = false
+	c.done = complete
+	if c.cfg.OnAppend != nil {
+		c.cfg.OnAppend()
+	}
+}
