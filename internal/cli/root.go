@@ -71,5 +71,6 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newClusterCommand())
 	root.AddCommand(newNodeCommand())
 	root.AddCommand(newRunCommand())
+	root.AddCommand(newServeCommand())
 	return root
 }

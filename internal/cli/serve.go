@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/kubetask/kubetask/internal/service"
+)
+
+// newServeCommand builds `kubetask serve`: the task service.
+func newServeCommand() *cobra.Command {
+	cf := genericclioptions.NewConfigFlags(true)
+	var (
+		configFile string
+		flags      service.Config
+		retention  time.Duration
+		shutdown   time.Duration
+		namespaces []string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the task API: submit, watch, logs that outlive the pod, history (SQLite by default)",
+		Long: `kubetask serve runs the executor with a durable store and serves the task API
+on /api/v1 (OpenAPI at /openapi.json), with /metrics, /healthz and /readyz.
+
+Defaults work on a laptop: SQLite in the state directory, 127.0.0.1:8080, a
+token generated on the first start and printed. Every setting can come from a
+YAML file (--config); flags given on the command line override it.
+
+SIGTERM (or Ctrl-C) stops accepting requests, finishes those in flight, and
+stops the executor leaving running pods under their finalizer: the next start
+adopts them and their logs go on from where the archive ends.`,
+		Example: `  # On a laptop, against the current kubeconfig context:
+  kubetask serve
+
+  # The local cluster, another port, tasks kept 7 days:
+  kubetask serve --kubeconfig "$(kubetask cluster kubeconfig)" --listen 127.0.0.1:9090 --retention 168h`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := service.Config{}
+			if configFile != "" {
+				var err error
+				if cfg, err = service.LoadFile(configFile); err != nil {
+					return err
+				}
+			}
+			set := func(name string, apply func()) {
+				if cmd.Flags().Changed(name) {
+					apply()
+				}
+			}
+			set("listen", func() { cfg.Listen = flags.Listen })
+			set("tls-cert-file", func() { cfg.TLSCertFile = flags.TLSCertFile })
+			set("tls-key-file", func() { cfg.TLSKeyFile = flags.TLSKeyFile })
+			set("state-dir", func() { cfg.StateDir = flags.StateDir })
+			set("store", func() { cfg.Store = flags.Store })
+			set("instance-id", func() { cfg.InstanceID = flags.InstanceID })
+			set("namespaces", func() { cfg.Namespaces = namespaces })
+			set("parallelism", func() { cfg.Parallelism = flags.Parallelism })
+			set("qps", func() { cfg.QPS = flags.QPS })
+			set("burst", func() { cfg.Burst = flags.Burst })
+			set("retention", func() { cfg.Retention = service.Duration(retention.String()) })
+			set("auth", func() { cfg.Auth = flags.Auth })
+			set("token-file", func() { cfg.TokenFile = flags.TokenFile })
+			set("log-cap-bytes", func() { cfg.LogCapBytes = flags.LogCapBytes })
+			set("shutdown-timeout", func() { cfg.ShutdownTimeout = service.Duration(shutdown.String()) })
+			if cmd.Flags().Changed("namespace") && cfg.DefaultNamespace == "" {
+				cfg.DefaultNamespace = *cf.Namespace
+			}
+			rc, err := cf.ToRESTConfig()
+			if err != nil {
+				return fmt.Errorf("kubernetes connection (--kubeconfig, --context): %w", err)
+			}
+			if cfg.DefaultNamespace == "" {
+				if ns, _, err := cf.ToRawKubeConfigLoader().Namespace(); err == nil {
+					cfg.DefaultNamespace = ns
+				}
+			}
+			return service.Run(cmd.Context(), cfg, rc, cmd.OutOrStdout(), slog.Default())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&configFile, "config", "", "YAML configuration file (fields as in docs/serve.md); flags override it")
+	fs.StringVar(&flags.Listen, "listen", "", "address to serve on (default 127.0.0.1:8080; a non-loopback address requires --tls-cert-file and auth)")
+	fs.StringVar(&flags.TLSCertFile, "tls-cert-file", "", "TLS certificate (PEM) to serve HTTPS")
+	fs.StringVar(&flags.TLSKeyFile, "tls-key-file", "", "TLS private key (PEM)")
+	fs.StringVar(&flags.StateDir, "state-dir", "", "directory of the SQLite store and the generated token file (default $KUBETASK_SERVE_DIR or ~/.local/state/kubetask/serve)")
+	fs.StringVar(&flags.Store, "store", "", `"sqlite" (tasks.db in the state directory), "sqlite:PATH" or "memory"`)
+	fs.StringVar(&flags.InstanceID, "instance-id", "", "the executor's instance ID: pods and the Lease carry it (default kubetask-serve)")
+	fs.StringSliceVar(&namespaces, "namespaces", nil, "namespaces tasks may run in (default: every namespace)")
+	fs.IntVar(&flags.Parallelism, "parallelism", 0, "tasks running at once (default 100)")
+	fs.Float32Var(&flags.QPS, "qps", 0, "client-side QPS limit towards the API server (default 50)")
+	fs.IntVar(&flags.Burst, "burst", 0, "client-side burst towards the API server (default 100)")
+	fs.DurationVar(&retention, "retention", 0, "how long finished tasks and their logs are kept (default 720h; 0 keeps them for ever)")
+	fs.StringVar(&flags.Auth, "auth", "", `"token" (default: bearer tokens from --token-file), "kubernetes" (TokenReview and SubjectAccessReview) or "none" (loopback only)`)
+	fs.StringVar(&flags.TokenFile, "token-file", "", "token file of the token mode (default tokens.yaml in the state directory, generated when missing)")
+	fs.Int64Var(&flags.LogCapBytes, "log-cap-bytes", 0, "size cap of each archived container log (default 64 MiB; the rest is dropped and marked)")
+	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "how long SIGTERM waits for requests in flight (default 10s)")
+	cf.AddFlags(fs)
+	return cmd
+}

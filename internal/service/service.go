@@ -1,0 +1,199 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/logcapture"
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// Run runs `kubetask serve` until ctx ends: it opens the store, starts the
+// executor (with log capture into the store's archive), the retention loop
+// and the API server on cfg.Listen. On the end of ctx (SIGTERM) it stops
+// accepting, finishes the requests in flight (at most ShutdownTimeout), then
+// stops the executor, leaving pods under their finalizer for the next start
+// to adopt, and closes the store. out receives the lines a person starting
+// the service needs (the address, a generated token).
+func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *slog.Logger) error {
+	if err := cfg.Defaults(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	pager, ok1 := st.(store.Pager)
+	logs, ok2 := st.(store.Logs)
+	ret, ok3 := st.(store.Retention)
+	if !ok1 || !ok2 || !ok3 {
+		return errors.New("the store does not support pages, logs and retention")
+	}
+
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	auth, err := newAuth(cfg, client, out)
+	if err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("TLS certificate: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if err := server.CheckListen(cfg.Listen, tlsCfg != nil, auth != nil); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var srv *server.Server // the executor's events go to it; set before Start
+	var srvMu sync.Mutex
+	ex, err := executor.New(executor.Config{
+		RESTConfig: rc, InstanceID: cfg.InstanceID, Namespaces: cfg.Namespaces,
+		DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
+		Store: st, Registerer: reg, Logger: log,
+		OnEvent: func(ev executor.Event) {
+			srvMu.Lock()
+			s := srv
+			srvMu.Unlock()
+			if s != nil {
+				s.Publish(ev)
+			}
+		},
+		CaptureLogs: func(ctx context.Context, lc executor.LogCapture) error {
+			key := store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container}
+			srvMu.Lock()
+			s := srv
+			srvMu.Unlock()
+			return logcapture.Run(ctx, logcapture.Config{
+				Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container,
+				Key: key, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
+				OnAppend: func() {
+					if s != nil {
+						s.NotifyLog(key)
+					}
+				},
+			})
+		},
+	})
+	if err != nil {
+		return err
+	}
+	s, err := server.New(server.Config{
+		Executor: ex, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
+		Ready: func() error {
+			if !ex.Ready() {
+				return errors.New("the executor has not synced its pod caches or does not hold its instance lease")
+			}
+			return nil
+		},
+		Registry: reg, TLS: tlsCfg, ShutdownTimeout: cfg.ShutdownTimeout.Get(), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	srvMu.Lock()
+	srv = s
+	srvMu.Unlock()
+
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	fmt.Fprintf(out, "kubetask serve: %s://%s/api/v1 (store %s, auth %s)\n", scheme, l.Addr(), describeStore(cfg), cfg.Auth)
+
+	exCtx, stopEx := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEx()
+	exDone := make(chan error, 1)
+	go func() { exDone <- ex.Start(exCtx) }()
+	go retain(exCtx, ret, cfg.Retention.Get(), time.Hour, clock.RealClock{}, log)
+
+	serveErr := s.Serve(ctx, l) // returns after the graceful shutdown when ctx ends
+	stopEx()
+	exErr := <-exDone
+	return errors.Join(serveErr, exErr)
+}
+
+func openStore(ctx context.Context, cfg Config) (store.Store, error) {
+	path := cfg.StorePath()
+	opts := store.Options{MaxLogSize: cfg.LogCapBytes}
+	if path == "" {
+		return store.NewMemoryWithOptions(opts), nil
+	}
+	return store.OpenSQLiteWithOptions(ctx, path, opts)
+}
+
+func describeStore(cfg Config) string {
+	if p := cfg.StorePath(); p != "" {
+		return "sqlite " + p
+	}
+	return "memory"
+}
+
+// newAuth builds the authenticator of cfg.Auth; in token mode it generates a
+// token file with one token for every namespace when there is none, and
+// prints the token.
+func newAuth(cfg Config, client kubernetes.Interface, out io.Writer) (server.Authenticator, error) {
+	switch cfg.Auth {
+	case "none":
+		return nil, nil
+	case "kubernetes":
+		return server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: client})
+	}
+	if _, err := os.Stat(cfg.TokenFile); errors.Is(err, os.ErrNotExist) {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("generating a token: %w", err)
+		}
+		tok := hex.EncodeToString(b)
+		doc := fmt.Sprintf("# Generated by kubetask serve. Each token: a bearer token, its holder and its namespaces.\ntokens:\n- token: %s\n  subject: admin\n  namespaces: \"*\"\n", tok)
+		if err := os.MkdirAll(filepath.Dir(cfg.TokenFile), 0o700); err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		if err := os.WriteFile(cfg.TokenFile, []byte(doc), 0o600); err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		fmt.Fprintf(out, "kubetask serve: generated %s; token for every namespace: %s\n", cfg.TokenFile, tok)
+	}
+	toks, err := server.LoadTokenFile(cfg.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return server.NewTokenAuth(toks)
+}
