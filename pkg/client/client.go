@@ -1,0 +1,297 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kubetask/kubetask/pkg/api"
+)
+
+// DefaultServer is the address `kubetask serve` listens on by default.
+const DefaultServer = "http://127.0.0.1:8080"
+
+// Client calls kubetask's HTTP API. It is safe for concurrent use; create it
+// with New.
+type Client struct {
+	base      string // scheme://host[:port][/prefix] without a trailing slash
+	hc        *http.Client
+	token     string
+	userAgent string
+	backoff   backoffConfig
+	log       *slog.Logger
+}
+
+// Option configures a Client.
+type Option func(*settings) error
+
+type settings struct {
+	httpClient *http.Client
+	token      string
+	userAgent  string
+	caFile     string
+	caPEM      []byte
+	insecure   bool
+	backoff    backoffConfig
+	log        *slog.Logger
+}
+
+// WithToken sends token as "Authorization: Bearer <token>" on every request.
+func WithToken(token string) Option {
+	return func(s *settings) error {
+		s.token = strings.TrimSpace(token)
+		return nil
+	}
+}
+
+// WithHTTPClient makes the client send its requests with hc. Its Timeout
+// must be 0 for Watch and Logs with Follow, which last as long as their
+// context. Without it the client uses its own, over a clone of
+// http.DefaultTransport (proxies from the environment, HTTP/2).
+func WithHTTPClient(hc *http.Client) Option {
+	return func(s *settings) error {
+		if hc == nil {
+			return errors.New("WithHTTPClient: nil *http.Client")
+		}
+		s.httpClient = hc
+		return nil
+	}
+}
+
+// WithCAFile trusts the PEM certificates in the file (beside none other) for
+// an https server: the CA of a server with a self-signed certificate.
+func WithCAFile(path string) Option {
+	return func(s *settings) error {
+		s.caFile = path
+		return nil
+	}
+}
+
+// WithCA trusts the PEM certificates pem (beside none other) for an https
+// server.
+func WithCA(pem []byte) Option {
+	return func(s *settings) error {
+		s.caPEM = pem
+		return nil
+	}
+}
+
+// WithInsecureSkipVerify accepts any certificate of an https server. It
+// exposes the token and the tasks to whoever is in the middle: for tests.
+func WithInsecureSkipVerify() Option {
+	return func(s *settings) error {
+		s.insecure = true
+		return nil
+	}
+}
+
+// WithUserAgent sets the User-Agent header of every request. Default
+// "kubetask-client".
+func WithUserAgent(ua string) Option {
+	return func(s *settings) error {
+		s.userAgent = ua
+		return nil
+	}
+}
+
+// WithRetryBackoff sets the delays between the reconnections of Watch and
+// Logs: min after the first failure, doubling (with jitter) up to max.
+// Defaults 250ms and 30s.
+func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(s *settings) error {
+		if minDelay <= 0 || maxDelay < minDelay {
+			return fmt.Errorf("WithRetryBackoff: want 0 < min <= max, got %s and %s", minDelay, maxDelay)
+		}
+		s.backoff = backoffConfig{min: minDelay, max: maxDelay}
+		return nil
+	}
+}
+
+// WithLogger logs the reconnections of Watch and Logs (at debug level) to l.
+// Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(s *settings) error {
+		s.log = l
+		return nil
+	}
+}
+
+// New returns a client of the API at baseURL (http:// or https://, host and
+// port, and the path prefix of a proxy if there is one; the API itself is
+// under api.Prefix below it). It reads the CA file of WithCAFile now.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	base, err := parseBase(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	s := settings{userAgent: "kubetask-client", backoff: defaultBackoff}
+	for _, o := range opts {
+		if err := o(&s); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+	}
+	hc, err := s.client()
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, log: s.log}, nil
+}
+
+// BaseURL returns the server address the client calls (without a trailing
+// slash).
+func (c *Client) BaseURL() string { return c.base }
+
+func parseBase(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("server address %q: want http://HOST:PORT or https://HOST:PORT (such as %s)", raw, DefaultServer)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("server address %q: give scheme, host, port and path only (no user, query or fragment)", raw)
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"), nil
+}
+
+// client builds the HTTP client: the given one, or a new one; the TLS
+// options apply to a clone of its transport.
+func (s *settings) client() (*http.Client, error) {
+	hc := s.httpClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	if s.caFile == "" && s.caPEM == nil && !s.insecure {
+		if s.httpClient == nil {
+			hc.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		}
+		return hc, nil
+	}
+	var tr *http.Transport
+	switch rt := hc.Transport.(type) {
+	case nil:
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		tr = rt.Clone()
+	default:
+		return nil, fmt.Errorf("the TLS options need an *http.Transport, the given client has a %T", rt)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if tr.TLSClientConfig != nil {
+		cfg = tr.TLSClientConfig.Clone()
+	}
+	if s.caFile != "" || s.caPEM != nil {
+		pem := s.caPEM
+		if s.caFile != "" {
+			b, err := os.ReadFile(s.caFile)
+			if err != nil {
+				return nil, fmt.Errorf("reading the CA file: %w", err)
+			}
+			pem = append(append(pem, '\n'), b...)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no PEM certificate in the CA %s", orText(s.caFile, "given"))
+		}
+		cfg.RootCAs = pool
+	}
+	cfg.InsecureSkipVerify = s.insecure // the caller asked for it (WithInsecureSkipVerify)
+	tr.TLSClientConfig = cfg
+	out := *hc
+	out.Transport = tr
+	return &out, nil
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return "file " + s
+}
+
+// request is one API call.
+type request struct {
+	method string
+	path   string // below api.Prefix, escaped
+	query  url.Values
+	header http.Header
+	body   []byte
+}
+
+// send sends r and returns the response of a 2xx answer, whose body the
+// caller closes, or the *Error of another answer.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	u := c.base + api.Prefix + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader = http.NoBody
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, errorOf(resp)
+	}
+	return resp, nil
+}
+
+// answer is what call returns of a response besides its body.
+type answer struct {
+	status int
+	header http.Header
+}
+
+// call sends r and decodes the JSON answer into out.
+func (c *Client) call(ctx context.Context, r request, out any) (answer, error) {
+	if r.header == nil {
+		r.header = http.Header{}
+	}
+	r.header.Set("Accept", "application/json")
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return answer{}, fmt.Errorf("decoding the answer of %s %s: %w", r.method, api.Prefix+r.path, err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header}, nil
+}
+
+// pathOf joins escaped path segments.
+func pathOf(segments ...string) string {
+	var b strings.Builder
+	for _, s := range segments {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(s))
+	}
+	return b.String()
+}
