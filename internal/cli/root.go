@@ -72,5 +72,6 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newNodeCommand())
 	root.AddCommand(newRunCommand())
 	root.AddCommand(newServeCommand())
+	root.AddCommand(newClientCommands()...)
 	return root
 }

@@ -64,12 +64,13 @@ func (c *Client) Submit(ctx context.Context, namespace string, doc []byte, opts 
 // Pending, its pod's recent events. An unknown ID (or one the caller may not
 // see) is an *Error with IsNotFound.
 func (c *Client) Get(ctx context.Context, id string) (*api.Task, error) {
-	t, _, err := c.get(ctx, id)
+	t, _, err := c.GetWithCursor(ctx, id)
 	return t, err
 }
 
-// get returns the task and the watch cursor taken before it was read.
-func (c *Client) get(ctx context.Context, id string) (*api.Task, string, error) {
+// GetWithCursor is Get that also returns the watch cursor taken before the
+// task was read: a Watch from it misses no change made after the read.
+func (c *Client) GetWithCursor(ctx context.Context, id string) (*api.Task, string, error) {
 	var t api.Task
 	a, err := c.call(ctx, request{method: http.MethodGet, path: pathOf("tasks", id)}, &t)
 	if err != nil {

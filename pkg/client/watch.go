@@ -223,15 +223,29 @@ func (c *Client) Wait(ctx context.Context, id string) (*api.Task, error) {
 // WaitFunc is Wait that calls fn (when not nil) with each event of the task
 // until then (none when the task is terminal already), for progress.
 func (c *Client) WaitFunc(ctx context.Context, id string, fn func(api.Event)) (*api.Task, error) {
-	t, cursor, err := c.get(ctx, id)
+	return c.waitUntil(ctx, id, func(t *api.Task) bool { return t.Terminal },
+		func(ev api.Event) bool { return ev.Terminal || ev.Type == api.EventExpired }, fn)
+}
+
+// WaitUntil returns task id once cond holds for it. It checks cond on a first
+// read of the task and, watching the task from that read's cursor, on a new
+// read after each event of the task; it ends as Wait does.
+func (c *Client) WaitUntil(ctx context.Context, id string, cond func(*api.Task) bool) (*api.Task, error) {
+	return c.waitUntil(ctx, id, cond, func(api.Event) bool { return true }, nil)
+}
+
+// waitUntil reads the task when it starts, and then after each event for
+// which reread is true, until cond holds; fn sees each event.
+func (c *Client) waitUntil(ctx context.Context, id string, cond func(*api.Task) bool, reread func(api.Event) bool, fn func(api.Event)) (*api.Task, error) {
+	t, cursor, err := c.GetWithCursor(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if t.Terminal {
+	if cond(t) {
 		return t, nil
 	}
 	// Without a cursor the watch starts after the read: read again once
-	// it started (its first bookmark), not to miss an outcome in between.
+	// it started (its first bookmark), not to miss a change in between.
 	recheck := cursor == ""
 	var out *api.Task
 	_, err = c.Watch(ctx, WatchOptions{TaskID: id, Cursor: cursor, Bookmarks: recheck}, func(ev api.Event) error {
@@ -244,14 +258,14 @@ func (c *Client) WaitFunc(ctx context.Context, id string, fn func(api.Event)) (*
 		case fn != nil:
 			fn(ev)
 		}
-		if ev.Type != api.EventBookmark && ev.Type != api.EventExpired && !ev.Terminal {
+		if ev.Type != api.EventBookmark && !reread(ev) {
 			return nil
 		}
 		t, err := c.getRetrying(ctx, id)
 		if err != nil {
 			return err
 		}
-		if !t.Terminal {
+		if !cond(t) {
 			return nil
 		}
 		out = t
