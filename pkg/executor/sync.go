@@ -172,6 +172,9 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	}
 	if !st.Terminal() {
 		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+		if err := e.persistProgress(ctx, rec, st); err != nil {
+			return 0, err
+		}
 		return untilRecheck(st, now), nil
 	}
 	if pod != nil && st.ExitCode == nil && stoppedByOthers(st.Reason) && !podstate.Stopped(pod) {
@@ -527,6 +530,23 @@ func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*co
 	}
 	podstate.Trim(live)
 	return live, nil
+}
+
+// persistProgress writes the pod's derived state to the task's record when
+// its phase or reason differs from the stored one (a change of the message
+// alone is not written): so that lists and their phase and reason filters
+// show a task Running, or Pending and why (Unschedulable, ConfigError, ...),
+// without a write at every pod update. A conflict is returned, and the sync
+// retried.
+func (e *Executor) persistProgress(ctx context.Context, rec store.Record, st podstate.State) error {
+	if rec.Phase == string(st.Phase) && rec.Reason == string(st.Reason) {
+		return nil
+	}
+	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(st.Phase), string(st.Reason), st.Message, nil
+	if _, err := e.store.Update(ctx, rec); err != nil {
+		return fmt.Errorf("recording the state %s/%s of task %s: %w", st.Phase, st.Reason, rec.ID, err)
+	}
+	return nil
 }
 
 // setProgress records the latest derived state of an unfinished task in

@@ -76,11 +76,22 @@ func TestSyncDecisions(t *testing.T) {
 		check    func(t *testing.T, f *fx, id string)
 	}{
 		// --- following a running attempt ---
-		"main container running: progress only, nothing written, no request": {
+		"main container running: the new phase and reason recorded (lists filter on them), no request": {
 			pod: running(), state: "Running/Running", verbs: nil,
 			check: func(t *testing.T, f *fx, id string) {
-				if r := f.record(id); r.Reason != "Scheduling" {
-					t.Errorf("progress was written to the store: %s/%s", r.Phase, r.Reason)
+				if r := f.record(id); r.Phase != "Running" || r.Reason != "Running" {
+					t.Errorf("the record says %s/%s, want Running/Running", r.Phase, r.Reason)
+				}
+			},
+		},
+		"main container running, recorded as running with another message: nothing written": {
+			pod: running(), state: "Running/Running", verbs: nil,
+			setup: func(f *fx, id string) {
+				f.update(id, func(r *store.Record) { r.Phase, r.Reason, r.Message = "Running", "Running", "an older message" })
+			},
+			check: func(t *testing.T, f *fx, id string) {
+				if r := f.record(id); r.Message != "an older message" {
+					t.Errorf("a change of the message alone was written: %q", r.Message)
 				}
 			},
 		},

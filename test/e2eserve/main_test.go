@@ -176,6 +176,12 @@ func (s *service) stop(sig syscall.Signal) {
 // and its body.
 func (s *service) do(method, path, contentType string, body []byte) (*http.Response, []byte) {
 	s.t.Helper()
+	return s.doAs(s.Token, method, path, contentType, body)
+}
+
+// doAs is do with another bearer token (none when empty).
+func (s *service) doAs(token, method, path, contentType string, body []byte) (*http.Response, []byte) {
+	s.t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
@@ -183,8 +189,8 @@ func (s *service) do(method, path, contentType string, body []byte) (*http.Respo
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	if s.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.Token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
