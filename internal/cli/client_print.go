@@ -157,12 +157,12 @@ func (t *taskTable) flush() error { return t.tw.Flush() }
 
 // printTask writes the human summary of a task (kubetask get): its state,
 // why, the result, every attempt with its pod and times, and for a Pending
-// task its pod's recent events.
+// task its pod's recent events. Times are shown in now's location.
 func printTask(w io.Writer, tk *api.Task, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	field := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
 	when := func(t time.Time) string {
-		return fmt.Sprintf("%s (%s ago)", t.Local().Format(time.RFC3339), age(now, t))
+		return fmt.Sprintf("%s (%s ago)", t.In(now.Location()).Format(time.RFC3339), age(now, t))
 	}
 	field("ID", tk.ID)
 	field("Namespace", tk.Namespace)

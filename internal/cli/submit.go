@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -190,26 +189,35 @@ func reportSubmitted(cmd *cobra.Command, c *client.Client, conn *connection, t *
 // the outcome and returns the exit code of kubetask run for it.
 func awaitTask(ctx context.Context, c *client.Client, conn *connection, id string, f *awaitFlags, stdout, stderr io.Writer) error {
 	start := time.Now()
+	t, cursor, err := c.GetWithCursor(ctx, id)
 	pctx, stopProgress := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	if !f.quiet {
+	defer stopProgress()
+	progressDone := make(chan struct{})
+	if err == nil && !t.Terminal && !f.quiet {
+		// Progress from the read on, until the outcome's event.
 		p := &progress{w: stderr, start: start}
-		wg.Go(func() {
-			_, _ = c.Watch(pctx, client.WatchOptions{TaskID: id}, p.event)
-		})
+		go func() {
+			defer close(progressDone)
+			_, _ = c.Watch(pctx, client.WatchOptions{TaskID: id, Cursor: cursor}, p.event)
+		}()
+	} else {
+		close(progressDone)
 	}
-	var (
-		t   *api.Task
-		err error
-	)
-	if f.follow {
+	if err == nil && f.follow {
 		err = followLogs(ctx, c, id, stdout, stderr)
 	}
 	if err == nil {
 		t, err = c.Wait(ctx, id)
 	}
+	if err == nil {
+		// Let the progress print the outcome's event (it may lag behind).
+		select {
+		case <-progressDone:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	stopProgress()
-	wg.Wait()
+	<-progressDone
 	if err != nil {
 		var sig Signalled
 		if errors.As(context.Cause(ctx), &sig) || errors.Is(err, context.Canceled) {
@@ -294,6 +302,9 @@ func (p *progress) event(ev api.Event) error {
 		what = strings.ToLower(strings.TrimPrefix(ev.Type, "Pod"))
 	}
 	fmt.Fprintf(p.w, "[%6.1fs] %s\n", time.Since(p.start).Seconds(), what)
+	if ev.Terminal {
+		return client.ErrStopWatch
+	}
 	return nil
 }
 
