@@ -81,9 +81,10 @@ func newListCommand() *cobra.Command {
 		Long: `List the tasks you may see, newest first, as a table (ID, NAMESPACE, NAME,
 STATE, REASON, ATTEMPTS, AGE; -o wide adds EXIT, LABELS and MESSAGE).
 
-Without --limit every page is listed; with --limit one page, and the command to
-get the next. With --watch the changes of the listed tasks follow, one line per
-change, until Ctrl-C.`,
+Without --limit every page is listed; with --limit one page, and the flag that
+gets the next. With --watch the changes of the tasks the filters select follow,
+one line per change of state, until Ctrl-C (-o json: the list, then one event
+per line; -o yaml: one document per event).`,
 		Example: `  kubetask list
   kubetask list -n jobs --phase Failed -l team=data
   kubetask list --limit 20 && kubetask list --limit 20 --continue TOKEN

@@ -87,12 +87,14 @@ func IsInvalid(err error) bool { return StatusCode(err) == http.StatusUnprocessa
 
 // retryable reports whether a failed connection of a stream may succeed when
 // tried again: no answer (a network error, a cut connection) or an answer
-// that says "later" (408, 429, 502, 503, 504). Other answers and TLS
-// verification failures are final.
+// that says "later" (408, 429, 502, 503, 504) or that the server failed (500:
+// its store, say) when it may not fail again. Other answers (the request is
+// refused) and TLS verification failures are final.
 func retryable(err error) bool {
 	if code := StatusCode(err); code != 0 {
 		switch code {
-		case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return true
 		}
 		return false

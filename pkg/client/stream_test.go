@@ -330,15 +330,22 @@ func TestWatchReconnectsAnIdleConnection(t *testing.T) {
 	go func() {
 		_, _ = c.Watch(ctx, client.WatchOptions{TaskID: tk.ID, IdleTimeout: 20 * time.Millisecond}, col.add)
 	}()
-	for deadline := time.Now().Add(10 * time.Second); countOf(srv.Requests(), "GET "+api.Prefix+"/tasks/"+tk.ID+"/watch") < 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnections of an idle watch: %v", srv.Requests())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForRequests(t, srv, "GET "+api.Prefix+"/tasks/"+tk.ID+"/watch", 3)
 	publish(srv, tk.ID, 0, 1)
 	if ev := col.waitFor(t, 1)[0]; ev.Message != "m0" {
 		t.Fatalf("%+v", ev)
+	}
+}
+
+// waitForRequests waits until n requests req arrived (the test fails after
+// 10s).
+func waitForRequests(t *testing.T, srv *clienttest.Server, req string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); countOf(srv.Requests(), req) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests %q within 10s, want %d", countOf(srv.Requests(), req), req, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -391,6 +398,46 @@ func TestWaitReturnsTheFinalOutcome(t *testing.T) {
 	}
 	if _, err := c.Wait(testContext(t), "nope"); !client.IsNotFound(err) {
 		t.Fatalf("wait of an unknown task: %v", err)
+	}
+}
+
+func TestWaitUntilAndGetWithCursor(t *testing.T) {
+	srv := clienttest.New(t, clienttest.Options{})
+	c := newClient(t, srv.URL)
+	tk := submit(t, c, "default", taskDoc("hello"), client.SubmitOptions{})
+	got, cursor, err := c.GetWithCursor(testContext(t), tk.ID)
+	if err != nil || got.ID != tk.ID || cursor == "" {
+		t.Fatalf("%+v %q %v", got, cursor, err)
+	}
+	// A change after the read is seen from the read's cursor.
+	publish(srv, tk.ID, 0, 1)
+	var first api.Event
+	_, err = c.Watch(testContext(t), client.WatchOptions{TaskID: tk.ID, Cursor: cursor}, func(ev api.Event) error {
+		first = ev
+		return client.ErrStopWatch
+	})
+	if err != nil || first.Message != "m0" {
+		t.Fatalf("%+v %v", first, err)
+	}
+
+	done := make(chan *api.Task, 1)
+	go func() {
+		out, err := c.WaitUntil(testContext(t), tk.ID, func(t *api.Task) bool { return t.Attempt >= 1 })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	waitForRequests(t, srv, "GET "+api.Prefix+"/tasks/"+tk.ID+"/watch", 2)
+	srv.SetState(t, tk.ID, "Running", "Running", "", true)
+	select {
+	case out := <-done:
+		t.Fatalf("returned before the condition held: %+v", out)
+	default:
+	}
+	srv.Finish(t, tk.ID, "Failed", "Evicted", "", 137, true)
+	if out := <-done; out == nil || out.Attempt != 1 || out.Terminal {
+		t.Fatalf("%+v", out)
 	}
 }
 
@@ -585,13 +632,7 @@ func TestLogsFollowEndedByTheServerResumes(t *testing.T) {
 		_, err := io.Copy(&out, r)
 		done <- err
 	}()
-	logs := "GET " + api.Prefix + "/tasks/" + tk.ID + "/logs"
-	for deadline := time.Now().Add(10 * time.Second); countOf(srv.Requests(), logs) < 4; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the follow was not resumed: %v", srv.Requests())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForRequests(t, srv, "GET "+api.Prefix+"/tasks/"+tk.ID+"/logs", 4)
 	srv.AppendLog(t, tk.ID, 0, "main", "two\n", true)
 	if err := <-done; err != nil || out.buf.String() != "one\ntwo\n" {
 		t.Fatalf("%q %v", out.buf.String(), err)

@@ -214,8 +214,8 @@ func (r *idleReader) Read(p []byte) (int, error) {
 // when it is, else when its watch delivers the final outcome. It watches from
 // the cursor of its first read, so it misses no change, and reads the task
 // again after an Expired event. It returns an error only when ctx ends, the
-// task cannot be read (an *Error: unknown, no permission) or the first
-// connection of the watch fails.
+// task cannot be read (an *Error: unknown, no permission), the first
+// connection of the watch fails or the server refuses the watch.
 func (c *Client) Wait(ctx context.Context, id string) (*api.Task, error) {
 	return c.WaitFunc(ctx, id, nil)
 }
