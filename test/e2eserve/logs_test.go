@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -189,37 +188,43 @@ func TestServeLogsSurviveDeletionAndEviction(t *testing.T) {
 	}
 }
 
-// kubetask serve SIGKILLed in the middle of a log, the container writing
-// the rest and ending while no service runs, the service started again:
-// the archive goes on where it ended (no gap, no duplicate), and the task
-// has one outcome.
-func TestServeLogsSurviveServiceKill(t *testing.T) {
+// kubetask serve stopped in the middle of a log (SIGTERM: it leaves the pod
+// under its finalizer; SIGKILL), the container writing the rest and ending
+// while no service runs, the service started again: it adopts the pod, the
+// archive goes on where it ended (no gap, no duplicate), and the task has
+// one outcome.
+func TestServeLogsSurviveServiceStop(t *testing.T) {
 	env := clustertest.New(t)
 	s := startService(t, env)
 	payload := logPayload()
-	cut := len(payload) / 3
-	doc, gate := gatedTask(t, "killed-service", payload[:cut], payload[cut:])
-	tk := s.submit(doc)
-	pod := podOf(s, tk.ID, 0)
-	waitArchived(t, s, tk.ID, 0, payload[:cut])
-	s.stop(syscall.SIGKILL)
+	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			s := s.with(t)
+			cut := len(payload) / (3 + i)
+			doc, gate := gatedTask(t, fmt.Sprintf("stopped-%d", i), payload[:cut], payload[cut:])
+			tk := s.submit(doc)
+			pod := podOf(s, tk.ID, 0)
+			waitArchived(t, s, tk.ID, 0, payload[:cut])
+			s.stop(sig)
+			if p, err := env.Client.CoreV1().Pods(env.Namespace).Get(context.Background(), pod, metav1.GetOptions{}); err != nil || len(p.Finalizers) == 0 {
+				t.Fatalf("after %v the pod is gone or has no finalizer: %v", sig, err)
+			}
 
-	// The container writes the rest and exits while nobody captures.
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "the pod to succeed", func() bool {
-		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(context.Background(), pod, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == "Succeeded"
-	})
-	s.start()
-	tk = s.waitTask(tk.ID, 2*time.Minute, "the task's outcome", func(tk api.Task) bool { return tk.Terminal })
-	if tk.Phase != "Succeeded" || len(tk.Attempts) != 1 {
-		t.Errorf("task %s/%s with %d attempts, want Succeeded with one", tk.Phase, tk.Reason, len(tk.Attempts))
-	}
-	waitPodGone(t, env, pod)
-	checkLog(t, s, tk.ID, 0, payload)
-	if strings.Count(s.stderr.String(), "level=ERROR") > 0 {
-		t.Logf("errors logged after the restart:\n%s", s.stderr)
+			// The container writes the rest and exits while nobody captures.
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, time.Minute, "the pod to succeed", func() bool {
+				p, err := env.Client.CoreV1().Pods(env.Namespace).Get(context.Background(), pod, metav1.GetOptions{})
+				return err == nil && p.Status.Phase == "Succeeded"
+			})
+			s.start()
+			tk = s.waitTask(tk.ID, 2*time.Minute, "the task's outcome", func(tk api.Task) bool { return tk.Terminal })
+			if tk.Phase != "Succeeded" || len(tk.Attempts) != 1 {
+				t.Errorf("task %s/%s with %d attempts, want Succeeded with one", tk.Phase, tk.Reason, len(tk.Attempts))
+			}
+			waitPodGone(t, env, pod)
+			checkLog(t, s, tk.ID, 0, payload)
+		})
 	}
 }

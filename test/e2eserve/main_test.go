@@ -79,9 +79,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// service is a running `kubetask serve`.
+// service is a running `kubetask serve`, as seen by one test (t): subtests
+// get copies (with) that share the process.
 type service struct {
-	t              *testing.T
+	t *testing.T
+	*process
+}
+
+// process is the service's process, restarted by start.
+type process struct {
 	env            *clustertest.Env
 	args           []string
 	stateDir       string
@@ -101,8 +107,9 @@ var (
 // and stops it (SIGTERM, then SIGKILL) when the test ends.
 func startService(t *testing.T, env *clustertest.Env, args ...string) *service {
 	t.Helper()
-	s := &service{t: t, env: env, stateDir: t.TempDir(),
-		args: append([]string{"serve", "--kubeconfig", env.Kubeconfig, "--namespaces", env.Namespace, "-n", env.Namespace, "--listen", "127.0.0.1:0", "--instance-id", "serve-" + env.Namespace}, args...)}
+	s := &service{t: t, process: &process{env: env, stateDir: t.TempDir()}}
+	s.args = append([]string{"serve", "--kubeconfig", env.Kubeconfig, "--namespaces", env.Namespace, "-n", env.Namespace,
+		"--listen", "127.0.0.1:0", "--instance-id", "serve-" + env.Namespace}, args...)
 	s.start()
 	t.Cleanup(func() { s.stop(syscall.SIGTERM) })
 	return s
