@@ -56,7 +56,18 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		return errors.New("the store does not support pages, logs and retention")
 	}
 
-	client, err := kubernetes.NewForConfig(rc)
+	// The service's own client (log streams, dry-run validation, auth
+	// reviews) gets the executor's rate limits, not client-go's default of 5
+	// requests per second.
+	crc := rest.CopyConfig(rc)
+	crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
+	if crc.QPS == 0 {
+		crc.QPS = 50
+	}
+	if crc.Burst == 0 {
+		crc.Burst = 100
+	}
+	client, err := kubernetes.NewForConfig(crc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -78,6 +89,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := newCaptureMetrics(reg)
 	var srv *server.Server // the executor's events go to it; set before Start
 	var srvMu sync.Mutex
 	ex, err := executor.New(executor.Config{
@@ -97,15 +109,22 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			srvMu.Lock()
 			s := srv
 			srvMu.Unlock()
-			return logcapture.Run(ctx, logcapture.Config{
+			m.active.Inc()
+			defer m.active.Dec()
+			err := logcapture.Run(ctx, logcapture.Config{
 				Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container,
 				Key: key, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
-				OnAppend: func() {
+				OnAppend: func(n int64) {
+					m.bytes.Add(float64(n))
 					if s != nil {
 						s.NotifyLog(key)
 					}
 				},
 			})
+			if err != nil && ctx.Err() == nil {
+				m.failures.Inc()
+			}
+			return err
 		},
 	})
 	if err != nil {
@@ -196,4 +215,24 @@ func newAuth(cfg Config, client kubernetes.Interface, out io.Writer) (server.Aut
 		return nil, err
 	}
 	return server.NewTokenAuth(toks)
+}
+
+// captureMetrics count the log captures.
+type captureMetrics struct {
+	active   prometheus.Gauge
+	bytes    prometheus.Counter
+	failures prometheus.Counter
+}
+
+func newCaptureMetrics(reg prometheus.Registerer) *captureMetrics {
+	m := &captureMetrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kubetask_log_captures",
+			Help: "Container logs being captured into the archive now."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "kubetask_log_archived_bytes_total",
+			Help: "Bytes of container logs durably archived."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kubetask_log_capture_failures_total",
+			Help: "Log captures that failed (the archive refused a write) and started again from where the archive ends."}),
+	}
+	reg.MustRegister(m.active, m.bytes, m.failures)
+	return m
 }

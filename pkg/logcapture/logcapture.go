@@ -75,9 +75,10 @@ type Config struct {
 	Progress func() podlog.Progress
 	Changed  <-chan struct{}
 	// OnAppend is called after each chunk is durably archived (from Run's
-	// goroutines, one call at a time): to wake readers that follow the
-	// archive. Optional; it must not block.
-	OnAppend func()
+	// goroutines, one call at a time) with the number of bytes the archive
+	// grew by: to wake readers that follow the archive, and count. Optional;
+	// it must not block.
+	OnAppend func(n int64)
 	// ChunkSize is the number of pending bytes that triggers a write
 	// (default DefaultChunkSize).
 	ChunkSize int
@@ -269,11 +270,12 @@ func (c *capture) writeLocked(ctx context.Context, complete bool) {
 		c.err = fmt.Errorf("archiving %d bytes of the log at offset %d: %w", len(c.pending), c.offset, err)
 		return
 	}
+	grew := info.Size - c.offset
 	c.offset = info.Size
 	c.pending = c.pending[:0]
 	c.moved = false
 	c.done = complete
 	if c.cfg.OnAppend != nil {
-		c.cfg.OnAppend()
+		c.cfg.OnAppend(grew)
 	}
 }

@@ -90,9 +90,9 @@ func TestArchivesTheWholeLog(t *testing.T) {
 	f.k.Start(first...)
 	f.k.CutOpen(0, podlogtest.Cut{At: 40})
 	f.k.CutOpen(1, podlogtest.Cut{At: 10, Clean: true})
-	appends := 0
+	var appended int64
 	cfg := f.config()
-	cfg.OnAppend = func() { appends++ }
+	cfg.OnAppend = func(n int64) { appended += n }
 	done := make(chan error, 1)
 	go func() { done <- logcapture.Run(f.ctx, cfg) }()
 	f.waitArchived(string(out1))
@@ -108,8 +108,8 @@ func TestArchivesTheWholeLog(t *testing.T) {
 	if want := string(out1) + string(out2); string(b) != want || !info.Complete || info.Truncated {
 		t.Errorf("archived %q (%+v), want %q complete", b, info, want)
 	}
-	if appends == 0 {
-		t.Error("OnAppend never called")
+	if appended != int64(len(b)) {
+		t.Errorf("OnAppend reported %d bytes, want %d", appended, len(b))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,6 +222,16 @@ func TestServeCLI(t *testing.T) {
 	}
 	if got := strings.Join(paged, " "); got != "steps-2 long-1 fails-1 steps-1" {
 		t.Errorf("pages of one: %s", got)
+	}
+
+	// Health, readiness and metrics (the log archive's included).
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if resp, b := s.doAs("", http.MethodGet, path, "", nil); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s %s", path, resp.Status, b)
+		}
+	}
+	if resp, b := s.do(http.MethodGet, "/metrics", "", nil); resp.StatusCode != http.StatusOK || !regexp.MustCompile(`(?m)^kubetask_log_archived_bytes_total [1-9]`).Match(b) {
+		t.Errorf("/metrics: %s, archived bytes not counted", resp.Status)
 	}
 
 	t.Run("watch resumes after a cut", func(t *testing.T) { testWatchResumes(t, s.with(t)) })
