@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves that a module outside kubetask can import its library packages (pkg/executor,
-# pkg/runner, pkg/store, pkg/task) with nothing but a replace of kubetask itself: a copy
+# pkg/runner, pkg/store, pkg/task, pkg/client, pkg/api, pkg/logcapture, pkg/podlog) with nothing but a replace of kubetask itself: a copy
 # of this directory in a temporary directory, with that replace added, must pass
 # go mod tidy, go build and go vet. The go command runs with the caller's environment
 # (GOPROXY, GOFLAGS, caches); no go.work applies. `make importcheck` runs it.
@@ -17,4 +17,4 @@ export GOWORK=off
 "$GO" mod tidy
 "$GO" build ./...
 "$GO" vet ./...
-echo "importcheck: a module outside kubetask imports pkg/executor, pkg/runner, pkg/store and pkg/task (go mod tidy, build, vet: ok)"
+echo "importcheck: a module outside kubetask imports pkg/executor, pkg/runner, pkg/store, pkg/task, pkg/client, pkg/api, pkg/logcapture and pkg/podlog (go mod tidy, build, vet: ok)"

@@ -6,14 +6,22 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/client"
 	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/logcapture"
+	"github.com/kubetask/kubetask/pkg/podlog"
 	"github.com/kubetask/kubetask/pkg/runner"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
 var (
+	_ api.Task
+	_ client.Client
 	_ executor.Config
+	_ logcapture.Config
+	_ podlog.Config
 	_ runner.Options
 	_ store.Store
 )
