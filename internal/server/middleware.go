@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,12 +146,22 @@ var public = map[string]bool{
 	api.Prefix + "/openapi-3.0.json": true, api.Prefix + "/openapi-3.0.yaml": true,
 }
 
+// isUI reports whether r is for the web page (Config.UI): a GET or HEAD
+// outside the API and the operational endpoints.
+func (s *Server) isUI(r *http.Request) bool {
+	if s.cfg.UI == nil || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return false
+	}
+	p := r.URL.Path
+	return p != api.Prefix && !strings.HasPrefix(p, api.Prefix+"/") && p != "/metrics" && p != "/healthz" && p != "/readyz"
+}
+
 // authenticate puts the request's Caller in its context, or answers 401
 // (no or unknown bearer token) or 503 (the authenticator failed). Whether
 // the caller may do what it asks is each handler's decision.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Auth == nil || public[r.URL.Path] {
+		if s.cfg.Auth == nil || public[r.URL.Path] || s.isUI(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -85,6 +85,10 @@ type Config struct {
 	// PendingEvents is the number of a Pending task's pod events GET
 	// /tasks/{id} reports. Default 10.
 	PendingEvents int
+	// UI, when set, serves the web page: GET and HEAD of every path outside
+	// the API, /healthz, /readyz and /metrics, without authentication (the
+	// page's files are public; its API calls carry the caller's token).
+	UI http.Handler
 	// TLS, when set, makes Serve serve HTTPS with it.
 	TLS *tls.Config
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
@@ -201,6 +205,10 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if s.isUI(r) {
+			s.cfg.UI.ServeHTTP(w, r)
+			return
+		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
 	s.handler = s.instrument(s.recover(s.authenticate(s.limitBody(mux))))

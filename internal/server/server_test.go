@@ -134,3 +134,36 @@ func TestServeRefusesAnExposedListenerWithoutTLSAndAuth(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// The web page (Config.UI) is served without a token for GET and HEAD of
+// paths outside the API; the API, /metrics and other methods still need one,
+// and without a UI an unknown path is a 404 problem.
+func TestUI(t *testing.T) {
+	auth, err := server.NewTokenAuth([]server.Token{{Token: "root", Subject: "root", Namespaces: server.Namespaces{"*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("page " + r.URL.Path)) })
+	with := newHarness(t, func(c *server.Config) { c.Auth, c.UI = auth, ui })
+	without := newHarness(t, func(c *server.Config) { c.Auth = auth })
+	for _, tc := range []struct {
+		h            *harness
+		method, path string
+		status       int
+		body         string
+	}{
+		{with, http.MethodGet, "/", http.StatusOK, "page /"},
+		{with, http.MethodGet, "/tasks/t1", http.StatusOK, "page /tasks/t1"},
+		{with, http.MethodHead, "/app.js", http.StatusOK, ""},
+		{with, http.MethodPost, "/", http.StatusUnauthorized, ""},
+		{with, http.MethodGet, api.Prefix + "/tasks", http.StatusUnauthorized, ""},
+		{with, http.MethodGet, api.Prefix, http.StatusUnauthorized, ""},
+		{with, http.MethodGet, "/metrics", http.StatusUnauthorized, ""},
+		{without, http.MethodGet, "/", http.StatusUnauthorized, ""},
+	} {
+		resp, b := tc.h.do(tc.method, tc.path, nil)
+		if resp.StatusCode != tc.status || (tc.body != "" && string(b) != tc.body) {
+			t.Errorf("%s %s (UI %v): %s %q, want %d %q", tc.method, tc.path, tc.h == with, resp.Status, b, tc.status, tc.body)
+		}
+	}
+}
