@@ -20,6 +20,12 @@
 // end (its finalizer removed by someone else), the archive keeps what was
 // read, a marker line says that the rest is lost, and the log is complete.
 //
+// A log the node does not serve (its kubelet unreachable, the node gone)
+// would hold the pod's finalizer for ever. So once the container has
+// terminated for good, or its pod is being deleted or gone, a capture that
+// archives nothing new for GiveUpAfter ends the log with a marker line
+// saying that the rest is lost (UnreadableMarker).
+//
 // Chunks are written when ChunkSize bytes are pending and at least every
 // FlushInterval while bytes are pending, so a reader of the archive (a
 // `kubetask logs -f`) lags the container by about FlushInterval, and one
@@ -45,6 +51,7 @@ import (
 const (
 	DefaultChunkSize     = 128 << 10
 	DefaultFlushInterval = 250 * time.Millisecond
+	DefaultGiveUpAfter   = 5 * time.Minute
 	// finalWriteTimeout bounds the write of the pending bytes after the
 	// capture's context ended (a shutdown), which uses a context of its own.
 	finalWriteTimeout = 10 * time.Second
@@ -53,6 +60,12 @@ const (
 // PodGoneMarker is the line appended to a log whose pod vanished before the
 // log was read to its end. It starts a line of its own.
 const PodGoneMarker = "[kubetask: the pod was deleted before its log was read completely; the rest of the log is lost]\n"
+
+// UnreadableMarker is the line appended to a log whose container ended but
+// whose rest the node did not serve for Config.GiveUpAfter.
+func UnreadableMarker(after time.Duration) string {
+	return fmt.Sprintf("[kubetask: the node did not serve the rest of this log for %s after the container ended; the rest of the log is lost]\n", after)
+}
 
 // BadCursorMarker is the line appended to a log whose saved resume position
 // this version cannot read (an archive written by an incompatible version):
@@ -85,6 +98,10 @@ type Config struct {
 	// FlushInterval is the longest time read bytes wait before they are
 	// written (default DefaultFlushInterval).
 	FlushInterval time.Duration
+	// GiveUpAfter is how long a capture goes on without archiving anything
+	// new once the container has ended (or its pod is being deleted or gone)
+	// before it ends the log as unreadable (default DefaultGiveUpAfter).
+	GiveUpAfter time.Duration
 	// Clock times flushes and the follower's waits (default: the real clock).
 	Clock clock.Clock
 	// Logger (default slog.Default()).
@@ -97,12 +114,14 @@ type capture struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	offset  int64  // the archived size: where the next chunk goes
-	pending []byte // read, not yet archived
-	cursor  []byte // the follower's cursor after pending's last byte
-	moved   bool   // cursor differs from the archived one
-	err     error  // the first write error; the capture stops on it
-	done    bool   // the archive said the log is complete
+	offset  int64     // the archived size: where the next chunk goes
+	pending []byte    // read, not yet archived
+	cursor  []byte    // the follower's cursor after pending's last byte
+	moved   bool      // cursor differs from the archived one
+	lastNew time.Time // when the follower last delivered bytes (or Run started)
+	gaveUp  bool      // the watchdog ended the follower
+	err     error     // the first write error; the capture stops on it
+	done    bool      // the archive said the log is complete
 }
 
 // Run archives the log until it is complete and returns nil then (also when
@@ -123,6 +142,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = DefaultFlushInterval
 	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -140,6 +162,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	c.offset = info.Size
+	c.lastNew = cfg.Clock.Now()
 
 	fctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -157,6 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			c.cursor = f.AppendCursor(c.cursor[:0])
 			c.moved = true
+			c.lastNew = cfg.Clock.Now()
 			if len(c.pending) >= cfg.ChunkSize {
 				c.writeLocked(fctx, false)
 				if c.err != nil || c.done {
@@ -192,6 +216,10 @@ func Run(ctx context.Context, cfg Config) error {
 					stop()
 				}
 			}
+			if ended(cfg.Progress()) && cfg.Clock.Since(c.lastNew) >= cfg.GiveUpAfter {
+				c.gaveUp = true
+				stop()
+			}
 			c.mu.Unlock()
 		}
 	}()
@@ -201,13 +229,16 @@ func Run(ctx context.Context, cfg Config) error {
 	<-flusherDone
 
 	c.mu.Lock()
-	werr, done := c.err, c.done
+	werr, done, gaveUp := c.err, c.done, c.gaveUp
 	c.mu.Unlock()
 	switch {
 	case werr != nil:
 		return werr
 	case done:
 		return nil
+	case gaveUp && ctx.Err() == nil:
+		c.log.Warn("the node does not serve the rest of the log; ending it", "after", cfg.GiveUpAfter, "err", runErr)
+		return c.finish(ctx, UnreadableMarker(cfg.GiveUpAfter))
 	case runErr == nil:
 		return c.finish(ctx, "")
 	case errors.Is(runErr, podlog.ErrPodGone):
@@ -225,6 +256,10 @@ func Run(ctx context.Context, cfg Config) error {
 	c.mu.Unlock()
 	return errors.Join(runErr, werr)
 }
+
+// ended reports whether no instance of the container will write more: it
+// terminated for good, or its pod is gone.
+func ended(p podlog.Progress) bool { return p.Terminated || p.Gone }
 
 // finish writes what is pending, then marker (on a line of its own) when
 // given, and marks the log complete.

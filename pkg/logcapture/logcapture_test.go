@@ -255,3 +255,43 @@ func TestConfigRequired(t *testing.T) {
 		}
 	}
 }
+
+// A container that ended on a node that no longer serves its log: the
+// capture keeps trying for GiveUpAfter, then ends the log with a marker so
+// the pod's finalizer can go. While the container runs it never gives up.
+func TestGivesUpOnAnUnreadableLog(t *testing.T) {
+	f := newFixture(t, store.Options{})
+	f.k.Start(podlogtest.Record{Time: podlogtest.T0, Text: []byte("read")})
+	cfg := f.config()
+	done := make(chan error, 1)
+	go func() { done <- logcapture.Run(f.ctx, cfg) }()
+	f.waitArchived("read\n")
+	f.k.Unreachable(true)
+	// Running: hours without news do not end the capture.
+	for range 3 {
+		f.clock.Step(time.Hour)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the capture of a running container ended: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.k.Terminate()
+	for {
+		f.clock.Step(time.Hour)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, info := f.archived()
+			if want := "read\n" + logcapture.UnreadableMarker(logcapture.DefaultGiveUpAfter); string(b) != want || !info.Complete {
+				t.Errorf("archived %q (%+v), want %q complete", b, info, want)
+			}
+			return
+		case <-f.ctx.Done():
+			t.Fatal("the capture never gave up")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -44,6 +44,9 @@ type Kubelet struct {
 	rotated    []int // per instance: records rotated away from its start
 	terminated bool
 	gone       bool
+	// unreachable: log requests fail as when the API server cannot reach
+	// the node's kubelet.
+	unreachable bool
 	cuts       map[int]Cut
 	onOpen     func(n int)
 	opens      int
@@ -138,6 +141,15 @@ func (k *Kubelet) CutOpen(n int, c Cut) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.cuts[n] = c
+}
+
+// Unreachable makes log requests fail (500, as when the API server cannot
+// reach the node's kubelet) while set; the pod stays readable.
+func (k *Kubelet) Unreachable(on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.unreachable = on
+	k.changeLocked()
 }
 
 // OnOpen sets a function called at each log request, with its number, before
@@ -251,6 +263,11 @@ func (k *Kubelet) serveLog(w http.ResponseWriter, r *http.Request) {
 
 	k.mu.Lock()
 	k.signalLocked()
+	if k.unreachable {
+		k.mu.Unlock()
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "Get \"https://node:10250/containerLogs\": dial tcp: connect: connection refused")
+		return
+	}
 	if previous {
 		k.requests = append(k.requests, "prev since="+since)
 	} else {
