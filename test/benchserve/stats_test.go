@@ -1,0 +1,172 @@
+package benchserve
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+)
+
+// percentile returns the q-quantile (0 <= q <= 1) of xs by the nearest-rank
+// method, 0 for no values. xs is not modified.
+func percentile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := min(max(int(math.Ceil(q*float64(len(s)))), 1), len(s))
+	return s[rank-1]
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i
+	}
+	tests := map[string]struct {
+		xs   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		"empty":                   {nil, 0.5, 0},
+		"one value":               {ms(7), 0.99, 7 * time.Millisecond},
+		"median of an odd count":  {ms(3, 1, 2), 0.5, 2 * time.Millisecond},
+		"median of an even count": {ms(4, 1, 3, 2), 0.5, 2 * time.Millisecond},
+		"p99 of 1..100":           {ms(hundred...), 0.99, 99 * time.Millisecond},
+		"p0 is the minimum":       {ms(5, 9, 1), 0, 1 * time.Millisecond},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := percentile(tc.xs, tc.q); got != tc.want {
+				t.Errorf("percentile(%v, %v) = %v, want %v", tc.xs, tc.q, got, tc.want)
+			}
+		})
+	}
+}
+
+// concurrently calls do(i) for every i in [0, n) from clients goroutines,
+// each taking the next i when its call returns. It returns each call's
+// latency (by i), the span from the first call's start to the last one's
+// end, and the errors.
+func concurrently(n, clients int, do func(i int) error) (lat []time.Duration, span time.Duration, errs []error) {
+	lat = make([]time.Duration, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for i := range next {
+				t0 := time.Now()
+				err := do(i)
+				lat[i] = time.Since(t0)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return lat, time.Since(start), errs
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times
+// (100 on every Linux this runs on).
+const clockTicks = 100
+
+// cpuTime reads a process's user + system CPU time from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count from its ')'.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime (fields 14 and 15)
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// cpuMeter measures the CPU time the cluster's components, this process and
+// the service (when there is one) use between start and report.
+type cpuMeter struct {
+	pids   map[string]int
+	before map[string]time.Duration
+}
+
+func newCPUMeter(s *service) *cpuMeter {
+	m := &cpuMeter{pids: map[string]int{"benchmark process": os.Getpid()}, before: map[string]time.Duration{}}
+	if s != nil {
+		m.pids["kubetask serve"] = s.cmd.Process.Pid
+	}
+	for _, p := range clustertest.Cluster().Processes() {
+		m.pids[p.Name] = p.PID
+	}
+	for name, pid := range m.pids {
+		if d, err := cpuTime(pid); err == nil {
+			m.before[name] = d
+		}
+	}
+	return m
+}
+
+// report returns each process's CPU time since the meter started, most
+// first, and the total.
+func (m *cpuMeter) report() (string, time.Duration) {
+	type use struct {
+		name string
+		d    time.Duration
+	}
+	var uses []use
+	var total time.Duration
+	for name, pid := range m.pids {
+		d, err := cpuTime(pid)
+		if err != nil {
+			continue
+		}
+		d -= m.before[name]
+		uses = append(uses, use{name, d})
+		total += d
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].d > uses[j].d })
+	var b strings.Builder
+	for i, u := range uses {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.1f s", u.name, u.d.Seconds())
+	}
+	return b.String(), total
+}

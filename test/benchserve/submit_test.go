@@ -1,0 +1,249 @@
+package benchserve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/localcluster/kwokstages"
+	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/exectest"
+)
+
+// submitSize is the shape of one submission run.
+type submitSize struct {
+	tasks, clients int
+	// The service's executor flags.
+	parallelism int
+	qps         float32
+	burst       int
+	// timeout bounds the wait for every outcome.
+	timeout time.Duration
+}
+
+// benchSubmitSize is the benchmark's size: 1,000 tasks from 32 clients
+// (KUBETASK_BENCH_SUBMIT_TASKS changes the count), every task's pod at once,
+// and the executor's client rate limit of test/bench's fast setting.
+func benchSubmitSize() submitSize {
+	n := envInt("KUBETASK_BENCH_SUBMIT_TASKS", 1000)
+	return submitSize{tasks: n, clients: 32, parallelism: n, qps: 200, burst: 400, timeout: 30 * time.Minute}
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// submitResult is what one submission run measured.
+type submitResult struct {
+	size submitSize
+	// The service: every submission's latency, first submission sent to
+	// last answered, first submission sent to last outcome received.
+	latencies  []time.Duration
+	submitSpan time.Duration
+	outcomes   time.Duration
+	released   int // pods the service had released at the last outcome
+	cpu        string
+	// The baseline: plain pod creates from as many clients.
+	pods podCreateResult
+}
+
+func (r submitResult) submitsPerSecond() float64 {
+	return float64(r.size.tasks) / r.submitSpan.Seconds()
+}
+
+func (r submitResult) tasksPerSecond() float64 { return float64(r.size.tasks) / r.outcomes.Seconds() }
+
+// summary renders the result for a person.
+func (r submitResult) summary() string {
+	return fmt.Sprintf("%d tasks from %d clients (parallelism %d, QPS %g/%d):\n"+
+		"  kubetask serve: %.1f submissions/s, submit latency p50 %.1f ms p99 %.1f ms; every outcome after %.1f s: %.1f tasks/s\n"+
+		"  plain pod creates: %.1f pods/s, latency p50 %.1f ms p99 %.1f ms\n"+
+		"  submissions / pod creates: %.2fx\n"+
+		"  pods released by the service at the last outcome: %d of %d\n"+
+		"  CPU during the service's run: %s",
+		r.size.tasks, r.size.clients, r.size.parallelism, r.size.qps, r.size.burst,
+		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), r.outcomes.Seconds(), r.tasksPerSecond(),
+		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)),
+		r.submitsPerSecond()/r.pods.perSecond(), r.released, r.size.tasks, r.cpu)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkServeSubmit submits 1,000 tasks to a real `kubetask serve` over
+// HTTP from 32 concurrent clients; each task's only container completes
+// with 0 on a kwok node as soon as its pod runs. It reports the submission
+// rate and latency, and the tasks/s from the first submission to the last
+// outcome on the watch stream. The baseline, in the same run, is 1,000
+// plain pod creates (the same pod, no kubetask) from 32 clients through
+// client-go without a client rate limit: what the API server takes from as
+// many clients when nothing stands in between.
+//
+//	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
+func BenchmarkServeSubmit(b *testing.B) {
+	sz := benchSubmitSize()
+	for range b.N {
+		r := runServeSubmit(b, sz)
+		fmt.Println(r.summary())
+		b.ReportMetric(r.submitsPerSecond(), "submits/s")
+		b.ReportMetric(ms(percentile(r.latencies, 0.5)), "submit-p50-ms")
+		b.ReportMetric(ms(percentile(r.latencies, 0.99)), "submit-p99-ms")
+		b.ReportMetric(r.tasksPerSecond(), "tasks/s")
+		b.ReportMetric(r.pods.perSecond(), "podcreates/s")
+		b.ReportMetric(ms(percentile(r.pods.latencies, 0.5)), "podcreate-p50-ms")
+		b.ReportMetric(ms(percentile(r.pods.latencies, 0.99)), "podcreate-p99-ms")
+		b.ReportMetric(r.submitsPerSecond()/r.pods.perSecond(), "submits/podcreates")
+	}
+}
+
+// TestServeSubmitTiny runs BenchmarkServeSubmit's code at a tiny size.
+func TestServeSubmitTiny(t *testing.T) {
+	r := runServeSubmit(t, submitSize{tasks: 12, clients: 4, parallelism: 12, qps: 200, burst: 400, timeout: 2 * time.Minute})
+	t.Log(r.summary())
+}
+
+// quickTask is a task whose only container completes with 0 on a kwok node
+// as soon as its pod runs (test/bench's task).
+func quickTask(name string) *task.Task {
+	t := exectest.SimTask(name, map[string]string{kwokstages.CompleteAfter: "0s", kwokstages.CompleteCode: "0"})
+	t.Spec.Template.Spec.Containers = t.Spec.Template.Spec.Containers[:1] // main only
+	return t
+}
+
+// runServeSubmit runs the baseline, then the service, at size sz. It fails
+// tb unless every submission is accepted and every task succeeds.
+func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
+	tb.Helper()
+	ctx := context.Background()
+	r := submitResult{size: sz}
+	// The baseline first, in a namespace of its own, its pods gone before
+	// the service starts.
+	r.pods = runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.clients)
+
+	env := clustertest.New(tb)
+	tb.Cleanup(func() { releaseLeftovers(tb, env) }) // after the service stopped
+	s := startService(tb, env, "--parallelism", strconv.Itoa(sz.parallelism),
+		"--qps", strconv.FormatFloat(float64(sz.qps), 'f', -1, 32), "--burst", strconv.Itoa(sz.burst))
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	cursor, err := s.cursor(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := s.watch(wctx, cursor)
+
+	docs := make([][]byte, sz.tasks)
+	for i := range docs {
+		if docs[i], err = json.Marshal(quickTask(fmt.Sprintf("quick-%d", i))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ids := make([]string, sz.tasks)
+	cpu := newCPUMeter(s)
+	start := time.Now()
+	var errs []error
+	r.latencies, r.submitSpan, errs = concurrently(sz.tasks, sz.clients, func(i int) error {
+		var err error
+		ids[i], err = s.submit(ctx, docs[i])
+		return err
+	})
+	if len(errs) > 0 {
+		tb.Fatalf("%d of %d submissions failed; the first: %v", len(errs), sz.tasks, errs[0])
+	}
+	if err := w.wait(sz.timeout, "every task's outcome", func(terminal, _ int) bool { return terminal >= sz.tasks }); err != nil {
+		tb.Fatal(err)
+	}
+	last, outcomes := w.last(ids, false)
+	r.outcomes = last.Sub(start)
+	r.cpu, _ = cpu.report()
+	if len(outcomes) != sz.tasks {
+		tb.Fatalf("%d outcomes of the %d tasks submitted (the watch saw tasks not submitted here)", len(outcomes), sz.tasks)
+	}
+	for _, o := range outcomes {
+		if o.ev.Phase != "Succeeded" {
+			tb.Fatalf("task %s: %s/%s %s, want Succeeded", o.ev.TaskID, o.ev.Phase, o.ev.Reason, o.ev.Message)
+		}
+	}
+	_, r.released = w.counts()
+	return r
+}
+
+// releaseLeftovers removes the finalizers of the pods left in env's
+// namespace, so that the namespace can go: a service stops leaving the pods
+// it has not released under their finalizer, and the service releases a
+// kwok pod only after archiving its log, which kwok nodes do not serve.
+func releaseLeftovers(tb testing.TB, env *clustertest.Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pods := env.Client.CoreV1().Pods(env.Namespace)
+	l, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		tb.Errorf("listing the pods left: %v", err)
+		return
+	}
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	for _, p := range l.Items {
+		if len(p.Finalizers) == 0 {
+			continue
+		}
+		if _, err := pods.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			tb.Errorf("removing the finalizers of pod %s: %v", p.Name, err)
+		}
+	}
+}
+
+// podCreateResult is what the pod create baseline measured.
+type podCreateResult struct {
+	n         int
+	span      time.Duration
+	latencies []time.Duration
+}
+
+func (r podCreateResult) perSecond() float64 { return float64(r.n) / r.span.Seconds() }
+
+// runPodCreates creates n pods (quickTask's pod, no finalizer) in env's
+// namespace from clients goroutines sharing one client-go clientset without
+// a client rate limit, then deletes them and waits until they are gone.
+func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreateResult {
+	tb.Helper()
+	ctx := context.Background()
+	rc := rest.CopyConfig(env.Config)
+	rc.QPS = -1 // no client-side rate limiter
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pods := client.CoreV1().Pods(env.Namespace)
+	tmpl := quickTask("pod").Spec.Template
+	lat, span, errs := concurrently(n, clients, func(i int) error {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quick-%d", i), Annotations: tmpl.Annotations}, Spec: tmpl.Spec}
+		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	if len(errs) > 0 {
+		tb.Fatalf("%d of %d pod creates failed; the first: %v", len(errs), n, errs[0])
+	}
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		tb.Fatalf("deleting the baseline's pods: %v", err)
+	}
+	poll(tb, 5*time.Minute, "the baseline's pods to be gone", func() bool {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0
+	})
+	return podCreateResult{n: n, span: span, latencies: lat}
+}
