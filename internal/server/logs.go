@@ -27,9 +27,10 @@ type logsInput struct {
 	Container string `query:"container" doc:"The container; default the task's main container."`
 	Follow    string `query:"follow" doc:"true: go on as the log grows, until it is complete."`
 	Offset    string `query:"offset" doc:"Start at this byte of the log (default 0): resume with the bytes already read."`
+	Limit     string `query:"limit" doc:"Send at most this many bytes (default: to the end of the log; with follow, the follow ends once it sent them): read a large log piece by piece."`
 }
 
-var logsParams = []string{"attempt", "container", "follow", "offset"}
+var logsParams = []string{"attempt", "container", "follow", "offset", "limit"}
 
 // logChunk is how much of a log one archive read returns.
 const logChunk = 64 << 10
@@ -47,7 +48,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 	bad := func(param, value, msg string) {
 		details = append(details, &huma.ErrorDetail{Location: "query." + param, Value: value, Message: msg})
 	}
-	attempt, offset, follow := int64(-1), int64(0), false
+	attempt, offset, limit, follow := int64(-1), int64(0), int64(0), false
 	if in.Attempt != "" {
 		n, ok := parseInt(in.Attempt)
 		if !ok {
@@ -61,6 +62,13 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			bad("offset", in.Offset, "must be a byte offset: a whole number, 0 or more")
 		}
 		offset = n
+	}
+	if in.Limit != "" {
+		n, ok := parseInt(in.Limit)
+		if !ok || n < 1 {
+			bad("limit", in.Limit, "must be a number of bytes: a whole number, 1 or more")
+		}
+		limit = n
 	}
 	switch in.Follow {
 	case "", "false":
@@ -119,7 +127,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 			&huma.ErrorDetail{Location: "query.offset", Value: in.Offset, Message: fmt.Sprintf("must be at most %d", info.Size)})
 	}
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {
-		s.streamLog(hctx, key, info, offset, follow)
+		s.streamLog(hctx, key, info, offset, limit, follow)
 	}}, nil
 }
 
@@ -132,9 +140,10 @@ const (
 )
 
 // streamLog writes the log from offset and, with follow, goes on until it is
-// complete. The archive is polled every LogPollInterval; NotifyLog wakes the
-// follow earlier.
-func (s *Server) streamLog(hctx huma.Context, key store.LogKey, info store.LogInfo, offset int64, follow bool) {
+// complete; with a limit (0: none) it stops after that many bytes. The
+// archive is polled every LogPollInterval; NotifyLog wakes the follow
+// earlier.
+func (s *Server) streamLog(hctx huma.Context, key store.LogKey, info store.LogInfo, offset, limit int64, follow bool) {
 	ctx := hctx.Context()
 	_, w := humago.Unwrap(hctx)
 	rc := http.NewResponseController(w)
@@ -150,7 +159,7 @@ func (s *Server) streamLog(hctx huma.Context, key store.LogKey, info store.LogIn
 		s.metrics.streams.WithLabelValues("logs").Inc()
 		defer s.metrics.streams.WithLabelValues("logs").Dec()
 	}
-	end, last := s.copyLog(ctx, w, rc, key, offset, follow)
+	end, last := s.copyLog(ctx, w, rc, key, offset, limit, follow)
 	// Trailers: the archive as the response ends.
 	setLogHeaders(hctx.SetHeader, last)
 	hctx.SetHeader(api.HeaderLogResume, strconv.FormatBool(end == logResume))
@@ -162,7 +171,7 @@ func setLogHeaders(set func(string, string), info store.LogInfo) {
 	set(api.HeaderLogTruncated, strconv.FormatBool(info.Truncated))
 }
 
-func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseController, key store.LogKey, pos int64, follow bool) (logEnd, store.LogInfo) {
+func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseController, key store.LogKey, pos, limit int64, follow bool) (logEnd, store.LogInfo) {
 	var info store.LogInfo
 	var wake <-chan struct{}
 	var pollC, endC <-chan time.Time
@@ -176,11 +185,16 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 		defer s.logWake.remove(key)
 	}
 	var overSince time.Time // when the attempt was first seen over while its log was not complete
+	left := limit           // bytes still to send when limit > 0
 	for {
 		if follow {
 			wake = s.logWake.wait(key) // before the read: a wake during it is not lost
 		}
-		data, cur, err := s.cfg.Logs.ReadLog(ctx, key, pos, logChunk)
+		n := logChunk
+		if limit > 0 {
+			n = int(min(int64(n), left))
+		}
+		data, cur, err := s.cfg.Logs.ReadLog(ctx, key, pos, n)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -196,15 +210,16 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 				return logResume, info
 			}
 			pos += int64(len(data))
+			left -= int64(len(data))
 			overSince = time.Time{}
-			if len(data) == logChunk {
+			if len(data) == n && (limit == 0 || left > 0) {
 				continue // more is archived already
 			}
 		}
 		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return logResume, info
 		}
-		if (info.Complete && pos >= info.Size) || !follow {
+		if (info.Complete && pos >= info.Size) || !follow || (limit > 0 && left <= 0) {
 			return logDone, info
 		}
 		if len(data) == 0 && s.attemptOver(ctx, key) {

@@ -52,6 +52,60 @@ func TestLogsFromAnOffset(t *testing.T) {
 	}
 }
 
+// TestLogsInPieces reads a log piece by piece with limit, as a viewer of a
+// large log does: exactly the bytes asked for (fewer at the end), pieces
+// larger than the server's read chunk, and a follow that ends after limit.
+func TestLogsInPieces(t *testing.T) {
+	h := newHarness(t, nil)
+	tk := h.mustSubmit("default", taskDoc("hello"))
+	key := store.LogKey{TaskID: tk.ID, Attempt: 0, Container: "main"}
+	var b strings.Builder
+	for i := 0; b.Len() < 200<<10; i++ {
+		b.WriteString("line " + itoa(i) + "\n")
+	}
+	raw := b.String()
+	h.logs.append(t, key, raw, true)
+	path := api.Prefix + "/tasks/" + tk.ID + "/logs"
+
+	for name, tc := range map[string]struct {
+		query string
+		want  string
+	}{
+		"the first bytes":                  {"?limit=10", raw[:10]},
+		"from an offset":                   {"?offset=7&limit=5", raw[7:12]},
+		"more than one read chunk":         {"?offset=10&limit=" + itoa(100<<10), raw[10 : 10+100<<10]},
+		"past the end":                     {"?offset=" + itoa(len(raw)-3) + "&limit=100", raw[len(raw)-3:]},
+		"at the end":                       {"?offset=" + itoa(len(raw)) + "&limit=100", ""},
+		"follow of a complete log, capped": {"?follow=true&offset=3&limit=4", raw[3:7]},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, got := h.do(http.MethodGet, path+tc.query, nil)
+			if resp.StatusCode != http.StatusOK || string(got) != tc.want {
+				t.Fatalf("%s: %d bytes %.40q, want %d bytes %.40q", resp.Status, len(got), got, len(tc.want), tc.want)
+			}
+			if resp.Header.Get(api.HeaderLogSize) != itoa(len(raw)) || resp.Header.Get(api.HeaderLogComplete) != "true" {
+				t.Errorf("headers %v", resp.Header)
+			}
+		})
+	}
+
+	t.Run("follow of a growing log ends after limit", func(t *testing.T) {
+		key := store.LogKey{TaskID: h.mustSubmit("default", taskDoc("growing")).ID, Attempt: 0, Container: "main"}
+		h.logs.append(t, key, "one\n", false)
+		resp, got := h.do(http.MethodGet, api.Prefix+"/tasks/"+key.TaskID+"/logs?follow=true&limit=3", nil)
+		if resp.StatusCode != http.StatusOK || string(got) != "one" || resp.Trailer.Get(api.HeaderLogResume) != "false" {
+			t.Fatalf("%s %q %v", resp.Status, got, resp.Trailer)
+		}
+	})
+
+	for _, bad := range []string{"0", "-1", "ten", "1.5"} {
+		resp, body := h.do(http.MethodGet, path+"?limit="+bad, nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "query.limit") {
+			t.Errorf("limit=%s: %s %s", bad, resp.Status, body)
+		}
+	}
+}
+
 func TestLogsOfAnAttemptNotCapturedYetAreEmpty(t *testing.T) {
 	h := newHarness(t, nil)
 	tk := h.mustSubmit("default", taskDoc("hello"))
