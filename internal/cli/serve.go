@@ -25,7 +25,7 @@ func newServeCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the task API: submit, watch, logs that outlive the pod, history (SQLite by default)",
 		Long: `kubetask serve runs the executor with a durable store and serves the task API
-on /api/v1 (OpenAPI at /openapi.json), with /metrics, /healthz and /readyz.
+on /api/v1 (OpenAPI at /api/v1/openapi.json), with /metrics, /healthz and /readyz.
 
 Defaults work on a laptop: SQLite in the state directory, 127.0.0.1:8080, a
 token generated on the first start and printed. Every setting can come from a

@@ -32,6 +32,18 @@ const (
 	ActionMetrics Action = "metrics"
 )
 
+// phrase is the action as a refusal says it ("may not read the logs of
+// tasks").
+func (a Action) phrase() string {
+	switch a {
+	case ActionLogs:
+		return "read the logs of tasks"
+	case ActionMetrics:
+		return "read the metrics"
+	}
+	return string(a) + " tasks"
+}
+
 // AllNamespaces is, as the namespace of an authorization question, asks about
 // every namespace at once (a list or watch without a namespace filter).
 const AllNamespaces = ""

@@ -298,7 +298,10 @@ func (f *fakeLogs) ReadLog(_ context.Context, key store.LogKey, offset int64, li
 		return nil, store.LogInfo{}, store.ErrNotFound
 	}
 	info := store.LogInfo{Size: int64(len(l.data)), Complete: l.complete, Truncated: l.truncated}
-	if offset >= int64(len(l.data)) {
+	if offset > int64(len(l.data)) {
+		return nil, info, store.ErrLogOffset // as the stores do
+	}
+	if offset == int64(len(l.data)) {
 		return nil, info, nil
 	}
 	end := min(int64(len(l.data)), offset+int64(limit))

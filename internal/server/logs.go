@@ -197,6 +197,10 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 		data, cur, err := s.cfg.Logs.ReadLog(ctx, key, pos, n)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, store.ErrLogOffset):
+			// A follow from beyond the archived end: nothing yet; the
+			// bytes come when the log reaches pos (or it ends short).
+			info = cur
 		case err != nil:
 			if ctx.Err() == nil {
 				s.log.Error("reading a log", "task", key.TaskID, "attempt", key.Attempt, "container", key.Container, "err", err)

@@ -218,3 +218,32 @@ func TestLogsWithoutArchive(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A follow from an offset beyond the archived end (a client that read the
+// log elsewhere) waits for the log to reach it, and then goes on from there.
+func TestLogsFollowFromBeyondTheEnd(t *testing.T) {
+	h := newHarness(t, nil)
+	tk := h.mustSubmit("default", taskDoc("hello"))
+	key := store.LogKey{TaskID: tk.ID, Attempt: 0, Container: "main"}
+	h.logs.append(t, key, "one\n", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.ts.URL+api.Prefix+"/tasks/"+tk.ID+"/logs?follow=true&offset=8", nil)
+	resp, err := h.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("follow from beyond the end: %s", resp.Status)
+	}
+	h.logs.append(t, key, "two\nthree\n", false)
+	h.logs.append(t, key, "end", true)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "three\nend" {
+		t.Errorf("followed %q (%v), want the bytes from offset 8", rest, err)
+	}
+	if resp.Trailer.Get(api.HeaderLogComplete) != "true" {
+		t.Errorf("trailers %v", resp.Trailer)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"mime"
 	"net/http"
 	"slices"
@@ -89,10 +90,16 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
-		if err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace); errors.As(err, &inv) {
+		err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace)
+		var status apierrors.APIStatus
+		switch {
+		case errors.As(err, &inv):
 			return nil, invalid(inv)
-		} else if err != nil {
-			// Not a verdict on the task (quota, a missing namespace, a
+		case apierrors.IsNotFound(err) && errors.As(err, &status) && status.Status().Details != nil && status.Status().Details.Kind == "namespaces":
+			return nil, huma.Error422UnprocessableEntity(fmt.Sprintf("namespace %q does not exist: create it, or submit the task to another namespace", in.Namespace),
+				&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "no such namespace"})
+		case err != nil:
+			// Not a verdict on the task (quota, a webhook, a
 			// timeout): the executor reports what happens when it runs.
 			s.log.Warn("cannot check a task on the API server; accepting it", "namespace", in.Namespace, "err", err)
 		}
@@ -189,6 +196,10 @@ func decodeSubmit(contentType string, body []byte, ns string) (*task.Task, error
 
 // invalid is the 422 for an invalid task: every problem with its field path.
 func invalid(inv *task.InvalidError) error {
+	msg := fmt.Sprintf("invalid task: %d problem(s), each with its field path in errors: fix them and submit again", len(inv.Errs))
+	if len(inv.Errs) == 1 {
+		msg = "invalid task: " + inv.Errs[0].Error()
+	}
 	details := make([]error, 0, len(inv.Errs))
 	for _, e := range inv.Errs {
 		d := &huma.ErrorDetail{Location: "body", Message: e.ErrorBody()}
@@ -206,10 +217,6 @@ func invalid(inv *task.InvalidError) error {
 			}
 		}
 		details = append(details, d)
-	}
-	msg := fmt.Sprintf("invalid task: %d problem(s), each with its field path in errors: fix them and submit again", len(inv.Errs))
-	if len(inv.Errs) == 1 {
-		msg = "invalid task: " + inv.Errs[0].Error()
 	}
 	return huma.Error422UnprocessableEntity(msg, details...)
 }

@@ -271,7 +271,7 @@ func (s *Server) scope(ctx context.Context, action Action, ns string) (scope, er
 		}
 	}
 	return scope{}, huma.NewError(http.StatusForbidden, fmt.Sprintf(
-		"%s may not %s tasks in all namespaces: give the namespace parameter", c.Subject(), action),
+		"%s may not %s in all namespaces: give the namespace parameter", c.Subject(), action.phrase()),
 		&huma.ErrorDetail{Location: "query.namespace", Message: "required for this caller: name a namespace it may " + string(action) + " in"})
 }
 
@@ -423,7 +423,7 @@ func notFound(id string) error {
 }
 
 func forbidden(c Caller, action Action, ns string) error {
-	return huma.Error403Forbidden(fmt.Sprintf("%s may not %s tasks in namespace %q: ask for access (token mode: the token's namespaces; kubernetes mode: RBAC on pods, see docs/api.md)", c.Subject(), action, ns))
+	return huma.Error403Forbidden(fmt.Sprintf("%s may not %s in namespace %q: ask for access (token mode: the token's namespaces; kubernetes mode: RBAC on pods, see docs/api.md)", c.Subject(), action.phrase(), ns))
 }
 
 func badRequest(details []error) error {

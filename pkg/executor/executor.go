@@ -104,6 +104,7 @@ type Executor struct {
 	mu        sync.Mutex
 	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)
 	gates     map[string]gateMemo   // scheduling-gate observations, by pod key
+	failures  map[string]createFail // failed creations of the current attempt, by task
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
 
@@ -130,6 +131,7 @@ func New(cfg Config) (*Executor, error) {
 		metrics:   newMetrics(cfg.Registerer),
 		live:      map[string]progress{},
 		gates:     map[string]gateMemo{},
+		failures:  map[string]createFail{},
 		creations: map[string]*creation{},
 		inLine:    map[string]time.Time{},
 		phases:    map[string]string{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,11 +97,11 @@ func TestCreationAnswers(t *testing.T) {
 			},
 			state: "Failed/ConfigError", events: []string{"AttemptFinished"},
 		},
-		"429 / exceeded quota: shown in the state, retried with backoff": {
+		"429 / exceeded quota: shown in the state, retried after a backoff": {
 			setup: func(f *fx, _ *corev1.Pod) {
 				f.reactorError("create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("exceeded quota: pods=10")))
 			},
-			state: "Pending/CreateFailed", err: true,
+			state: "Pending/CreateFailed",
 		},
 	}
 	for name, tc := range cases {
@@ -414,5 +415,48 @@ func TestFinalizerStaysUntilLogsAreArchived(t *testing.T) {
 			t.Fatalf("not released after the captures returned (last requests %v)", verbs)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCreationBackoff: a creation that keeps failing (here: the namespace
+// does not exist) is retried after a backoff of its own that grows (the work
+// queue's is reset by every pass that hands the pod to a creator), no
+// creation is tried before it passes, and the schedule timeout, from the
+// first failure, ends the task.
+func TestCreationBackoff(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask(func(t *task.Task) { t.Spec.Timeouts.Schedule = task.Duration("1m") }))
+	f.reactorError("create", "pods", apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"))
+	var delays []time.Duration
+	for f.state("a") != "Failed/ScheduleTimeout" {
+		if len(delays) > 20 {
+			t.Fatalf("no ScheduleTimeout after %d failed creations: delays %v", len(delays), delays)
+		}
+		if _, _, err := f.sync("a"); err != nil { // hands the pod to a creator
+			t.Fatal(err)
+		}
+		if n := len(f.drainCreations()); n != 1 {
+			t.Fatalf("%d creations, want 1", n)
+		}
+		d, _, err := f.sync("a") // the creation's answer
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.state("a") == "Failed/ScheduleTimeout" {
+			break
+		}
+		delays = append(delays, d)
+		// Before the backoff passes, no creation is tried.
+		f.clk.Step(d / 2)
+		if again, _, err := f.sync("a"); err != nil || again <= 0 || len(f.drainCreations()) != 0 {
+			t.Fatalf("a pass within the backoff: requeue %v, err %v, or a creation was tried", again, err)
+		}
+		f.clk.Step(d - d/2)
+	}
+	if len(delays) < 3 || delays[0] != createBackoffFirst || delays[1] != 2*createBackoffFirst || delays[len(delays)-1] > createBackoffCap {
+		t.Errorf("delays %v: want from %s, doubling, at most %s", delays, createBackoffFirst, createBackoffCap)
+	}
+	if msg := f.record("a").Message; !strings.Contains(msg, "could not be created for 1m0s") || !strings.Contains(msg, "not found") {
+		t.Errorf("message %q", msg)
 	}
 }

@@ -243,6 +243,9 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	if err != nil {
 		return 0, fmt.Errorf("building pod of task %s: %w", rec.ID, err)
 	}
+	if wait := e.createRetryAt(rec.ID, n).Sub(now); wait > 0 {
+		return wait, nil // the previous creation failed: its backoff
+	}
 	if !e.admit(rec, n, pod) {
 		e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot,
 			fmt.Sprintf("waiting: the parallelism limit (%d task pods) is reached; tasks start in submission order", e.cfg.Parallelism), nil)
@@ -252,10 +255,29 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	return 0, nil
 }
 
+// createFail counts the failed creations of one attempt's pod.
+type createFail struct {
+	attempt int
+	count   int
+	first   time.Time // the first failure
+	retryAt time.Time // no creation before
+}
+
+// Backoff of failed creations: from createBackoffFirst, doubling, at most
+// createBackoffCap.
+const (
+	createBackoffFirst = 200 * time.Millisecond
+	createBackoffCap = 30 * time.Second
+)
+
 // createFailed decides what a failed creation means: the API server rejected
 // the pod (Invalid) or its name is taken by a pod that is not the task's:
-// the task fails; anything else (429, 5xx, exceeded quota, a webhook) is
-// retried with backoff and shown in the task's state.
+// the task fails; anything else (429, 5xx, exceeded quota, a webhook, a
+// namespace not yet created) is retried with a backoff of its own (from
+// 200 ms, doubling up to 30 s: the work queue's resets at every pass that
+// hands the pod to a creator) and shown in the task's state, until the
+// attempt's schedule timeout, counted from the first failure, ends the task
+// with ScheduleTimeout.
 func (e *Executor) createFailed(ctx context.Context, t *task.Task, rec store.Record, cr creation, now time.Time) (time.Duration, error) {
 	e.dropCreation(rec.ID)
 	if apierrors.IsInvalid(cr.err) || errors.Is(cr.err, errNameTaken) {
@@ -264,8 +286,39 @@ func (e *Executor) createFailed(ctx context.Context, t *task.Task, rec store.Rec
 		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
 		return 0, err
 	}
-	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed, fmt.Sprintf("creating pod %s failed, retrying: %v", cr.name, cr.err), nil)
-	return 0, cr.err // rate-limited retry
+	e.mu.Lock()
+	f := e.failures[rec.ID]
+	if f.attempt != rec.Attempt || f.count == 0 {
+		f = createFail{attempt: rec.Attempt, first: now}
+	}
+	f.count++
+	delay := createBackoffCap
+	if f.count <= 8 {
+		delay = min(createBackoffFirst<<(f.count-1), createBackoffCap)
+	}
+	f.retryAt = now.Add(delay)
+	e.failures[rec.ID] = f
+	e.mu.Unlock()
+	if limit := t.Spec.Timeouts.Schedule.Get(); limit > 0 && now.Sub(f.first) >= limit {
+		st := podstate.State{Phase: podstate.Failed, Reason: podstate.ReasonScheduleTimeout,
+			Message: fmt.Sprintf("pod %s could not be created for %s (schedule timeout): %v", cr.name, limit, cr.err)}
+		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
+		return 0, err
+	}
+	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed,
+		fmt.Sprintf("creating pod %s failed %d times since %s, retrying in %s: %v", cr.name, f.count, f.first.UTC().Format(time.RFC3339), delay, cr.err), nil)
+	return delay, nil
+}
+
+// createRetryAt is when the current attempt's pod may be created again
+// after a failed creation (zero: now).
+func (e *Executor) createRetryAt(id string, attempt int) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if f := e.failures[id]; f.attempt == attempt {
+		return f.retryAt
+	}
+	return time.Time{}
 }
 
 // markCreated records that the current attempt's pod exists (a milestone:
@@ -278,6 +331,9 @@ func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev
 	if err != nil {
 		return rec, fmt.Errorf("recording pod creation of task %s: %w", rec.ID, err)
 	}
+	e.mu.Lock()
+	delete(e.failures, rec.ID)
+	e.mu.Unlock()
 	typ := EventPodCreated
 	if adopted {
 		typ = EventPodAdopted
@@ -612,6 +668,7 @@ func (e *Executor) forget(id string) {
 	delete(e.live, id)
 	delete(e.creations, id)
 	delete(e.gates, id)
+	delete(e.failures, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
