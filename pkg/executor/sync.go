@@ -267,7 +267,7 @@ type createFail struct {
 // createBackoffCap.
 const (
 	createBackoffFirst = 200 * time.Millisecond
-	createBackoffCap = 30 * time.Second
+	createBackoffCap   = 30 * time.Second
 )
 
 // createFailed decides what a failed creation means: the API server rejected
