@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kubetask/kubetask/internal/pgtest"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
@@ -139,12 +140,13 @@ const durabilityWriters = 8
 func durabilityID(i int) string { return fmt.Sprintf("w%d", i) }
 
 // TestMain lets the test binary double as the child process of
-// TestSQLiteDurability.
+// TestSQLiteDurability, and stops the PostgreSQL server of the PostgreSQL
+// tests (pgtest) when they end.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(durabilityEnv); path != "" {
 		durabilityChild(path)
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Run(m))
 }
 
 // durabilityChild updates the records w0..w7 in a loop, one goroutine each,

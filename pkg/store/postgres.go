@@ -1,0 +1,635 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"k8s.io/utils/clock"
+)
+
+// OpenPostgres connects to the PostgreSQL database at url (a postgres:// URL
+// or a keyword/value string, as libpq takes them), creates or migrates its
+// schema, and returns a durable Store that also implements Pager, Logs and
+// Retention. Several processes may open the same database at once (several
+// `kubetask serve` replicas): every write is a PostgreSQL transaction of its
+// own, and the compare-and-swap of Update holds across processes.
+//
+// Durability: a write call returns nil only after its transaction
+// committed, with synchronous_commit on (a session whose server or role
+// default is off is switched on, unless url sets synchronous_commit itself).
+// Times round-trip to the nanosecond (stored as Unix nanoseconds) and come
+// back in UTC; non-zero times must lie within the range of time.UnixNano.
+// Every string but the ID is stored as its bytes (bytea), so any Go string
+// round-trips, NUL bytes and invalid UTF-8 included, and compares in byte
+// order whatever the database's collation; the ID, a label value by
+// contract, is text in the "C" collation and must be valid UTF-8 without NUL
+// (Create refuses another). nil and empty Task, Result, Labels and Attempts
+// stay distinct.
+//
+// Concurrency: the store holds a pool of connections (pool_max_conns in url,
+// else 16) and runs concurrent calls in concurrent transactions, whose
+// commits PostgreSQL flushes together (its own group commit). Each write has
+// the semantics it has alone: Update's version check is part of its UPDATE
+// statement, so of concurrent updates from one version exactly one wins and
+// the others get ErrConflict, in this process or another.
+//
+// Errors and cancellation: a call whose context ends before it has a
+// connection returns the context's error and writes nothing; once its
+// statement is sent, a write runs to its end whatever the context, so that
+// an error always means "not applied" (only a connection lost during the
+// commit itself leaves the outcome unknown, as with any database).
+//
+// Close waits for the calls in progress and closes the pool; calls after
+// Close fail.
+//
+// Schema: versioned, forward-only migrations (postgresMigrations) run when
+// the store opens, in one transaction under a transaction-level advisory
+// lock, so processes that open the same database at once migrate it once;
+// a database whose schema is newer than this binary knows is refused with an
+// error that names both versions. The tables live in the connection's
+// search_path (set search_path in url to give kubetask a schema of its own).
+func OpenPostgres(ctx context.Context, url string, opts Options) (Store, error) {
+	s, err := openPostgres(ctx, url, postgresOptions{Options: opts})
+	if err != nil {
+		return nil, fmt.Errorf("task store postgres %s: %w", redactURL(url), err)
+	}
+	return s, nil
+}
+
+// postgresOptions are openPostgres' unexported knobs for tests, beside the
+// exported ones.
+type postgresOptions struct {
+	Options
+	// migrations replaces postgresMigrations when set (a test opens a
+	// database as an older binary would).
+	migrations []string
+	// retentionLogBytes replaces postgresRetentionLogBytes when positive.
+	retentionLogBytes int64
+}
+
+// postgresDefaultConns is the pool size when the URL sets no pool_max_conns:
+// enough concurrent transactions for their commits to share WAL flushes
+// (see BenchmarkPostgresWrites), few enough for a server's max_connections
+// with several replicas.
+const postgresDefaultConns = 16
+
+// postgresLockKey is the advisory lock key the migrations run under
+// (pg_advisory_xact_lock), the same in every kubetask process: the bytes of
+// "kubetask" as a big-endian int64.
+const postgresLockKey int64 = 0x6b75626574617368
+
+// postgresMigrations are applied in order; kubetask_schema_version holds one
+// row per applied migration. Append only: never edit a released migration.
+//
+// Migration 1 holds the whole schema of the first release: tasks and one
+// index per page filter, each ending in the page order (created_at, id), so
+// a filtered page is an ordered range of one index; the labels as rows
+// (task_labels, with the immutable created_at copied so a label's range is
+// in page order too); the log archive (per-log state, and chunks keyed by
+// offset so a read from an offset is a range scan); a partial index of
+// terminal tasks by last update for retention. Foreign keys delete a task's
+// labels and logs (and a log's chunks) with it.
+var postgresMigrations = []string{
+	`CREATE TABLE tasks (
+		id              text COLLATE "C" NOT NULL PRIMARY KEY,
+		namespace       bytea   NOT NULL,
+		name            bytea   NOT NULL,
+		executor        bytea   NOT NULL,
+		labels          json,
+		origin          bytea   NOT NULL,
+		task            bytea,
+		attempt         integer NOT NULL,
+		phase           bytea   NOT NULL,
+		reason          bytea   NOT NULL,
+		message         bytea   NOT NULL,
+		exit_code       integer,
+		retryable       boolean NOT NULL,
+		result          bytea,
+		terminal        boolean NOT NULL,
+		cancelled_at    bigint,
+		next_attempt_at bigint,
+		pod_created     boolean NOT NULL,
+		attempts        json,
+		created_at      bigint  NOT NULL,
+		updated_at      bigint  NOT NULL,
+		version         bigint  NOT NULL
+	);
+	CREATE INDEX tasks_by_executor ON tasks (executor, terminal, id);
+	CREATE INDEX tasks_by_terminal ON tasks (terminal, id);
+	CREATE INDEX tasks_by_created ON tasks (created_at, id);
+	CREATE INDEX tasks_by_namespace ON tasks (namespace, created_at, id);
+	CREATE INDEX tasks_by_namespace_phase ON tasks (namespace, phase, created_at, id);
+	CREATE INDEX tasks_by_phase ON tasks (phase, created_at, id);
+	CREATE INDEX tasks_by_reason ON tasks (reason, created_at, id);
+	CREATE INDEX tasks_by_name ON tasks (name, created_at, id);
+	CREATE INDEX tasks_by_terminal_created ON tasks (terminal, created_at, id);
+	CREATE INDEX tasks_finished ON tasks (updated_at, id) WHERE terminal;
+	CREATE TABLE task_labels (
+		task_id    text COLLATE "C" NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+		key        bytea  NOT NULL,
+		value      bytea  NOT NULL,
+		created_at bigint NOT NULL,
+		PRIMARY KEY (task_id, key)
+	);
+	CREATE INDEX task_labels_by_value ON task_labels (key, value, created_at, task_id);
+	CREATE TABLE logs (
+		task_id   text COLLATE "C" NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+		attempt   integer NOT NULL,
+		container bytea   NOT NULL,
+		size      bigint  NOT NULL,
+		complete  boolean NOT NULL,
+		truncated boolean NOT NULL,
+		cursor    bytea,
+		PRIMARY KEY (task_id, attempt, container)
+	);
+	CREATE TABLE log_chunks (
+		task_id   text COLLATE "C" NOT NULL,
+		attempt   integer NOT NULL,
+		container bytea   NOT NULL,
+		"offset"  bigint  NOT NULL,
+		data      bytea   NOT NULL,
+		PRIMARY KEY (task_id, attempt, container, "offset"),
+		FOREIGN KEY (task_id, attempt, container) REFERENCES logs ON DELETE CASCADE
+	);`,
+}
+
+var _ Store = (*postgresStore)(nil)
+
+type postgresStore struct {
+	clock             clock.PassiveClock
+	maxLogSize        int64
+	retentionLogBytes int64
+	pool              *pgxpool.Pool
+	closed            atomic.Bool
+}
+
+func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *postgresStore, err error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = postgresDefaultConns
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if _, ok := params["application_name"]; !ok {
+		params["application_name"] = "kubetask"
+	}
+	if _, ok := params["synchronous_commit"]; !ok {
+		cfg.AfterConnect = ensureSynchronousCommit
+	}
+	s := &postgresStore{
+		clock:             opts.clock(),
+		maxLogSize:        opts.maxLogSize(),
+		retentionLogBytes: opts.retentionLogBytes,
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("database open: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.pool.Close()
+		}
+	}()
+	migrations := postgresMigrations
+	if opts.migrations != nil {
+		migrations = opts.migrations
+	}
+	if err := s.migrate(ctx, migrations); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ensureSynchronousCommit turns synchronous_commit on in a session whose
+// default is off, so that a commit returns only once it is durable.
+func ensureSynchronousCommit(ctx context.Context, conn *pgx.Conn) error {
+	var v string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v); err != nil {
+		return err
+	}
+	if v == "off" {
+		_, err := conn.Exec(ctx, `SET synchronous_commit = on`)
+		return err
+	}
+	return nil
+}
+
+// redactURL returns url without its password, for errors.
+func redactURL(url string) string {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// migrate brings the schema to len(migrations) in one transaction, under an
+// advisory lock that serialises the processes that open the database at
+// once: the first migrates, the others then find the schema current.
+func (s *postgresStore) migrate(ctx context.Context, migrations []string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("database open: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, postgresLockKey); err != nil {
+		return fmt.Errorf("schema lock: %w", err)
+	}
+	// Created only when missing: CREATE TABLE IF NOT EXISTS needs the
+	// CREATE privilege even when the table exists.
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('kubetask_schema_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE TABLE kubetask_schema_version (
+			version    integer     NOT NULL PRIMARY KEY,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`); err != nil {
+			return fmt.Errorf("schema version: %w", err)
+		}
+	}
+	var version int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM kubetask_schema_version`).Scan(&version); err != nil {
+		return fmt.Errorf("schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this binary's %d: run a kubetask release that knows it", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("schema migration %d: %w", i+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO kubetask_schema_version (version) VALUES ($1)`, i+1); err != nil {
+			return fmt.Errorf("schema migration %d: %w", i+1, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("schema migration commit: %w", err)
+	}
+	return nil
+}
+
+// postgresColumns are a record's columns, in postgresArgs' and
+// scanPostgresRecord's order.
+const postgresColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
+	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
+	attempts, created_at, updated_at, version, labels, origin`
+
+// postgresSQL are the statements of the record paths.
+var postgresSQL = struct {
+	create, update, get, version string
+}{
+	// One statement, so one transaction: the task, and its labels as rows
+	// unless the ID exists. It returns a row only when it created the task.
+	create: `WITH t AS (
+			INSERT INTO tasks (` + postgresColumns + `)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING id, created_at
+		), l AS (
+			INSERT INTO task_labels (task_id, key, value, created_at)
+			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($23::bytea[], $24::bytea[]) AS x (k, v)
+		)
+		SELECT created_at FROM t`,
+	// The version check is part of the UPDATE: of concurrent updates from
+	// one version, the first to lock the row writes it and the others,
+	// re-checking the row once it is committed, match nothing. The labels
+	// follow in the same statement, only when the update matched: keys no
+	// longer there are deleted, the others inserted or changed (a label
+	// that stays as it was is not written).
+	update: `WITH u AS (
+			UPDATE tasks SET
+				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
+				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
+				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
+				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21
+			WHERE id = $1 AND version = $2
+			RETURNING id, created_at
+		), d AS (
+			DELETE FROM task_labels AS l USING u
+			WHERE l.task_id = u.id AND NOT (l.key = ANY ($22::bytea[]))
+		), i AS (
+			INSERT INTO task_labels (task_id, key, value, created_at)
+			SELECT u.id, x.k, x.v, u.created_at FROM u, unnest($22::bytea[], $23::bytea[]) AS x (k, v)
+			ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value
+			WHERE task_labels.value <> excluded.value
+		)
+		SELECT created_at FROM u`,
+	get:     `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
+	version: `SELECT version FROM tasks WHERE id = $1`,
+}
+
+// errBadID reports an ID that PostgreSQL's text cannot hold.
+var errBadID = errors.New("ID is not valid UTF-8 without NUL bytes")
+
+// storableID reports whether id can be stored (text: valid UTF-8, no NUL);
+// no record has another.
+func storableID(id string) bool {
+	return utf8.ValidString(id) && !strings.ContainsRune(id, 0)
+}
+
+// conn takes a connection from the pool for one call: the context's error if
+// it ends first (nothing was sent), errClosed after Close.
+func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		if s.closed.Load() {
+			return nil, errClosed
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// write runs fn on a connection with a context that the caller's
+// cancellation does not interrupt: once a write is sent, it runs to its end,
+// so that its error says whether it was applied.
+func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn(context.WithoutCancel(ctx), c)
+}
+
+func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
+	if rec.ID == "" {
+		return Record{}, false, errors.New("task record create: empty ID")
+	}
+	if !storableID(rec.ID) {
+		return Record{}, false, fmt.Errorf("task record %q create: %w", rec.ID, errBadID)
+	}
+	now := time.Unix(0, s.clock.Now().UnixNano()).UTC()
+	rec = rec.DeepCopy()
+	rec.Version = 1
+	rec.CreatedAt, rec.UpdatedAt = now, now
+	args, err := postgresArgs(rec)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	keys, values := labelArrays(rec.Labels)
+	args = append(args, keys, values)
+	var (
+		out     Record
+		created bool
+	)
+	err = s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		// A record that exists is returned as it is; one that is deleted
+		// between the insert and the read is created after all.
+		for range 3 {
+			var createdAt int64
+			switch err := c.QueryRow(ctx, postgresSQL.create, args...).Scan(&createdAt); {
+			case err == nil:
+				out, created = rec, true
+				return nil
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+			got, err := scanPostgresRecord(c.QueryRow(ctx, postgresSQL.get, rec.ID))
+			if err == nil {
+				out = got
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		return errors.New("the record was created and deleted concurrently, three times")
+	})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
+	}
+	return out, created, nil
+}
+
+func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s: %w", id, err)
+	}
+	defer c.Release()
+	if !storableID(id) {
+		return Record{}, fmt.Errorf("task record %q: %w", id, ErrNotFound)
+	}
+	rec, err := scanPostgresRecord(c.QueryRow(ctx, postgresSQL.get, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, fmt.Errorf("task record %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) {
+	rec = rec.DeepCopy()
+	expected := rec.Version
+	rec.Version = expected + 1
+	rec.UpdatedAt = time.Unix(0, s.clock.Now().UnixNano()).UTC()
+	args, err := postgresArgs(rec)
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+	}
+	// args follow postgresColumns: the statement takes the ID, the expected
+	// version, the columns from namespace to attempts, updated_at, labels,
+	// origin and the labels as arrays (see postgresSQL.update); created_at
+	// (17) is not written and the version (19) is computed.
+	keys, values := labelArrays(rec.Labels)
+	args = append([]any{args[0], expected}, append(args[1:17:17], args[18], args[20], args[21], keys, values)...)
+	err = s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		if !storableID(rec.ID) {
+			return ErrNotFound
+		}
+		var createdAt int64
+		err := c.QueryRow(ctx, postgresSQL.update, args...).Scan(&createdAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var stored int64
+			switch err := c.QueryRow(ctx, postgresSQL.version, rec.ID).Scan(&stored); {
+			case errors.Is(err, pgx.ErrNoRows):
+				return ErrNotFound
+			case err != nil:
+				return err
+			}
+			return fmt.Errorf("version %d, stored %d: %w", expected, stored, ErrConflict)
+		}
+		if err != nil {
+			return err
+		}
+		rec.CreatedAt = time.Unix(0, createdAt).UTC()
+		return nil
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
+	}
+	return rec, nil
+}
+
+func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("task record list: %w", err)
+	}
+	defer c.Release()
+	q := `SELECT ` + postgresColumns + ` FROM tasks`
+	var (
+		where []string
+		args  []any
+	)
+	if opts.Executor != "" {
+		args = append(args, []byte(opts.Executor))
+		where = append(where, "executor = $1")
+	}
+	if opts.NonTerminal {
+		where = append(where, "NOT terminal")
+	}
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id"
+	rows, err := c.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("task record list: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		rec, err := scanPostgresRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("task record list: %w", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("task record list: %w", err)
+	}
+	return out, nil
+}
+
+// Close makes later calls fail and waits until the calls in progress have
+// returned their connections, then closes them. A second Close returns nil.
+func (s *postgresStore) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.pool.Close()
+	return nil
+}
+
+// postgresArgs returns rec's column values in postgresColumns order.
+func postgresArgs(rec Record) ([]any, error) {
+	var labels, attempts []byte // nil: NULL
+	var err error
+	if rec.Labels != nil {
+		if labels, err = json.Marshal(rec.Labels); err != nil {
+			return nil, fmt.Errorf("labels encoding: %w", err)
+		}
+	}
+	if rec.Attempts != nil {
+		if attempts, err = json.Marshal(rec.Attempts); err != nil {
+			return nil, fmt.Errorf("attempts encoding: %w", err)
+		}
+	}
+	for _, t := range []time.Time{rec.CancelledAt, rec.NextAttemptAt, rec.CreatedAt, rec.UpdatedAt} {
+		if !t.IsZero() && !inUnixNanoRange(t) {
+			return nil, fmt.Errorf("time %v out of the storable range", t)
+		}
+	}
+	return []any{
+		rec.ID, bytesOf(rec.Namespace), bytesOf(rec.Name), bytesOf(rec.Executor), rec.Task, int32(rec.Attempt), //nolint:gosec // attempts are few
+		bytesOf(rec.Phase), bytesOf(rec.Reason), bytesOf(rec.Message), rec.ExitCode, rec.Retryable, rec.Result,
+		rec.Terminal, nanosOrNil(rec.CancelledAt), nanosOrNil(rec.NextAttemptAt), rec.PodCreated,
+		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
+		labels, bytesOf(rec.Origin),
+	}, nil
+}
+
+// bytesOf returns s as a non-nil byte slice (an empty string is an empty
+// bytea, not NULL).
+func bytesOf(s string) []byte {
+	return append([]byte{}, s...)
+}
+
+// nanosOrNil stores the zero time as NULL and any other as Unix nanoseconds.
+func nanosOrNil(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	n := t.UnixNano()
+	return &n
+}
+
+// labelArrays returns the labels as two parallel arrays, by key; empty (not
+// NULL) for no labels.
+func labelArrays(labels map[string]string) (keys, values [][]byte) {
+	keys, values = [][]byte{}, [][]byte{}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		keys = append(keys, bytesOf(k))
+		values = append(values, bytesOf(labels[k]))
+	}
+	return keys, values
+}
+
+func scanPostgresRecord(row pgx.Row) (Record, error) {
+	var (
+		rec                                                   Record
+		namespace, name, executor, phase, reason, msg, origin []byte
+		attempt                                               int32
+		cancelledAt, nextAttemptAt                            *int64
+		attempts, labels                                      []byte
+		createdAt, updatedAt                                  int64
+	)
+	if err := row.Scan(&rec.ID, &namespace, &name, &executor, &rec.Task, &attempt,
+		&phase, &reason, &msg, &rec.ExitCode, &rec.Retryable, &rec.Result,
+		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
+		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin); err != nil {
+		return Record{}, err
+	}
+	rec.Namespace, rec.Name, rec.Executor = string(namespace), string(name), string(executor)
+	rec.Phase, rec.Reason, rec.Message, rec.Origin = string(phase), string(reason), string(msg), string(origin)
+	rec.Attempt = int(attempt)
+	if labels != nil {
+		if err := json.Unmarshal(labels, &rec.Labels); err != nil {
+			return Record{}, fmt.Errorf("task record %s labels decoding: %w", rec.ID, err)
+		}
+	}
+	if attempts != nil {
+		if err := json.Unmarshal(attempts, &rec.Attempts); err != nil {
+			return Record{}, fmt.Errorf("task record %s attempts decoding: %w", rec.ID, err)
+		}
+	}
+	if cancelledAt != nil {
+		rec.CancelledAt = time.Unix(0, *cancelledAt).UTC()
+	}
+	if nextAttemptAt != nil {
+		rec.NextAttemptAt = time.Unix(0, *nextAttemptAt).UTC()
+	}
+	rec.CreatedAt = time.Unix(0, createdAt).UTC()
+	rec.UpdatedAt = time.Unix(0, updatedAt).UTC()
+	return rec, nil
+}
