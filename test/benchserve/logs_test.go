@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ type logResult struct {
 	peakRSS, hwm       int64 // the largest VmRSS sampled, VmHWM at the end
 	storeBytes         int64 // the SQLite files at the end
 	cpu                string
+	requests           string // the API server's, all clients, during the run
 }
 
 func (r logResult) bytesPerSecond() float64 { return float64(r.archived) / r.complete.Seconds() }
@@ -64,9 +66,10 @@ func (r logResult) summary() string {
 	return fmt.Sprintf("%d tasks x %d bytes of log on the local node (parallelism %s):\n"+
 		"  archived %d bytes; every outcome after %.1f s, every log complete after %.1f s: %.1f MiB/s archived\n"+
 		"  kubetask serve memory: peak VmRSS sampled %.0f MiB, VmHWM %.0f MiB; SQLite files %.0f MiB\n"+
-		"  CPU during the run: %s",
+		"  CPU during the run: %s\n"+
+		"  API server requests during the run: %s",
 		r.size.tasks, r.size.bytes, par, r.archived, r.outcomes.Seconds(), r.complete.Seconds(), r.bytesPerSecond()/(1<<20),
-		mib(r.peakRSS), mib(r.hwm), mib(r.storeBytes), r.cpu)
+		mib(r.peakRSS), mib(r.hwm), mib(r.storeBytes), r.cpu, r.requests)
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
@@ -99,15 +102,16 @@ func TestServeLogCaptureTiny(t *testing.T) {
 	t.Log(r.summary())
 }
 
-// logPayload is n bytes of text lines of 9 to 200 bytes (no carriage
-// return: the runtime turns CRLF into LF), the last one ending at n with a
-// newline; the same for the same n.
+// logPayload is n bytes of text lines of 10 to 199 bytes, 105 on average
+// (no carriage return: the runtime turns CRLF into LF), the last one ending
+// at n with a newline; the same for the same n.
 func logPayload(n int64) []byte {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,;:!?-_=+/()[]{}<>"
+	text := strings.Repeat(alphabet, 3)[:190]
 	var b bytes.Buffer
 	b.Grow(int(n))
 	for i := 0; int64(b.Len()) < n; i++ {
-		fmt.Fprintf(&b, "%08d %s\n", i, alphabet[:(i*37)%len(alphabet)])
+		fmt.Fprintf(&b, "%08d %s\n", i, text[:(i*37)%len(text)])
 	}
 	p := b.Bytes()[:n]
 	if n > 0 {
@@ -161,6 +165,7 @@ func runServeLogCapture(tb testing.TB, sz logSize) logResult {
 	}
 	ids := make([]string, sz.tasks)
 	cpu := newCPUMeter(s)
+	reqs := apiserverRequests(tb)
 	start := time.Now()
 	sampler := s.sampleMemory(wctx, start, w, sz.progress)
 	_, _, errs := concurrently(sz.tasks, 8, func(i int) error {
@@ -178,6 +183,7 @@ func runServeLogCapture(tb testing.TB, sz logSize) logResult {
 	lastOutcome, outcomes := w.last(ids, false)
 	r.complete, r.outcomes = lastDone.Sub(start), lastOutcome.Sub(start)
 	r.cpu, _ = cpu.report()
+	r.requests = requestReport(reqs, apiserverRequests(tb), 8)
 	for _, o := range outcomes {
 		if o.ev.Phase != "Succeeded" {
 			tb.Fatalf("task %s: %s/%s %s, want Succeeded", o.ev.TaskID, o.ev.Phase, o.ev.Reason, o.ev.Message)
@@ -271,4 +277,23 @@ func (s *service) sampleMemory(ctx context.Context, start time.Time, w *watcher,
 func (m *memorySampler) wait() int64 {
 	<-m.done
 	return m.peak
+}
+
+func TestLogPayload(t *testing.T) {
+	for _, n := range []int64{1, 100, 300 << 10, 1 << 20} {
+		p := logPayload(n)
+		lines := bytes.Count(p, []byte("\n"))
+		switch {
+		case int64(len(p)) != n:
+			t.Errorf("logPayload(%d): %d bytes", n, len(p))
+		case p[len(p)-1] != '\n':
+			t.Errorf("logPayload(%d) does not end with a newline", n)
+		case bytes.IndexByte(p, '\r') >= 0:
+			t.Errorf("logPayload(%d) holds a carriage return", n)
+		case !bytes.Equal(p, logPayload(n)):
+			t.Errorf("logPayload(%d) differs between calls", n)
+		case n >= 1<<20 && (n/int64(lines) < 100 || n/int64(lines) > 110):
+			t.Errorf("logPayload(%d): %d bytes per line on average, want about 105", n, n/int64(lines))
+		}
+	}
 }

@@ -168,5 +168,19 @@ func (m *cpuMeter) report() (string, time.Duration) {
 		}
 		fmt.Fprintf(&b, "%s %.1f s", u.name, u.d.Seconds())
 	}
+	fmt.Fprintf(&b, "; total %.1f s; load average %s", total.Seconds(), loadAvg())
 	return b.String(), total
+}
+
+// loadAvg is the machine's 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -59,6 +59,11 @@ type submitResult struct {
 	outcomes   time.Duration
 	released   int // pods the service had released at the last outcome
 	cpu        string
+	// The API server's requests (all clients) during the service's run,
+	// and the service's own counters.
+	requests        string
+	executorCalls   float64 // kubetask_api_requests_total
+	captureFailures float64 // kubetask_log_capture_failures_total
 	// The baseline: plain pod creates from as many clients.
 	pods podCreateResult
 }
@@ -76,11 +81,15 @@ func (r submitResult) summary() string {
 		"  plain pod creates: %.1f pods/s, latency p50 %.1f ms p99 %.1f ms\n"+
 		"  submissions / pod creates: %.2fx\n"+
 		"  pods released by the service at the last outcome: %d of %d\n"+
-		"  CPU during the service's run: %s",
+		"  CPU during the service's run: %s\n"+
+		"  API server requests during the service's run: %s\n"+
+		"  the executor's API requests: %.0f (%.2f per task); failed log captures: %.0f\n"+
+		"  API server requests during the pod creates: %s",
 		r.size.tasks, r.size.clients, r.size.parallelism, r.size.qps, r.size.burst,
 		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), r.outcomes.Seconds(), r.tasksPerSecond(),
 		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)),
-		r.submitsPerSecond()/r.pods.perSecond(), r.released, r.size.tasks, r.cpu)
+		r.submitsPerSecond()/r.pods.perSecond(), r.released, r.size.tasks, r.cpu,
+		r.requests, r.executorCalls, r.executorCalls/float64(r.size.tasks), r.captureFailures, r.pods.requests)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -155,6 +164,7 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 	}
 	ids := make([]string, sz.tasks)
 	cpu := newCPUMeter(s)
+	reqs := apiserverRequests(tb)
 	start := time.Now()
 	var errs []error
 	r.latencies, r.submitSpan, errs = concurrently(sz.tasks, sz.clients, func(i int) error {
@@ -171,6 +181,13 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 	last, outcomes := w.last(ids, false)
 	r.outcomes = last.Sub(start)
 	r.cpu, _ = cpu.report()
+	r.requests = requestReport(reqs, apiserverRequests(tb), 8)
+	m, err := s.metrics(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.executorCalls = sum(m, "kubetask_api_requests_total", nil)
+	r.captureFailures = sum(m, "kubetask_log_capture_failures_total", nil)
 	if len(outcomes) != sz.tasks {
 		tb.Fatalf("%d outcomes of the %d tasks submitted (the watch saw tasks not submitted here)", len(outcomes), sz.tasks)
 	}
@@ -185,8 +202,10 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 
 // releaseLeftovers removes the finalizers of the pods left in env's
 // namespace, so that the namespace can go: a service stops leaving the pods
-// it has not released under their finalizer, and the service releases a
-// kwok pod only after archiving its log, which kwok nodes do not serve.
+// it has not released under their finalizer, and it releases a kwok pod only
+// once its log capture ends, which takes minutes: kwok nodes serve no logs
+// (the API server answers 500 "no preferred addresses found"), so the
+// capture gives up only after logcapture.DefaultGiveUpAfter.
 func releaseLeftovers(tb testing.TB, env *clustertest.Env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -212,6 +231,7 @@ type podCreateResult struct {
 	n         int
 	span      time.Duration
 	latencies []time.Duration
+	requests  string // the API server's, all clients, during the creates
 }
 
 func (r podCreateResult) perSecond() float64 { return float64(r.n) / r.span.Seconds() }
@@ -230,6 +250,7 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 	}
 	pods := client.CoreV1().Pods(env.Namespace)
 	tmpl := quickTask("pod").Spec.Template
+	reqs := apiserverRequests(tb)
 	lat, span, errs := concurrently(n, clients, func(i int) error {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quick-%d", i), Annotations: tmpl.Annotations}, Spec: tmpl.Spec}
 		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -238,6 +259,7 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 	if len(errs) > 0 {
 		tb.Fatalf("%d of %d pod creates failed; the first: %v", len(errs), n, errs[0])
 	}
+	requests := requestReport(reqs, apiserverRequests(tb), 4)
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		tb.Fatalf("deleting the baseline's pods: %v", err)
 	}
@@ -245,5 +267,5 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 0
 	})
-	return podCreateResult{n: n, span: span, latencies: lat}
+	return podCreateResult{n: n, span: span, latencies: lat, requests: requests}
 }
