@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	pager, ok1 := st.(store.Pager)
 	logs, ok2 := st.(store.Logs)
 	ret, ok3 := st.(store.Retention)

@@ -47,10 +47,10 @@ type Kubelet struct {
 	// unreachable: log requests fail as when the API server cannot reach
 	// the node's kubelet.
 	unreachable bool
-	cuts       map[int]Cut
-	onOpen     func(n int)
-	opens      int
-	requests   []string
+	cuts        map[int]Cut
+	onOpen      func(n int)
+	opens       int
+	requests    []string
 	// wake is closed (and replaced) at every change, for open streams.
 	wake    chan struct{}
 	changed chan struct{}
