@@ -389,12 +389,10 @@ func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, e
 	rec = rec.DeepCopy()
 	rec.Version = 1
 	rec.CreatedAt, rec.UpdatedAt = now, now
-	args, err := postgresArgs(rec)
+	args, err := postgresCreateArgs(rec)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("task record %s create: %w", rec.ID, err)
 	}
-	keys, values := labelArrays(rec.Labels)
-	args = append(args, keys, values)
 	var (
 		out     Record
 		created bool
@@ -452,16 +450,10 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 	expected := rec.Version
 	rec.Version = expected + 1
 	rec.UpdatedAt = time.Unix(0, s.clock.Now().UnixNano()).UTC()
-	args, err := postgresArgs(rec)
+	args, err := postgresUpdateArgs(rec, expected)
 	if err != nil {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
 	}
-	// args follow postgresColumns: the statement takes the ID, the expected
-	// version, the columns from namespace to attempts, updated_at, labels,
-	// origin and the labels as arrays (see postgresSQL.update); created_at
-	// (17) is not written and the version (19) is computed.
-	keys, values := labelArrays(rec.Labels)
-	args = append([]any{args[0], expected}, append(args[1:17:17], args[18], args[20], args[21], keys, values)...)
 	err = s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		if !storableID(rec.ID) {
 			return ErrNotFound
@@ -567,6 +559,31 @@ func postgresArgs(rec Record) ([]any, error) {
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
 		labels, bytesOf(rec.Origin),
 	}, nil
+}
+
+// postgresCreateArgs returns postgresSQL.create's arguments: rec's columns
+// and its labels as arrays.
+func postgresCreateArgs(rec Record) ([]any, error) {
+	args, err := postgresArgs(rec)
+	if err != nil {
+		return nil, err
+	}
+	keys, values := labelArrays(rec.Labels)
+	return append(args, keys, values), nil
+}
+
+// postgresUpdateArgs returns postgresSQL.update's arguments: the ID, the
+// expected version, the columns from namespace to attempts, updated_at,
+// labels, origin, and the labels as arrays. created_at is not written and
+// the new version is computed.
+func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
+	a, err := postgresArgs(rec) // in postgresColumns order
+	if err != nil {
+		return nil, err
+	}
+	keys, values := labelArrays(rec.Labels)
+	args := append([]any{a[0], expected}, a[1:17]...)
+	return append(args, a[18], a[20], a[21], keys, values), nil
 }
 
 // bytesOf returns s as a non-nil byte slice (an empty string is an empty

@@ -34,7 +34,10 @@ func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error
 	}
 	defer c.Release()
 	query, args := postgresPageSQL(q)
-	rows, err := c.Query(ctx, query, args...)
+	// An unnamed statement, planned for these arguments every time (a
+	// custom plan): a generic plan, which a cached prepared statement
+	// switches to, would not know how selective the filters are.
+	rows, err := c.Query(ctx, query, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", err)
 	}
@@ -68,9 +71,10 @@ var postgresColumnsOfT, postgresColumnsOfP = postgresColumnsOf("t"), postgresCol
 // the extra one only says that more follow) and its arguments.
 //
 // PostgreSQL has no index hints; the statement is shaped so that the index
-// meant for its filters serves it as an ordered range, and
+// meant for its filters serves it as an ordered range, it is planned for its
+// arguments every time (Page runs it as an unnamed statement), and
 // TestPostgresPagePlans checks with EXPLAIN, on a table with statistics,
-// that the planner reads it so (for generic and custom plans): every page
+// that the planner reads it so: every page
 // index ends in the page order (created_at, id), so the page is a range of
 // that index read backwards from the continue position, with no sort and no
 // count, and the reading stops after limit+1 matches; the other filters are
@@ -80,18 +84,23 @@ var postgresColumnsOfT, postgresColumnsOfP = postgresColumnsOf("t"), postgresCol
 //   - namespace and phase: tasks_by_namespace_phase;
 //   - a label: the range of task_labels_by_value for the first label by key,
 //     ordered by its own copy of created_at, joined to the task by ID;
-//     further labels are EXISTS lookups of task_labels' primary key;
+//     further labels (and a label beside namespace and phase) are checked on
+//     each row by a lookup of task_labels' primary key;
 //   - name prefix: the range [prefix, prefixEnd) of tasks_by_name (not
 //     LIKE), whose keys are then sorted (the one filter whose cost grows
 //     with its matches, not with the page): only the IDs are selected and
 //     sorted, from the index alone when no other filter needs the row, and
 //     the page's rows are read by ID afterwards;
-//   - otherwise one range of tasks with the filters as conditions; the
-//     planner picks the index of the most selective one (tasks_by_reason,
-//     tasks_by_namespace, tasks_by_phase, tasks_by_terminal_created, or
-//     tasks_by_created for none).
+//   - otherwise one range of tasks with the filters as conditions.
 //
 // CreatedAfter and CreatedBefore bound the range of whichever index is read.
+// Within a shape the planner chooses by the statistics of the values asked
+// for: the index of a selective filter (tasks_by_reason, tasks_by_namespace,
+// tasks_by_phase, tasks_by_terminal_created), or for a common value the
+// ordered range of tasks_by_created, checking the filter on each row, which
+// finds a page's rows after a few times as many; and when the filters
+// together match few rows, it may read them from two indexes and sort them
+// (never more than the matches of those ranges).
 func postgresPageSQL(q pageQuery) (string, []any) {
 	var (
 		where []string
@@ -136,8 +145,11 @@ func postgresPageSQL(q pageQuery) (string, []any) {
 		where = append(where, "t.terminal = "+arg(*q.Terminal))
 	}
 	for i, k := range labelKeys {
+		// OFFSET 0 keeps the EXISTS a check of each row the range yields (a
+		// primary-key lookup), rather than a join the planner might drive
+		// from the label's index, all of whose matches it would then sort.
 		l := fmt.Sprintf("l%d", i+1)
-		where = append(where, fmt.Sprintf("EXISTS (SELECT 1 FROM task_labels AS %[1]s WHERE %[1]s.task_id = t.id AND %[1]s.key = %[2]s AND %[1]s.value = %[3]s)",
+		where = append(where, fmt.Sprintf("EXISTS (SELECT 1 FROM task_labels AS %[1]s WHERE %[1]s.task_id = t.id AND %[1]s.key = %[2]s AND %[1]s.value = %[3]s OFFSET 0)",
 			l, arg(bytesOf(k)), arg(bytesOf(q.Labels[k]))))
 	}
 	if q.createdFrom != nil {
@@ -165,7 +177,7 @@ func postgresPageSQL(q pageQuery) (string, []any) {
 	}
 	query += " ORDER BY " + created + " DESC, " + id + " DESC LIMIT " + arg(int64(q.limit+1))
 	if deferred {
-		query = "SELECT " + postgresColumnsOfP + " FROM tasks AS p WHERE p.id IN (" + query + ") ORDER BY p.created_at DESC, p.id DESC"
+		query = "SELECT " + postgresColumnsOfP + " FROM (" + query + ") AS k JOIN tasks AS p ON p.id = k.id ORDER BY p.created_at DESC, p.id DESC"
 	}
 	return query, args
 }

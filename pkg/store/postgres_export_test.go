@@ -1,0 +1,78 @@
+package store
+
+import "context"
+
+// OpenPostgresMigrations opens a PostgreSQL store as a binary that knows only
+// the first n migrations would.
+func OpenPostgresMigrations(ctx context.Context, url string, n int) (Store, error) {
+	return openPostgres(ctx, url, postgresOptions{migrations: postgresMigrations[:n:n]})
+}
+
+// PostgresSchemaVersion is the schema version of this binary.
+var PostgresSchemaVersion = len(postgresMigrations)
+
+// OpenPostgresRetentionBudget opens a PostgreSQL store whose
+// DeleteFinishedBefore stops once the deleted logs reach budget bytes.
+func OpenPostgresRetentionBudget(ctx context.Context, url string, budget int64) (Store, error) {
+	return openPostgres(ctx, url, postgresOptions{retentionLogBytes: budget})
+}
+
+// PostgresPageSQL returns the statement and arguments of the page opts
+// selects.
+func PostgresPageSQL(opts PageOptions) (string, []any, error) {
+	q, err := opts.query()
+	if err != nil {
+		return "", nil, err
+	}
+	query, args := postgresPageSQL(q)
+	return query, args, nil
+}
+
+// PostgresStatements are the store's other statements whose plans the tests
+// check, by name, with arguments of the right types.
+var PostgresStatements = map[string]struct {
+	SQL  string
+	Args []any
+}{
+	"get":                  {postgresSQL.get, []any{"x"}},
+	"version":              {postgresSQL.version, []any{"x"}},
+	"create":               {postgresSQL.create, createArgs()},
+	"update":               {postgresSQL.update, updateArgs()},
+	"list by executor":     {`SELECT ` + postgresColumns + ` FROM tasks WHERE executor = $1 AND NOT terminal ORDER BY id`, []any{[]byte("x")}},
+	"log state":            {postgresLogSQL.state, logKeyArgs()},
+	"log create":           {postgresLogSQL.create, logKeyArgs()},
+	"log last byte":        {postgresLogSQL.lastByte, logKeyArgs()},
+	"log chunk":            {postgresLogSQL.chunk, append(logKeyArgs(), int64(0), []byte("x"))},
+	"log save":             {postgresLogSQL.save, append(logKeyArgs(), int64(1), false, false, []byte("c"))},
+	"log read":             {postgresLogSQL.read, append(logKeyArgs(), int64(100), int64(1000))},
+	"log keys":             {postgresLogSQL.keys, []any{"x"}},
+	"retention":            {postgresRetentionSQL, []any{int64(1), int64(100), int64(1 << 26)}},
+	"cascade: task labels": {`DELETE FROM task_labels WHERE task_id = $1`, []any{"x"}},
+	"cascade: task logs":   {`DELETE FROM logs WHERE task_id = $1`, []any{"x"}},
+	"cascade: log chunks":  {`DELETE FROM log_chunks WHERE task_id = $1 AND attempt = $2 AND container = $3`, logKeyArgs()},
+}
+
+func logKeyArgs() []any { return []any{"x", int32(0), []byte("main")} }
+
+func createArgs() []any {
+	args, err := postgresCreateArgs(Record{ID: "x", Labels: map[string]string{"app": "web"}})
+	if err != nil {
+		panic(err)
+	}
+	return args
+}
+
+func updateArgs() []any {
+	args, err := postgresUpdateArgs(Record{ID: "x", Labels: map[string]string{"app": "web"}}, 1)
+	if err != nil {
+		panic(err)
+	}
+	return args
+}
+
+// PostgresSetting returns a setting of a session of s's pool.
+func PostgresSetting(ctx context.Context, s Store, name string) (string, error) {
+	var v string
+	err := s.(*postgresStore).pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
+	return v, err
+}
