@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/internal/web"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/logcapture"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -139,6 +140,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return nil
 		},
 		Registry: reg, TLS: tlsCfg, ShutdownTimeout: cfg.ShutdownTimeout.Get(), Logger: log,
+		UI: web.Handler(),
 	})
 	if err != nil {
 		return err
