@@ -11,9 +11,13 @@ func OpenSQLiteOneTxPerWrite(ctx context.Context, path string) (Store, error) {
 	return openSQLiteStore(ctx, path, sqliteOptions{oneTxPerWrite: true})
 }
 
-// SQLiteCommits returns how many group transactions s has committed.
+// SQLiteCommits returns how many group transactions s has committed; 0 for
+// a store other than SQLite.
 func SQLiteCommits(s Store) int64 {
-	return s.(*sqliteStore).commits.Load()
+	if s, ok := s.(*sqliteStore); ok {
+		return s.commits.Load()
+	}
+	return 0
 }
 
 // OpenSQLiteBeforeCommit opens a SQLite store whose writer calls

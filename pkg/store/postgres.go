@@ -308,8 +308,8 @@ var postgresSQL = struct {
 	// one version, the first to lock the row writes it and the others,
 	// re-checking the row once it is committed, match nothing. The labels
 	// follow in the same statement, only when the update matched: keys no
-	// longer there are deleted, the others inserted or changed (a label
-	// that stays as it was is not written).
+	// longer there are deleted, new ones inserted, changed ones updated; a
+	// label that stays as it was is neither written nor locked.
 	update: `WITH u AS (
 			UPDATE tasks SET
 				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
@@ -324,8 +324,8 @@ var postgresSQL = struct {
 		), i AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
 			SELECT u.id, x.k, x.v, u.created_at FROM u, unnest($22::bytea[], $23::bytea[]) AS x (k, v)
+			WHERE NOT EXISTS (SELECT 1 FROM task_labels AS l WHERE l.task_id = u.id AND l.key = x.k AND l.value = x.v)
 			ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value
-			WHERE task_labels.value <> excluded.value
 		)
 		SELECT created_at FROM u`,
 	get:     `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,

@@ -140,13 +140,15 @@ const durabilityWriters = 8
 func durabilityID(i int) string { return fmt.Sprintf("w%d", i) }
 
 // TestMain lets the test binary double as the child process of
-// TestSQLiteDurability, and stops the PostgreSQL server of the PostgreSQL
-// tests (pgtest) when they end.
+// TestSQLiteDurability, and stops the PostgreSQL servers of the PostgreSQL
+// tests (pgtest) and benchmarks when they end.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(durabilityEnv); path != "" {
 		durabilityChild(path)
 	}
-	os.Exit(pgtest.Run(m))
+	code := pgtest.Run(m)
+	stopBenchServer()
+	os.Exit(code)
 }
 
 // durabilityChild updates the records w0..w7 in a loop, one goroutine each,
