@@ -68,6 +68,7 @@ function login(message) {
         return;
       }
     }
+    navigated = true; // the focus goes to the page's heading
     show();
   }},
   h('h1', {tabindex: -1}, 'Sign in'),
