@@ -56,8 +56,11 @@ const lowContrast = `(() => {
   return bad;
 })()`
 
-// noSideScroll is true when the page is no wider than the window.
-const noSideScroll = `document.documentElement.scrollWidth <= window.innerWidth`
+// noSideScroll is true when the page is no wider than the window and no
+// element's content spills out of it sideways (but those made to scroll:
+// the log's lines, preformatted text).
+const noSideScroll = `document.documentElement.scrollWidth <= window.innerWidth && ![...document.querySelectorAll('body *')].some((e) =>
+  e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1 && !['auto', 'scroll', 'hidden'].includes(getComputedStyle(e).overflowX))`
 
 func (b *tab) checkAccessible(where string) {
 	b.t.Helper()

@@ -39,7 +39,8 @@ func TestWebListTaskPageCancelRerun(t *testing.T) {
 
 	gate := filepath.Join(t.TempDir(), "gate")
 	gated := s.submit(shTask("gated", "", fmt.Sprintf(`echo started; while [ ! -e %s ]; do sleep 0.1; done; echo done`, gate)))
-	failing := s.submit(shTask("fails", "", `echo "reading the input"; printf '\033[31merror: no such file: /data/input.csv\033[0m\n'; exit 3`))
+	failing := s.submit(shTask("fails", "", `echo "loading the configuration"; printf '\033[33mwarning: the cache is cold\033[0m\n'; `+
+		`echo "reading the input"; printf '\033[31merror: no such file: /data/input.csv\033[0m\n'; exit 3`))
 	long := s.submit(shTask("long", "", `echo "working for ten minutes"; exec sleep 600`))
 
 	b.wait(time.Minute, "the three tasks in the list", fmt.Sprintf(`%s && %s && %s`, row(gated.ID), row(failing.ID), row(long.ID)))

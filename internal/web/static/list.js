@@ -192,7 +192,7 @@ export function mount(main, {query: q, navigate}) {
     const more = (c) => (c ? '+' : '');
     const link = (phase, n, text) => h('a', {href: '/' + query({...f, phase, reason: '', continue: ''}), class: `count ph-${phase.toLowerCase()}`, dataset: {count: phase}},
       h('strong', {}, `${n}${more(phase === 'Failed' ? capped.failed : capped.unfinished)}`), ' ', text);
-    replace(countsEl, link('Running', running, 'running'), ' · ', link('Pending', pending, 'pending'), ' · ', link('Failed', failed, 'failed in the last 24 hours'));
+    replace(countsEl, link('Running', running, 'running'), link('Pending', pending, 'pending'), link('Failed', failed, 'failed in the last 24 hours'));
   }
 
   async function loadCounts(signal) {

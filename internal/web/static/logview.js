@@ -108,7 +108,10 @@ export class LogView {
 
   // setLive says that the attempt ended (false): a follow that gets no more
   // bytes stops once the server says so.
-  setLive(live) { this.live = live; }
+  setLive(live) {
+    this.live = live;
+    this.status();
+  }
 
   close() {
     this.ctl?.abort();
@@ -162,8 +165,11 @@ export class LogView {
       if (src.complete) break;
       idle = pos > from ? 0 : idle + 1;
       if (idle > 0) {
-        if (!this.live && idle >= 3) {
-          this.setState('incomplete');
+        // The attempt is over and the server waited for the rest of its
+        // log in vain (it waits LogWait, 30 s by default): stop.
+        if (!this.live && idle >= 1) {
+          this.setState(src.size ? 'incomplete' : 'none');
+          this.push({type: 'draw'});
           return;
         }
         await sleep(Math.min(15000, 1000 * 2 ** (idle - 1)), signal);
@@ -191,7 +197,8 @@ export class LogView {
     const s = this.el.dataset.state;
     const what = {
       loading: 'Loading…',
-      following: 'Following live',
+      following: this.live ? 'Following live' : 'Waiting for the archive to be complete…',
+      none: 'No log was archived for this attempt',
       complete: 'Complete',
       incomplete: 'The archive of this log is incomplete',
       error: `Cannot read the log: ${this.error?.message || ''}`,
@@ -352,7 +359,8 @@ export class LogView {
     this.el.dataset.atEnd = String(this.atEnd);
     if (!out.length) {
       const s = this.el.dataset.state;
-      this.lines.append(h('div', {class: 'line empty'}, s === 'complete' ? 'This attempt wrote no log.' : s === 'following' ? 'Waiting for the container to write…' : ''));
+      const text = {complete: 'This attempt wrote no log.', following: 'Waiting for the container to write…', none: 'No log was archived: the container did not run, or its log was lost.'}[s] || '';
+      this.lines.append(h('div', {class: 'line empty'}, text));
     }
     const first = lines.length && this.settings.numbers ? src.lineNumber(lines[0].start) : null;
     this.posEl.textContent = !lines.length ? '' : first != null ? `line ${first.toLocaleString('en-US')}` : `byte ${lines[0].start.toLocaleString('en-US')}`;

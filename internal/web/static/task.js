@@ -183,7 +183,7 @@ export function mount(main, {params, navigate}) {
     for (const a of attempts) {
       const current = !a.finishedAt;
       const evs = seen.get(a.attempt) || [];
-      const offset = a.finishedAt ? `+${fmtDuration(Date.parse(a.finishedAt) - created)}` : '';
+      const offset = a.finishedAt ? `+${fmtDuration(Date.parse(a.observedAt || a.finishedAt) - created)}` : '';
       items.push(h('li', {class: `tl-attempt ph-${(a.phase || '').toLowerCase()}`, dataset: {attempt: a.attempt}},
         h('div', {class: 'tl-head'},
           h('strong', {}, `Attempt ${a.attempt + 1}`), ' ', badge(a.phase, a.reason),

@@ -79,14 +79,15 @@ export function fmtBytes(n) {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
 
-// taskDuration is how long a task ran: to its outcome when it has one, else
-// to now.
+// taskDuration is how long a task ran: to its outcome when it has one
+// (when kubetask recorded it: the kubelet's finish times have whole
+// seconds only), else to now.
 export function taskDuration(t, now = Date.now()) {
   const start = Date.parse(t.createdAt);
   let end = now;
   if (t.terminal) {
     const last = (t.attempts || []).at(-1);
-    end = Date.parse((last && last.finishedAt) || t.updatedAt);
+    end = Date.parse((last && (last.observedAt || last.finishedAt)) || t.updatedAt);
   }
   return end - start;
 }
