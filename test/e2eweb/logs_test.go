@@ -242,3 +242,27 @@ func thousands(n int) string {
 	}
 	return string(out)
 }
+
+// A task that fails once and is retried: its page shows both attempts on
+// the timeline, follows the second one's log as it starts, and shows the
+// first one's log on its tab.
+func TestWebAttempts(t *testing.T) {
+	env := clustertest.New(t)
+	s := startService(t, env)
+	dir := t.TempDir()
+	tk := s.submit(shTask("retried", "  retries: {limit: 1, backoff: 1s, retryOn: [ExitCode]}", fmt.Sprintf(
+		`if [ -e %[1]s/ran ]; then echo "second attempt: fine"; else touch %[1]s/ran; echo "first attempt: failing"; exit 1; fi`, dir)))
+
+	b := newBrowser(t, s.URL, 1280, 900)
+	b.signIn(s.Token)
+	b.openTask(tk.ID)
+	b.wait(time.Minute, "the task to succeed on its second attempt, its log shown", `document.querySelector('main').dataset.phase === 'Succeeded' && `+
+		`document.querySelector('#tab-1[aria-selected=true]') && `+lineVisible("second attempt: fine"))
+	timeline := eval[[]string](b, `[...document.querySelectorAll('.timeline .tl-attempt .tl-head')].map((e) => e.textContent)`)
+	if len(timeline) != 2 || !strings.HasPrefix(timeline[0], "Attempt 1 Failed · ExitCode exit code 1") || !strings.HasPrefix(timeline[1], "Attempt 2 Succeeded · Completed") {
+		t.Errorf("the timeline: %q", timeline)
+	}
+	b.do(chromedp.Click(chromedp.CSS("#tab-0")))
+	b.wait(20*time.Second, "the first attempt's log", `document.querySelector('#tab-0[aria-selected=true]') && `+lineVisible("first attempt: failing")+` && !`+lineVisible("second attempt"))
+	b.notReloaded()
+}

@@ -233,26 +233,30 @@ export class LogView {
   async pump() {
     if (this.pumping) return;
     this.pumping = true;
-    try {
-      while (this.ops.length) {
-        const src = this.src;
-        if (!src) { this.ops = []; break; }
-        const signal = this.ctl.signal;
-        while (this.ops.length) {
+    while (this.ops.length) {
+      const src = this.src;
+      if (!src) {
+        this.ops = [];
+        break;
+      }
+      const signal = this.ctl.signal;
+      try {
+        while (this.ops.length && src === this.src) {
           const op = this.ops.shift();
           if (op.type !== 'draw') await this.apply(op, src, signal);
-          if (src !== this.src) break;
         }
         if (src === this.src) await this.draw(src, signal);
+      } catch (err) {
+        // A read of a log closed since (another attempt shown) fails on
+        // its aborted request: only the current log's failures count.
+        if (src === this.src && !signal.aborted) {
+          this.ops = [];
+          this.error = err;
+          this.setState('error');
+        }
       }
-    } catch (err) {
-      if (!this.ctl?.signal.aborted) {
-        this.error = err;
-        this.setState('error');
-      }
-    } finally {
-      this.pumping = false;
     }
+    this.pumping = false;
   }
 
   async apply(op, src, signal) {
