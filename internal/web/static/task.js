@@ -153,7 +153,7 @@ export function mount(main, {params, navigate}) {
       t.origin ? ['Rerun of', h('a', {href: `/tasks/${encodeURIComponent(t.origin)}`}, t.origin)] : null,
       ['Created', timeEl(t.createdAt)],
       t.terminal ? ['Finished', timeEl((t.attempts || []).at(-1)?.finishedAt || t.updatedAt)] : ['Updated', timeEl(t.updatedAt)],
-      [t.terminal ? 'Took' : 'Running for', fmtDuration(taskDuration(t))],
+      [t.terminal ? 'Took' : 'Age', fmtDuration(taskDuration(t))],
       ['Attempts', String((t.attempts || []).length || t.attempt + 1)],
       t.exitCode != null ? ['Exit code', String(t.exitCode)] : null,
       t.cancelledAt ? ['Cancel requested', timeEl(t.cancelledAt)] : null,
