@@ -222,9 +222,7 @@ func TestDeadTestBinaryLeavesNoProcess(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("the dead binary's directory: %v", err)
-	}
+	// Another test binary's Start may have swept it already.
 	sweep(filepath.Dir(dir))
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("directory %s after the sweep: %v", dir, err)

@@ -307,24 +307,26 @@ var postgresSQL = struct {
 	// The version check is part of the UPDATE: of concurrent updates from
 	// one version, the first to lock the row writes it and the others,
 	// re-checking the row once it is committed, match nothing. The labels
-	// follow in the same statement, only when the update matched: keys no
-	// longer there are deleted, new ones inserted, changed ones updated; a
-	// label that stays as it was is neither written nor locked.
+	// follow in the same statement, only when the update matched and the
+	// labels changed (the stored JSON, canonical since json.Marshal sorts
+	// the keys, differs): keys no longer there are deleted, new ones
+	// inserted, changed ones updated; a label that stays is not touched.
 	update: `WITH u AS (
-			UPDATE tasks SET
+			UPDATE tasks AS t SET
 				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
 				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
 				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
 				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21
-			WHERE id = $1 AND version = $2
-			RETURNING id, created_at
+			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
+			WHERE t.id = $1 AND t.version = $2
+			RETURNING t.id, t.created_at, old.labels IS DISTINCT FROM $20::json::text AS relabel
 		), d AS (
 			DELETE FROM task_labels AS l USING u
-			WHERE l.task_id = u.id AND NOT (l.key = ANY ($22::bytea[]))
+			WHERE u.relabel AND l.task_id = u.id AND NOT (l.key = ANY ($22::bytea[]))
 		), i AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
 			SELECT u.id, x.k, x.v, u.created_at FROM u, unnest($22::bytea[], $23::bytea[]) AS x (k, v)
-			WHERE NOT EXISTS (SELECT 1 FROM task_labels AS l WHERE l.task_id = u.id AND l.key = x.k AND l.value = x.v)
+			WHERE u.relabel AND NOT EXISTS (SELECT 1 FROM task_labels AS l WHERE l.task_id = u.id AND l.key = x.k AND l.value = x.v)
 			ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value
 		)
 		SELECT created_at FROM u`,
