@@ -162,8 +162,8 @@ type Retention interface {
 	DeleteFinishedBefore(ctx context.Context, t time.Time, batch int) (int, error)
 }
 
-// Options configure a store (NewMemoryWithOptions, OpenSQLiteWithOptions);
-// the zero value is the default.
+// Options configure a store (NewMemoryWithOptions, OpenSQLiteWithOptions,
+// OpenPostgres); the zero value is the default.
 type Options struct {
 	// Clock sets CreatedAt and UpdatedAt; nil means the real clock.
 	Clock clock.PassiveClock

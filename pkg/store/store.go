@@ -4,10 +4,12 @@
 // ended; that is what makes the terminal report exactly-once across executor
 // restarts and crashes.
 //
-// Implementations: NewMemory (embedding, tests) and OpenSQLite (durable,
-// modernc.org/sqlite, no cgo). Every implementation passes the conformance
-// suite in storetest. Both also implement the optional interfaces of
-// `kubetask serve` (service.go): Pager, Logs and Retention.
+// Implementations: NewMemory (embedding, tests), OpenSQLite (durable,
+// modernc.org/sqlite, no cgo, one process) and OpenPostgres (durable,
+// PostgreSQL through pgx, shared by several processes). Every
+// implementation passes the conformance suite in storetest. All three also
+// implement the optional interfaces of `kubetask serve` (service.go): Pager,
+// Logs and Retention. docs/store.md describes them.
 package store
 
 import (
