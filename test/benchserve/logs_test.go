@@ -82,7 +82,7 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // checks that every archived log is complete with exactly the bytes written,
 // and compares a few of them byte for byte.
 //
-//	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 30m
+//	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 40m
 func BenchmarkServeLogCapture(b *testing.B) {
 	sz := benchLogSize()
 	for range b.N {

@@ -10,7 +10,7 @@
 // Run them one at a time, once:
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
-//	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 30m
+//	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 40m
 //
 // Without -bench, `go test ./test/benchserve` runs the code of each
 // benchmark once at a tiny size (TestServeSubmitTiny, TestServeLogCaptureTiny)
