@@ -24,7 +24,10 @@
 // would hold the pod's finalizer for ever. So once the container has
 // terminated for good, or its pod is being deleted or gone, a capture that
 // archives nothing new for GiveUpAfter ends the log with a marker line
-// saying that the rest is lost (UnreadableMarker).
+// saying that the rest is lost (UnreadableMarker). When the API server says
+// that it has no address for the pod's node (a node that never had one, as a
+// simulated kwok node), it gives up after a few such answers in a row
+// instead.
 //
 // Chunks are written when ChunkSize bytes are pending and at least every
 // FlushInterval while bytes are pending, so a reader of the archive (a
@@ -37,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +70,10 @@ const PodGoneMarker = "[kubetask: the pod was deleted before its log was read co
 func UnreadableMarker(after time.Duration) string {
 	return fmt.Sprintf("[kubetask: the node did not serve the rest of this log for %s after the container ended; the rest of the log is lost]\n", after)
 }
+
+// NoAddressMarker is the line appended to a log whose node has no address
+// the API server could read it from (a simulated node, say).
+const NoAddressMarker = "[kubetask: the pod's node has no address to read logs from; the rest of the log is not archived]\n"
 
 // BadCursorMarker is the line appended to a log whose saved resume position
 // this version cannot read (an archive written by an incompatible version):
@@ -119,7 +127,8 @@ type capture struct {
 	cursor  []byte    // the follower's cursor after pending's last byte
 	moved   bool      // cursor differs from the archived one
 	lastNew time.Time // when the follower last delivered bytes (or Run started)
-	gaveUp  bool      // the watchdog ended the follower
+	noAddr  int       // log requests in a row answered "no address for the node"
+	gaveUp  string    // the marker of a log given up on (the follower was ended)
 	err     error     // the first write error; the capture stops on it
 	done    bool      // the archive said the log is complete
 }
@@ -171,6 +180,19 @@ func Run(ctx context.Context, cfg Config) error {
 		Client: cfg.Client, Namespace: cfg.Namespace, Pod: cfg.Pod, Container: cfg.Container,
 		Progress: cfg.Progress, Changed: cfg.Changed, Clock: cfg.Clock, Logger: cfg.Logger,
 		PartialLines: true, Resume: info.Cursor,
+		OnStreamError: func(err error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !nodeHasNoAddress(err) {
+				c.noAddr = 0
+				return
+			}
+			c.noAddr++
+			if c.noAddr >= noAddressAnswers && ended(cfg.Progress()) && c.gaveUp == "" {
+				c.gaveUp = NoAddressMarker
+				stop()
+			}
+		},
 		OnLine: func(l podlog.Line) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -181,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 			c.cursor = f.AppendCursor(c.cursor[:0])
 			c.moved = true
 			c.lastNew = cfg.Clock.Now()
+			c.noAddr = 0
 			if len(c.pending) >= cfg.ChunkSize {
 				c.writeLocked(fctx, false)
 				if c.err != nil || c.done {
@@ -216,8 +239,8 @@ func Run(ctx context.Context, cfg Config) error {
 					stop()
 				}
 			}
-			if ended(cfg.Progress()) && cfg.Clock.Since(c.lastNew) >= cfg.GiveUpAfter {
-				c.gaveUp = true
+			if ended(cfg.Progress()) && cfg.Clock.Since(c.lastNew) >= cfg.GiveUpAfter && c.gaveUp == "" {
+				c.gaveUp = UnreadableMarker(cfg.GiveUpAfter)
 				stop()
 			}
 			c.mu.Unlock()
@@ -236,9 +259,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return werr
 	case done:
 		return nil
-	case gaveUp && ctx.Err() == nil:
-		c.log.Warn("the node does not serve the rest of the log; ending it", "after", cfg.GiveUpAfter, "err", runErr)
-		return c.finish(ctx, UnreadableMarker(cfg.GiveUpAfter))
+	case gaveUp != "" && ctx.Err() == nil:
+		c.log.Warn("the node does not serve the rest of the log; ending it", "marker", strings.TrimSpace(gaveUp), "err", runErr)
+		return c.finish(ctx, gaveUp)
 	case runErr == nil:
 		return c.finish(ctx, "")
 	case errors.Is(runErr, podlog.ErrPodGone):
@@ -255,6 +278,19 @@ func Run(ctx context.Context, cfg Config) error {
 	werr = c.err
 	c.mu.Unlock()
 	return errors.Join(runErr, werr)
+}
+
+// noAddressAnswers is how many log requests in a row must be answered "no
+// address for the node" (once the container ended) before a capture gives
+// up on the log.
+const noAddressAnswers = 3
+
+// nodeHasNoAddress reports whether err is the API server's answer for a pod
+// whose node has no address it can reach the kubelet at
+// (nodeutil.NoMatchError: "no preferred addresses found; known addresses:
+// ..."), which no retry changes.
+func nodeHasNoAddress(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no preferred addresses found")
 }
 
 // ended reports whether no instance of the container will write more: it

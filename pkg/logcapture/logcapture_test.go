@@ -295,3 +295,39 @@ func TestGivesUpOnAnUnreadableLog(t *testing.T) {
 		}
 	}
 }
+
+// A container on a node without an address (a kwok node: the API server
+// answers "no preferred addresses found"): once it ended, a few such answers
+// end the log with a marker at once, without waiting for GiveUpAfter; while
+// it runs, the capture waits.
+func TestGivesUpOnANodeWithoutAddress(t *testing.T) {
+	f := newFixture(t, store.Options{})
+	f.k.Start()
+	f.k.NoNodeAddress()
+	done := make(chan error, 1)
+	go func() { done <- logcapture.Run(f.ctx, f.config()) }()
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-f.ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	eventually("log requests while the container runs", func() bool { return f.k.Opens() >= 5 })
+	select {
+	case err := <-done:
+		t.Fatalf("the capture of a running container ended: %v", err)
+	default:
+	}
+	f.k.Terminate()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, info := f.archived()
+	if string(b) != logcapture.NoAddressMarker || !info.Complete {
+		t.Errorf("archived %q (%+v), want the marker, complete", b, info)
+	}
+}

@@ -90,6 +90,10 @@ type Config struct {
 	// byte waits in the follower for the rest of its line. For archives;
 	// printers want whole lines.
 	PartialLines bool
+	// OnStreamError, when set, is called (from Run's goroutine) with each
+	// error of a log request or stream the follower retries: for callers
+	// that tell a passing error from one that will not pass. Optional.
+	OnStreamError func(error)
 	// Resume is a Cursor of an earlier follower of the same container: this
 	// follower delivers what comes after it (see Cursor). Empty: from the
 	// beginning of the log. A cursor this version cannot read makes New fail
@@ -266,17 +270,25 @@ func (f *Follower) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		case apierrors.IsNotFound(err):
+			f.streamError(err)
 			log.Debug("log stream: pod or container not found", "err", err)
 			if !f.wait(ctx, backoff) {
 				return ctx.Err()
 			}
 		default:
+			f.streamError(err)
 			log.Debug("log stream broke; resuming", "since", f.cur.last, "err", err)
 			if !f.wait(ctx, backoff) {
 				return ctx.Err()
 			}
 			backoff = min(2*backoff, maxBackoff)
 		}
+	}
+}
+
+func (f *Follower) streamError(err error) {
+	if f.cfg.OnStreamError != nil {
+		f.cfg.OnStreamError(err)
 	}
 }
 

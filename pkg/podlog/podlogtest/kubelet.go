@@ -44,9 +44,9 @@ type Kubelet struct {
 	rotated    []int // per instance: records rotated away from its start
 	terminated bool
 	gone       bool
-	// unreachable: log requests fail as when the API server cannot reach
-	// the node's kubelet.
-	unreachable bool
+	// unreachable: log requests fail with this message (500), as when the
+	// API server cannot reach the node's kubelet; "" when they do not.
+	unreachable string
 	cuts        map[int]Cut
 	onOpen      func(n int)
 	opens       int
@@ -148,7 +148,19 @@ func (k *Kubelet) CutOpen(n int, c Cut) {
 func (k *Kubelet) Unreachable(on bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.unreachable = on
+	k.unreachable = ""
+	if on {
+		k.unreachable = `Get "https://node:10250/containerLogs": dial tcp: connect: connection refused`
+	}
+	k.changeLocked()
+}
+
+// NoNodeAddress makes log requests fail as the API server answers for a
+// node without an address (a kwok node): 500, "no preferred addresses found".
+func (k *Kubelet) NoNodeAddress() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.unreachable = "no preferred addresses found; known addresses: []"
 	k.changeLocked()
 }
 
@@ -263,9 +275,9 @@ func (k *Kubelet) serveLog(w http.ResponseWriter, r *http.Request) {
 
 	k.mu.Lock()
 	k.signalLocked()
-	if k.unreachable {
+	if msg := k.unreachable; msg != "" {
 		k.mu.Unlock()
-		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "Get \"https://node:10250/containerLogs\": dial tcp: connect: connection refused")
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, msg)
 		return
 	}
 	if previous {
