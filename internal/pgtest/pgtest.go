@@ -74,6 +74,11 @@ func Run(m *testing.M) int {
 	return code
 }
 
+// StopShared stops the shared server, if a test started it, and removes its
+// directory: for a TestMain that runs the tests otherwise than with Run.
+// No test may start it afterwards.
+func StopShared() error { return stopShared() }
+
 func stopShared() error {
 	var err error
 	shared.once.Do(func() { err = nil }) // no later start

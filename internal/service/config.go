@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,9 +28,14 @@ type Config struct {
 	// $KUBETASK_SERVE_DIR, else $XDG_STATE_HOME/kubetask/serve, else
 	// ~/.local/state/kubetask/serve.
 	StateDir string `json:"stateDir,omitempty"`
-	// Store is "sqlite" (default: tasks.db in StateDir), "sqlite:PATH" or
+	// Store is "sqlite" (default: tasks.db in StateDir), "sqlite:PATH",
+	// "postgres" (the URL from StoreURLFile, else $KUBETASK_STORE_URL, so
+	// that it stays out of process listings), a postgres:// URL, or
 	// "memory" (tests and demos: nothing survives a restart).
 	Store string `json:"store,omitempty"`
+	// StoreURLFile holds the PostgreSQL URL of Store "postgres" (a mounted
+	// Secret, say): its first line.
+	StoreURLFile string `json:"storeURLFile,omitempty"`
 	// InstanceID names this service's executor (its pods' label and its
 	// Lease). Default "kubetask-serve".
 	InstanceID string `json:"instanceID,omitempty"`
@@ -70,6 +76,10 @@ func (d Duration) Get() time.Duration {
 
 // EnvStateDir overrides the default state directory.
 const EnvStateDir = "KUBETASK_SERVE_DIR"
+
+// EnvStoreURL gives the PostgreSQL URL of Store "postgres" when
+// StoreURLFile is not set.
+const EnvStoreURL = "KUBETASK_STORE_URL"
 
 // LoadFile reads a YAML or JSON configuration file strictly: an unknown field
 // is an error that names it.
@@ -141,8 +151,15 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.Store == "sqlite", c.Store == "memory", strings.HasPrefix(c.Store, "sqlite:") && len(c.Store) > len("sqlite:"):
+	case c.Store == "postgres" || isPostgresURL(c.Store):
+		if _, err := c.PostgresURL(); err != nil {
+			errs = append(errs, err)
+		}
 	default:
-		errs = append(errs, fmt.Errorf("store %q: want sqlite, sqlite:PATH or memory (--store)", c.Store))
+		errs = append(errs, fmt.Errorf("store %q: want sqlite, sqlite:PATH, postgres (URL from --store-url-file or $%s), a postgres:// URL, or memory (--store)", redactURL(c.Store), EnvStoreURL))
+	}
+	if c.StoreURLFile != "" && c.Store != "postgres" {
+		errs = append(errs, fmt.Errorf("storeURLFile is for store \"postgres\", not %q (--store postgres --store-url-file FILE)", redactURL(c.Store)))
 	}
 	for _, msg := range validation.IsValidLabelValue(c.InstanceID) {
 		errs = append(errs, fmt.Errorf("instanceID %q: %s (--instance-id)", c.InstanceID, msg))
@@ -174,10 +191,45 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// PostgresURL is the PostgreSQL URL of a postgres store: Store itself, the
+// first line of StoreURLFile, or $KUBETASK_STORE_URL.
+func (c *Config) PostgresURL() (string, error) {
+	if isPostgresURL(c.Store) {
+		return c.Store, nil
+	}
+	if c.StoreURLFile != "" {
+		b, err := os.ReadFile(c.StoreURLFile)
+		if err != nil {
+			return "", fmt.Errorf("storeURLFile: %w (--store-url-file)", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if u := strings.TrimSpace(line); u != "" {
+			return u, nil
+		}
+		return "", fmt.Errorf("storeURLFile %s is empty: write the PostgreSQL URL in it (postgres://user:password@host/db)", c.StoreURLFile)
+	}
+	if u := os.Getenv(EnvStoreURL); u != "" {
+		return u, nil
+	}
+	return "", fmt.Errorf("store \"postgres\" needs its URL: --store-url-file FILE (storeURLFile) or $%s", EnvStoreURL)
+}
+
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// redactURL hides the password of a URL-shaped store setting.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
+}
+
 // StorePath is the SQLite file the configuration names ("" for memory).
 func (c *Config) StorePath() string {
 	switch {
-	case c.Store == "memory":
+	case c.Store == "memory", c.Store == "postgres", isPostgresURL(c.Store):
 		return ""
 	case strings.HasPrefix(c.Store, "sqlite:"):
 		return strings.TrimPrefix(c.Store, "sqlite:")

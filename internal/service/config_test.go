@@ -68,3 +68,61 @@ func TestLoadFileIsStrict(t *testing.T) {
 		t.Errorf("config %+v, err %v", c, err)
 	}
 }
+
+// Where a postgres store's URL comes from, and the problems of each way.
+func TestPostgresURL(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "url")
+	if err := os.WriteFile(file, []byte("postgres://kt:secret@db:5432/tasks\nignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		store, file, env string
+		url              string // the URL; "" for an error
+		errs             []string
+	}{
+		"from the file":                  {store: "postgres", file: file, env: "postgres://env/db", url: "postgres://kt:secret@db:5432/tasks"},
+		"from the environment":           {store: "postgres", env: "postgres://env/db", url: "postgres://env/db"},
+		"literal":                        {store: "postgresql://h/db", url: "postgresql://h/db"},
+		"neither file nor environment":   {store: "postgres", errs: []string{"--store-url-file", EnvStoreURL}},
+		"missing file":                   {store: "postgres", file: filepath.Join(dir, "nope"), errs: []string{"storeURLFile", "no such file"}},
+		"empty file":                     {store: "postgres", file: empty, errs: []string{"is empty"}},
+		"file without postgres":          {store: "sqlite", file: file, errs: []string{"storeURLFile is for store \"postgres\""}},
+		"a bad store hides its password": {store: "mysql://u:hunter2@h/db", errs: []string{"xxxxx"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(EnvStoreURL, tc.env)
+			c := Config{StateDir: dir, Store: tc.store, StoreURLFile: tc.file}
+			if err := c.Defaults(); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Validate()
+			if tc.url != "" {
+				u, uerr := c.PostgresURL()
+				if err != nil || uerr != nil || u != tc.url {
+					t.Errorf("URL %q (%v, %v), want %q", u, err, uerr, tc.url)
+				}
+				if c.StorePath() != "" {
+					t.Errorf("a postgres store has a SQLite path %q", c.StorePath())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %v", tc.errs)
+			}
+			for _, want := range tc.errs {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "secret") {
+				t.Errorf("the error shows a password: %v", err)
+			}
+		})
+	}
+}

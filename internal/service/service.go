@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,6 +45,11 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
+	}
+	if u, err := url.Parse(cfg.Store); err == nil && isPostgresURL(cfg.Store) && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			log.Warn("the store URL's password is visible in process listings and the configuration: give it with --store-url-file or $" + EnvStoreURL)
+		}
 	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
@@ -172,19 +178,35 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 }
 
 func openStore(ctx context.Context, cfg Config) (store.Store, error) {
-	path := cfg.StorePath()
 	opts := store.Options{MaxLogSize: cfg.LogCapBytes}
-	if path == "" {
+	switch {
+	case cfg.Store == "memory":
 		return store.NewMemoryWithOptions(opts), nil
+	case cfg.Store == "postgres" || isPostgresURL(cfg.Store):
+		u, err := cfg.PostgresURL()
+		if err != nil {
+			return nil, err
+		}
+		return store.OpenPostgres(ctx, u, opts)
 	}
-	return store.OpenSQLiteWithOptions(ctx, path, opts)
+	return store.OpenSQLiteWithOptions(ctx, cfg.StorePath(), opts)
 }
 
 func describeStore(cfg Config) string {
-	if p := cfg.StorePath(); p != "" {
-		return "sqlite " + p
+	switch {
+	case cfg.Store == "memory":
+		return "memory"
+	case cfg.Store == "postgres" || isPostgresURL(cfg.Store):
+		u, err := cfg.PostgresURL()
+		if err != nil {
+			return "postgres"
+		}
+		if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+			return "postgres " + pu.Host + pu.Path
+		}
+		return "postgres"
 	}
-	return "memory"
+	return "sqlite " + cfg.StorePath()
 }
 
 // newAuth builds the authenticator of cfg.Auth; in token mode it generates a

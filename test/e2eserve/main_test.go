@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -22,10 +23,18 @@ import (
 	"time"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/pgtest"
 	"github.com/kubetask/kubetask/pkg/api"
 )
 
-func TestMain(m *testing.M) { clustertest.MainWith(m, clustertest.Options{}) }
+func TestMain(m *testing.M) {
+	code := clustertest.Run(m, clustertest.Options{})
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
 
 var (
 	binOnce sync.Once

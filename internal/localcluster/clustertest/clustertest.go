@@ -55,6 +55,10 @@ func Main(m *testing.M) { MainWith(m, Options{}) }
 // MainWith is Main with options.
 func MainWith(m *testing.M, opts Options) { os.Exit(run(m, opts)) }
 
+// Run is MainWith without the exit: it returns the exit code, for a TestMain
+// that stops more after the tests (a database server, say).
+func Run(m *testing.M, opts Options) int { return run(m, opts) }
+
 func run(m *testing.M, opts Options) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
