@@ -151,7 +151,7 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.Store == "sqlite", c.Store == "memory", strings.HasPrefix(c.Store, "sqlite:") && len(c.Store) > len("sqlite:"):
-	case c.Store == "postgres" || isPostgresURL(c.Store):
+	case c.isPostgres():
 		if _, err := c.PostgresURL(); err != nil {
 			errs = append(errs, err)
 		}
@@ -214,6 +214,9 @@ func (c *Config) PostgresURL() (string, error) {
 	return "", fmt.Errorf("store \"postgres\" needs its URL: --store-url-file FILE (storeURLFile) or $%s", EnvStoreURL)
 }
 
+// isPostgres reports whether the configuration names a PostgreSQL store.
+func (c *Config) isPostgres() bool { return c.Store == "postgres" || isPostgresURL(c.Store) }
+
 func isPostgresURL(s string) bool {
 	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
@@ -229,7 +232,7 @@ func redactURL(s string) string {
 // StorePath is the SQLite file the configuration names ("" for memory).
 func (c *Config) StorePath() string {
 	switch {
-	case c.Store == "memory", c.Store == "postgres", isPostgresURL(c.Store):
+	case c.Store == "memory", c.isPostgres():
 		return ""
 	case strings.HasPrefix(c.Store, "sqlite:"):
 		return strings.TrimPrefix(c.Store, "sqlite:")

@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			log.Warn("the store URL's password is visible in process listings and the configuration: give it with --store-url-file or $" + EnvStoreURL)
 		}
 	}
-	st, err := openStore(ctx, cfg)
+	st, storeDesc, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	if tlsCfg != nil {
 		scheme = "https"
 	}
-	fmt.Fprintf(out, "kubetask serve: %s://%s/api/v1 (store %s, auth %s)\n", scheme, l.Addr(), describeStore(cfg), cfg.Auth)
+	fmt.Fprintf(out, "kubetask serve: %s://%s/api/v1 (store %s, auth %s)\n", scheme, l.Addr(), storeDesc, cfg.Auth)
 
 	exCtx, stopEx := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEx()
@@ -177,36 +177,27 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	return errors.Join(serveErr, exErr)
 }
 
-func openStore(ctx context.Context, cfg Config) (store.Store, error) {
+// openStore opens the store cfg names and returns it with a description for
+// the start-up line (a PostgreSQL URL without its credentials).
+func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
 	opts := store.Options{MaxLogSize: cfg.LogCapBytes}
 	switch {
 	case cfg.Store == "memory":
-		return store.NewMemoryWithOptions(opts), nil
-	case cfg.Store == "postgres" || isPostgresURL(cfg.Store):
+		return store.NewMemoryWithOptions(opts), "memory", nil
+	case cfg.isPostgres():
 		u, err := cfg.PostgresURL()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return store.OpenPostgres(ctx, u, opts)
-	}
-	return store.OpenSQLiteWithOptions(ctx, cfg.StorePath(), opts)
-}
-
-func describeStore(cfg Config) string {
-	switch {
-	case cfg.Store == "memory":
-		return "memory"
-	case cfg.Store == "postgres" || isPostgresURL(cfg.Store):
-		u, err := cfg.PostgresURL()
-		if err != nil {
-			return "postgres"
-		}
+		desc := "postgres"
 		if pu, err := url.Parse(u); err == nil && pu.Host != "" {
-			return "postgres " + pu.Host + pu.Path
+			desc += " " + pu.Host + pu.Path
 		}
-		return "postgres"
+		st, err := store.OpenPostgres(ctx, u, opts)
+		return st, desc, err
 	}
-	return "sqlite " + cfg.StorePath()
+	st, err := store.OpenSQLiteWithOptions(ctx, cfg.StorePath(), opts)
+	return st, "sqlite " + cfg.StorePath(), err
 }
 
 // newAuth builds the authenticator of cfg.Auth; in token mode it generates a
