@@ -120,6 +120,12 @@ type Config struct {
 	// LeaseHolder names this process in the Lease. Default host name, process
 	// ID and a random suffix.
 	LeaseHolder string
+	// RecordOnly makes an executor that records tasks for the instance that
+	// runs them elsewhere (a replica's view of a shard another replica owns):
+	// Submit and Cancel write the Store and queue nothing, Get reads the
+	// Store, and Start refuses to run. The owner learns of the change from
+	// the Store (store.Changes) or its resync.
+	RecordOnly bool
 }
 
 func (c *Config) defaults() error {

@@ -192,6 +192,9 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // as it then is. It returns nil when ctx ends, or the error of OnLeading or of
 // the start.
 func (e *Executor) Start(ctx context.Context) error {
+	if e.cfg.RecordOnly {
+		return errors.New("a RecordOnly executor does not start")
+	}
 	e.mu.Lock()
 	if e.started {
 		e.mu.Unlock()
@@ -386,20 +389,37 @@ func (e *Executor) resync(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
-			if err != nil {
-				e.cfg.Logger.Error("resync: listing tasks", "err", err)
-				continue
-			}
-			for _, r := range recs {
-				e.queue.Add(r.ID)
+			if err := e.ResyncAll(ctx); err != nil {
+				e.cfg.Logger.Error("resync", "err", err)
 			}
 		}
 	}
 }
 
-// Resync makes the executor look at task id again soon.
-func (e *Executor) Resync(id string) { e.queue.Add(id) }
+// Resync makes the executor look at task id again soon (a task another
+// process submitted or cancelled through the shared Store, or one whose Hold
+// answer changed). A RecordOnly executor ignores it.
+func (e *Executor) Resync(id string) {
+	if !e.cfg.RecordOnly {
+		e.queue.Add(id)
+	}
+}
+
+// ResyncAll makes the executor look at every unfinished task of its
+// instance again (after a gap in store.Changes).
+func (e *Executor) ResyncAll(ctx context.Context) error {
+	if e.cfg.RecordOnly {
+		return nil
+	}
+	recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
+	if err != nil {
+		return fmt.Errorf("listing unfinished tasks: %w", err)
+	}
+	for _, r := range recs {
+		e.queue.Add(r.ID)
+	}
+	return nil
+}
 
 // SubmitOption changes how Submit records a new task.
 type SubmitOption func(*store.Record)
@@ -452,6 +472,12 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 	if err != nil {
 		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
 	}
+	if e.cfg.RecordOnly {
+		if created {
+			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		}
+		return rec, nil
+	}
 	if created {
 		e.enlist(rec)
 		e.observe(rec.ID, rec.Phase, false)
@@ -482,6 +508,9 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 			continue
 		} else if err != nil {
 			return fmt.Errorf("cancelling task %s: %w", id, err)
+		}
+		if e.cfg.RecordOnly {
+			return nil
 		}
 		// A cancelled task never takes the slot it waits for.
 		e.unwait(id)

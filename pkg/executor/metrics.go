@@ -1,6 +1,10 @@
 package executor
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the executor's Prometheus metrics.
 type metrics struct {
@@ -48,7 +52,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.podCreations, m.lists, m.watches, m.watchErrors, m.reconcile, m.outcomeLag, m.outcomes, m.apiRequests)
+		// Several executors may share one registry (the shards of a
+		// replica): the second one counts into the first one's collectors.
+		m.tasks = register(reg, m.tasks)
+		m.podCreations = register(reg, m.podCreations)
+		m.lists = register(reg, m.lists)
+		m.watches = register(reg, m.watches)
+		m.watchErrors = register(reg, m.watchErrors)
+		m.reconcile = register(reg, m.reconcile)
+		m.outcomeLag = register(reg, m.outcomeLag)
+		m.outcomes = register(reg, m.outcomes)
+		m.apiRequests = register(reg, m.apiRequests)
 	}
 	return m
+}
+
+// register registers c, or returns the collector of the same description
+// that reg already has. It panics on a conflicting description, as
+// MustRegister does.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(err)
 }

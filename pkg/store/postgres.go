@@ -162,6 +162,20 @@ var postgresMigrations = []string{
 		PRIMARY KEY (task_id, attempt, container, "offset"),
 		FOREIGN KEY (task_id, attempt, container) REFERENCES logs ON DELETE CASCADE
 	);`,
+	// Migration 2: every created record, and every record whose
+	// cancellation is asked, is announced on the channel kubetask_tasks
+	// (payload "executor/id") in the transaction of the write, for the
+	// replica that runs the record's executor (WatchChanges).
+	`CREATE FUNCTION kubetask_notify_task() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_notify('` + postgresChangesChannel + `', convert_from(NEW.executor, 'UTF8') || '/' || NEW.id);
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER tasks_created AFTER INSERT ON tasks
+		FOR EACH ROW EXECUTE FUNCTION kubetask_notify_task();
+	CREATE TRIGGER tasks_cancelled AFTER UPDATE OF cancelled_at ON tasks
+		FOR EACH ROW WHEN (OLD.cancelled_at IS DISTINCT FROM NEW.cancelled_at)
+		EXECUTE FUNCTION kubetask_notify_task();`,
 }
 
 var _ Store = (*postgresStore)(nil)

@@ -1,0 +1,62 @@
+package executor
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// TestRecordOnly: an executor for a shard another replica owns writes the
+// Store on Submit and Cancel, emits Submitted, and queues nothing; it never
+// starts.
+func TestRecordOnly(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.RecordOnly = true })
+	rec := f.submit("t1", newTask())
+	if rec.Executor != "ex" || rec.Phase != "Pending" {
+		t.Errorf("record %+v", rec)
+	}
+	if len(f.events) != 1 || f.events[0].Type != EventSubmitted {
+		t.Errorf("events %+v, want one Submitted", f.events)
+	}
+	if err := f.ex.Cancel(f.ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.record("t1").CancelledAt.IsZero() {
+		t.Error("Cancel did not write CancelledAt")
+	}
+	f.ex.Resync("t1")
+	if n := f.ex.queue.Len(); n != 0 {
+		t.Errorf("queue holds %d tasks, want none", n)
+	}
+	f.ex.mu.Lock()
+	waiting := len(f.ex.waiting)
+	f.ex.mu.Unlock()
+	if waiting != 0 {
+		t.Errorf("%d tasks wait for a slot, want none", waiting)
+	}
+	if err := f.ex.Start(context.Background()); err == nil {
+		t.Error("Start of a RecordOnly executor returned nil")
+	}
+}
+
+// TestExecutorsShareARegistry: the executors of several shards register
+// into one registry and count into the same collectors.
+func TestExecutorsShareARegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var fs []*fx
+	for range 2 {
+		fs = append(fs, newFx(t, func(c *Config) { c.Registerer = reg; c.Store = store.NewMemory() }))
+	}
+	fs[0].ex.metrics.outcomes.WithLabelValues("Succeeded", "Completed").Inc()
+	fs[1].ex.metrics.outcomes.WithLabelValues("Succeeded", "Completed").Inc()
+	if got := testutil.ToFloat64(fs[0].ex.metrics.outcomes.WithLabelValues("Succeeded", "Completed")); got != 2 {
+		t.Errorf("outcomes = %v, want 2 (shared)", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, "kubetask_attempt_outcomes_total"); err != nil || n != 1 {
+		t.Errorf("gathered %d series (err %v), want 1", n, err)
+	}
+}
