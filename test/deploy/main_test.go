@@ -1,0 +1,57 @@
+// Package deploy tests the manifests in deploy/ against the local cluster: the
+// kustomization builds and every object is accepted by a real API server
+// (server-side apply, dry run), and a `kubetask serve` that holds nothing but
+// the deployed roles runs a task end to end (pods, sidecar stop, file result
+// through exec, log capture, finalizers, Leases, TokenReview and
+// SubjectAccessReview) while an action outside them is refused.
+package deploy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+)
+
+func TestMain(m *testing.M) { clustertest.Main(m) }
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// kubetaskBin builds the binary under test once, beside the shared
+// cluster's directory (removed with it).
+func kubetaskBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		dir := filepath.Join(filepath.Dir(clustertest.Cluster().Dir()), "deploy")
+		if binErr = os.MkdirAll(dir, 0o755); binErr != nil {
+			return
+		}
+		binPath, binErr = clustertest.BuildKubetask(ctx, dir)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// eventually polls cond every 100 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
