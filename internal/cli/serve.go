@@ -15,11 +15,12 @@ import (
 func newServeCommand() *cobra.Command {
 	cf := genericclioptions.NewConfigFlags(true)
 	var (
-		configFile string
-		flags      service.Config
-		retention  time.Duration
-		shutdown   time.Duration
-		namespaces []string
+		configFile    string
+		flags         service.Config
+		retention     time.Duration
+		shutdown      time.Duration
+		leaseDuration time.Duration
+		namespaces    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -69,6 +70,10 @@ adopts them and their logs go on from where the archive ends.`,
 			set("token-file", func() { cfg.TokenFile = flags.TokenFile })
 			set("log-cap-bytes", func() { cfg.LogCapBytes = flags.LogCapBytes })
 			set("shutdown-timeout", func() { cfg.ShutdownTimeout = service.Duration(shutdown.String()) })
+			set("shards", func() { cfg.Shards = flags.Shards })
+			set("replica-id", func() { cfg.ReplicaID = flags.ReplicaID })
+			set("lease-namespace", func() { cfg.LeaseNamespace = flags.LeaseNamespace })
+			set("lease-duration", func() { cfg.LeaseDuration = service.Duration(leaseDuration.String()) })
 			if cmd.Flags().Changed("namespace") && cfg.DefaultNamespace == "" {
 				cfg.DefaultNamespace = *cf.Namespace
 			}
@@ -102,6 +107,10 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringVar(&flags.TokenFile, "token-file", "", "token file of the token mode (default tokens.yaml in the state directory, generated when missing)")
 	fs.Int64Var(&flags.LogCapBytes, "log-cap-bytes", 0, "size cap of each archived container log (default 64 MiB; the rest is dropped and marked)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "how long SIGTERM waits for requests in flight (default 10s)")
+	fs.IntVar(&flags.Shards, "shards", 0, "run as one replica of a group sharing a PostgreSQL store: tasks belong to this many shards, balanced among the replicas through Leases (same number on every replica; default 0: one process)")
+	fs.StringVar(&flags.ReplicaID, "replica-id", "", "this replica's name in the Leases (default host name, process ID and a random suffix)")
+	fs.StringVar(&flags.LeaseNamespace, "lease-namespace", "", "namespace of the Leases (default $POD_NAMESPACE, else the default namespace)")
+	fs.DurationVar(&leaseDuration, "lease-duration", 0, "duration of the Leases: how long a replica that died holds its shards (default 15s)")
 	cf.AddFlags(fs)
 	return cmd
 }

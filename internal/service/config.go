@@ -63,6 +63,22 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
 	ShutdownTimeout Duration `json:"shutdownTimeout,omitempty"`
+	// Shards, when positive, runs this process as one replica of a group
+	// (named by InstanceID) sharing a PostgreSQL store: tasks belong to
+	// Shards shards, each run by the replica that holds its Lease (see
+	// docs/replicas.md). Every replica of a group must use the same number;
+	// 0 (default) runs one executor holding the instance Lease. Parallelism
+	// is divided among the shards.
+	Shards int `json:"shards,omitempty"`
+	// ReplicaID names this replica in its group's Leases. Default host name,
+	// process ID and a random suffix (in a pod: its name is the host name).
+	ReplicaID string `json:"replicaID,omitempty"`
+	// LeaseNamespace holds the Leases (instance, shards, membership).
+	// Default $POD_NAMESPACE (the downward API), else DefaultNamespace.
+	LeaseNamespace string `json:"leaseNamespace,omitempty"`
+	// LeaseDuration of those Leases: a replica that dies without handing
+	// over leaves its shards for this long. Default 15s.
+	LeaseDuration Duration `json:"leaseDuration,omitempty"`
 }
 
 // Duration is a Go duration written as a string ("90s", "720h").
@@ -131,6 +147,15 @@ func (c *Config) Defaults() error {
 	if c.ShutdownTimeout == "" {
 		c.ShutdownTimeout = "10s"
 	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = os.Getenv("POD_NAMESPACE")
+	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = c.DefaultNamespace
+	}
+	if c.LeaseDuration == "" {
+		c.LeaseDuration = "15s"
+	}
 	return nil
 }
 
@@ -172,7 +197,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    Duration
-	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}} {
+	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}, {"leaseDuration", c.LeaseDuration}} {
 		if v, err := time.ParseDuration(string(d.v)); err != nil || v < 0 {
 			errs = append(errs, fmt.Errorf("%s %q: want a non-negative Go duration such as 720h or 30s", d.name, d.v))
 		}
@@ -187,6 +212,25 @@ func (c *Config) Validate() error {
 	}
 	if c.QPS < 0 {
 		errs = append(errs, fmt.Errorf("qps must not be negative, got %v", c.QPS))
+	}
+	switch {
+	case c.Shards < 0:
+		errs = append(errs, fmt.Errorf("shards must not be negative, got %d (--shards)", c.Shards))
+	case c.Shards > 0 && !c.isPostgres():
+		errs = append(errs, fmt.Errorf("shards %d: replicas share their tasks through PostgreSQL: use --store postgres, not %q (or --shards 0 for one process)", c.Shards, redactURL(c.Store)))
+	case c.Shards > 1000:
+		errs = append(errs, fmt.Errorf("shards %d: at most 1000 (each is a Lease and an executor; a few per replica is plenty)", c.Shards))
+	}
+	if c.Shards > 0 {
+		for _, msg := range validation.IsValidLabelValue(c.InstanceID + "-shard-" + fmt.Sprint(c.Shards-1)) {
+			errs = append(errs, fmt.Errorf("instanceID %q names the replica group; its shard IDs must be label values: %s (--instance-id)", c.InstanceID, msg))
+		}
+	}
+	if d := c.LeaseDuration.Get(); d != 0 && d < 3*time.Second {
+		errs = append(errs, fmt.Errorf("leaseDuration %s: at least 3s (--lease-duration)", d))
+	}
+	for _, msg := range validation.IsDNS1123Label(c.LeaseNamespace) {
+		errs = append(errs, fmt.Errorf("leaseNamespace %q: %s (--lease-namespace)", c.LeaseNamespace, msg))
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,15 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 			c.Store, c.Auth, c.Retention, c.Parallelism, c.InstanceID = "mysql", "ldap", "a month", -1, "no spaces"
 		}, errs: []string{"store \"mysql\"", "auth \"ldap\"", "retention", "parallelism", "instanceID"}},
 		"bad listen": {edit: func(c *Config) { c.Listen = "8080" }, errs: []string{"HOST:PORT"}},
+		"replicas on postgres": {edit: func(c *Config) {
+			c.Store, c.Shards, c.LeaseDuration = "postgres://db/kubetask", 12, "6s"
+		}},
+		"replicas need postgres": {edit: func(c *Config) { c.Shards = 4 }, errs: []string{"--store postgres"}},
+		"shards and leases out of range": {edit: func(c *Config) {
+			c.Store, c.Shards, c.LeaseDuration, c.LeaseNamespace = "postgres://db/k", 1001, "1s", "Not_A_Namespace"
+		}, errs: []string{"at most 1000", "leaseDuration", "leaseNamespace"}},
+		"negative shards":     {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -99,8 +99,8 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	m := newCaptureMetrics(reg)
 	var srv *server.Server // the executor's events go to it; set before Start
 	var srvMu sync.Mutex
-	ex, err := executor.New(executor.Config{
-		RESTConfig: rc, InstanceID: cfg.InstanceID, Namespaces: cfg.Namespaces,
+	exCfg := executor.Config{
+		RESTConfig: rc, Namespaces: cfg.Namespaces,
 		DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
 		Store: st, Registerer: reg, Logger: log,
 		OnEvent: func(ev executor.Event) {
@@ -133,15 +133,23 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			}
 			return err
 		},
-	})
+	}
+	run, err := newRunner(cfg, exCfg, client, st, reg, log)
 	if err != nil {
 		return err
 	}
 	s, err := server.New(server.Config{
-		Executor: ex, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
+		Executor: run.api, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
 		Ready: func() error {
-			if !ex.Ready() {
-				return errors.New("the executor has not synced its pod caches or does not hold its instance lease")
+			if err := run.ready(); err != nil {
+				return err
+			}
+			if p, ok := st.(store.Pinger); ok {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				if err := p.Ping(pctx); err != nil {
+					return fmt.Errorf("the store does not answer: %w", err)
+				}
 			}
 			return nil
 		},
@@ -167,8 +175,13 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 
 	exCtx, stopEx := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEx()
+	if cfg.Shards > 0 {
+		// A replica hands its shards over as soon as SIGTERM comes, while
+		// the API drains: the others take over without waiting for expiry.
+		exCtx = ctx
+	}
 	exDone := make(chan error, 1)
-	go func() { exDone <- ex.Start(exCtx) }()
+	go func() { exDone <- run.start(exCtx) }()
 	go retain(exCtx, ret, cfg.Retention.Get(), time.Hour, clock.RealClock{}, log)
 
 	serveErr := s.Serve(ctx, l) // returns after the graceful shutdown when ctx ends

@@ -90,3 +90,22 @@ func (s *postgresStore) listen(ctx context.Context, fn func(Change)) (bool, erro
 		fn(Change{Executor: executor, ID: id})
 	}
 }
+
+// Pinger is implemented by stores on a server (PostgreSQL): Ping says
+// whether it answers now (a service's readiness).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+var _ Pinger = (*postgresStore)(nil)
+
+// Ping checks that the server answers.
+func (s *postgresStore) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,429 @@
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// Config configures a Replica.
+type Config struct {
+	// Client reaches the cluster (the membership Leases). Required.
+	Client kubernetes.Interface
+	// Namespace holds the membership and shard Leases. Required.
+	Namespace string
+	// Group names the replica group: the replicas sharing a store and its
+	// tasks. The shards' instance IDs are ShardID(Group, k). Required.
+	Group string
+	// Identity names this replica, unique in the group. Default host name,
+	// process ID and a random suffix.
+	Identity string
+	// Shards is the fixed number of shards. Required; every replica of a
+	// group must use the same number.
+	Shards int
+	// LeaseDuration of the membership and shard Leases, and RetryPeriod, the
+	// period of renewals and of retries to acquire. Defaults 15s and 2s.
+	LeaseDuration, RetryPeriod time.Duration
+	// Executor returns the configuration of shard k's executor; the replica
+	// sets its InstanceID, its Lease fields and RecordOnly.
+	Executor func(k int) executor.Config
+	// Changes, when set, tells the owner of a shard promptly about records
+	// another replica created or cancelled (the store's).
+	Changes store.Changes
+	// Registerer receives the replica's metrics. Default: none.
+	Registerer prometheus.Registerer
+	Clock      clock.WithTicker
+	Logger     *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("config field Client is required"))
+	}
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("config field Namespace (of the Leases) is required"))
+	}
+	if c.Shards <= 0 {
+		errs = append(errs, fmt.Errorf("config field Shards must be positive, got %d", c.Shards))
+	}
+	if c.Executor == nil {
+		errs = append(errs, errors.New("config field Executor is required"))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("config field Group is required"))
+	} else if c.Shards > 0 {
+		for _, msg := range validation.IsValidLabelValue(ShardID(c.Group, c.Shards-1)) {
+			errs = append(errs, fmt.Errorf("config field Group %q: its shard IDs (%s) must be label values: %s", c.Group, ShardID(c.Group, c.Shards-1), msg))
+		}
+	}
+	if c.Identity == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Identity = fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 15 * time.Second
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = 2 * time.Second
+	}
+	if c.LeaseDuration < time.Second || c.RetryPeriod*3 > c.LeaseDuration {
+		errs = append(errs, fmt.Errorf("need LeaseDuration (%s) >= 1s and >= 3 x RetryPeriod (%s)", c.LeaseDuration, c.RetryPeriod))
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("replica config: %w", err)
+	}
+	return nil
+}
+
+// Replica runs the shards it owns and records tasks of every shard. It
+// serves the whole API: Submit, Get and Cancel of any task (as the server's
+// Executor).
+type Replica struct {
+	cfg     Config
+	log     *slog.Logger
+	records []*executor.Executor // RecordOnly, one per shard
+	owned   prometheus.Gauge
+
+	mu        sync.Mutex
+	running   map[int]*shardRun
+	byID      map[string]int // shard instance ID -> shard
+	leaving   bool
+	renewedAt time.Time // last renewal of the membership Lease
+	stops     sync.WaitGroup
+}
+
+// shardRun is a started executor of one owned shard.
+type shardRun struct {
+	ex     *executor.Executor
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New validates cfg and builds the replica's record-only executors.
+func New(cfg Config) (*Replica, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg: cfg, log: cfg.Logger.With("replica", cfg.Identity),
+		running: map[int]*shardRun{}, byID: map[string]int{},
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kubetask_replica_shards", Help: "Shards this replica runs now."}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(r.owned)
+	}
+	for k := range cfg.Shards {
+		ec := r.shardConfig(k)
+		ec.RecordOnly = true
+		ex, err := executor.New(ec)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", k, err)
+		}
+		r.records = append(r.records, ex)
+		r.byID[ec.InstanceID] = k
+	}
+	return r, nil
+}
+
+func (r *Replica) shardConfig(k int) executor.Config {
+	ec := r.cfg.Executor(k)
+	ec.InstanceID = ShardID(r.cfg.Group, k)
+	ec.LeaseNamespace = r.cfg.Namespace
+	ec.LeaseHolder = r.cfg.Identity
+	ec.LeaseDuration = r.cfg.LeaseDuration
+	ec.RetryPeriod = r.cfg.RetryPeriod
+	ec.RenewDeadline = r.cfg.LeaseDuration * 2 / 3
+	ec.Logger = r.log.With("shard", k)
+	return ec
+}
+
+// Run joins the group and runs the owned shards until ctx ends; then it
+// leaves: it deletes its membership Lease, stops its executors (each
+// releases its shard Lease) and returns once they stopped.
+func (r *Replica) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0, informers.WithNamespace(r.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGroup + "=" + r.cfg.Group }))
+	leases := factory.Coordination().V1().Leases()
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
+	})
+	infCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInformers()
+	factory.Start(infCtx.Done())
+	defer factory.Shutdown()
+
+	var member *coordinationv1.Lease
+	for member == nil {
+		var err error
+		if member, err = r.renewMember(ctx, nil); err != nil {
+			r.log.Warn("joining the replica group", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.cfg.Clock.After(r.cfg.RetryPeriod):
+			}
+		}
+	}
+	r.noteRenewed()
+	r.log.Info("joined the replica group", "group", r.cfg.Group, "lease", r.cfg.Namespace+"/"+member.Name, "shards", r.cfg.Shards)
+	if !cache.WaitForCacheSync(ctx.Done(), leases.Informer().HasSynced) {
+		r.leave(member)
+		return nil
+	}
+	if r.cfg.Changes != nil {
+		go func() { _ = r.cfg.Changes.WatchChanges(ctx, func(c store.Change) { r.changed(ctx, c) }) }()
+	}
+	observed := map[string]observation{}
+	tick := r.cfg.Clock.NewTicker(r.cfg.RetryPeriod)
+	defer tick.Stop()
+	nextRenew := r.cfg.Clock.Now().Add(r.cfg.RetryPeriod)
+	for {
+		now := r.cfg.Clock.Now()
+		if !now.Before(nextRenew) {
+			if l, err := r.renewMember(ctx, member); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("renewing the membership lease", "err", err)
+				}
+			} else {
+				member = l
+				r.noteRenewed()
+			}
+			nextRenew = now.Add(r.cfg.RetryPeriod)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		live := liveMembers(r.listMembers(leases.Lister()), observed, r.cfg.Identity, false, now)
+		r.rebalance(ctx, Owned(Assign(live, r.cfg.Shards), r.cfg.Identity), live)
+		select {
+		case <-ctx.Done():
+		case <-kick:
+		case <-tick.C():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.leave(member)
+	return nil
+}
+
+// rebalance starts the executors of the shards in want that do not run and
+// stops the others.
+func (r *Replica) rebalance(ctx context.Context, want []int, live []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var started, stopped []int
+	for k, run := range r.running {
+		if !slices.Contains(want, k) {
+			r.stopLocked(k, run)
+			stopped = append(stopped, k)
+		}
+	}
+	for _, k := range want {
+		if _, ok := r.running[k]; ok {
+			continue
+		}
+		ec := r.shardConfig(k)
+		ex, err := executor.New(ec)
+		if err != nil {
+			r.log.Error("shard executor", "shard", k, "err", err)
+			continue
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		run := &shardRun{ex: ex, cancel: cancel, done: make(chan struct{})}
+		r.running[k] = run
+		started = append(started, k)
+		go func() {
+			defer close(run.done)
+			if err := ex.Start(sctx); err != nil {
+				r.log.Error("shard executor stopped", "shard", k, "err", err)
+				r.mu.Lock()
+				if r.running[k] == run {
+					delete(r.running, k)
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	r.owned.Set(float64(len(r.running)))
+	if len(started)+len(stopped) > 0 {
+		slices.Sort(stopped)
+		r.log.Info("shards changed", "members", len(live), "started", started, "stopped", stopped, "shards", r.ownedLocked())
+	}
+}
+
+func (r *Replica) stopLocked(k int, run *shardRun) {
+	delete(r.running, k)
+	run.cancel()
+	r.stops.Add(1)
+	go func() {
+		defer r.stops.Done()
+		<-run.done
+	}()
+}
+
+func (r *Replica) ownedLocked() []int {
+	var out []int
+	for k := range r.running {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Shards returns the shards this replica runs now.
+func (r *Replica) Shards() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ownedLocked()
+}
+
+// leave hands the shards over: first the membership Lease goes, so the
+// others assign the shards among themselves, then each executor stops and
+// releases its shard Lease.
+func (r *Replica) leave(member *coordinationv1.Lease) {
+	r.mu.Lock()
+	r.leaving = true
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if member != nil {
+		err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Delete(ctx, member.Name, metav1.DeleteOptions{})
+		if err != nil {
+			r.log.Warn("deleting the membership lease (the others wait for it to expire)", "err", err)
+		}
+	}
+	r.mu.Lock()
+	for k, run := range r.running {
+		r.stopLocked(k, run)
+	}
+	r.owned.Set(0)
+	r.mu.Unlock()
+	r.stops.Wait()
+	r.log.Info("left the replica group: shards released")
+}
+
+func (r *Replica) noteRenewed() {
+	r.mu.Lock()
+	r.renewedAt = r.cfg.Clock.Now()
+	r.mu.Unlock()
+}
+
+// changed routes a store change to the owner's executor.
+func (r *Replica) changed(ctx context.Context, c store.Change) {
+	r.mu.Lock()
+	var runs []*shardRun
+	if c.ID == "" {
+		for _, run := range r.running {
+			runs = append(runs, run)
+		}
+	} else if k, ok := r.byID[c.Executor]; ok && r.running[k] != nil {
+		runs = append(runs, r.running[k])
+	}
+	r.mu.Unlock()
+	for _, run := range runs {
+		if c.ID != "" {
+			run.ex.Resync(c.ID)
+		} else if err := run.ex.ResyncAll(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("resync after the store's change feed reconnected", "err", err)
+		}
+	}
+}
+
+// executorOf returns the executor that answers for task id: the running one
+// of its shard when this replica owns it, else the shard's record-only one.
+func (r *Replica) executorOf(id string) *executor.Executor {
+	k := ShardOf(id, r.cfg.Shards)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run := r.running[k]; run != nil {
+		return run.ex
+	}
+	return r.records[k]
+}
+
+// Submit records the task in its shard; the shard's owner runs it.
+func (r *Replica) Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error) {
+	return r.executorOf(id).Submit(ctx, id, t, opts...)
+}
+
+// Get returns the task's record (with the live state when this replica runs
+// its shard).
+func (r *Replica) Get(ctx context.Context, id string) (store.Record, error) {
+	return r.executorOf(id).Get(ctx, id)
+}
+
+// Cancel asks for the task to stop; its shard's owner stops it.
+func (r *Replica) Cancel(ctx context.Context, id string) error {
+	return r.executorOf(id).Cancel(ctx, id)
+}
+
+// Healthy is nil while every executor this replica runs can see its pods.
+func (r *Replica) Healthy() error {
+	r.mu.Lock()
+	var runs []*shardRun
+	for _, run := range r.running {
+		runs = append(runs, run)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, run := range runs {
+		errs = append(errs, run.ex.Healthy())
+	}
+	return errors.Join(errs...)
+}
+
+// Ready is nil while the replica is a member of its group: it renewed its
+// membership Lease within the lease duration and is not leaving. Owning
+// shards is not required: a replica waiting for a dead one's shard Leases to
+// expire still serves the API.
+func (r *Replica) Ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.leaving:
+		return errors.New("leaving the replica group")
+	case r.renewedAt.IsZero():
+		return errors.New("not yet a member of the replica group")
+	case r.cfg.Clock.Since(r.renewedAt) >= r.cfg.LeaseDuration:
+		return fmt.Errorf("could not renew the membership lease since %s", r.renewedAt.Format(time.RFC3339))
+	}
+	return nil
+}

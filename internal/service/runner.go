@@ -1,0 +1,64 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubetask/kubetask/internal/replica"
+	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// runner is what runs the tasks: one executor, or a replica of a group.
+type runner struct {
+	api   server.Executor
+	start func(context.Context) error
+	ready func() error
+}
+
+// newRunner builds the executor of a single process, or the replica of a
+// group when cfg.Shards is set (its shards' executors share client, the
+// replica's QPS, and divide Parallelism).
+func newRunner(cfg Config, ec executor.Config, client kubernetes.Interface, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
+	ec.LeaseNamespace = cfg.LeaseNamespace
+	ec.LeaseDuration = cfg.LeaseDuration.Get()
+	if ec.LeaseDuration > 0 {
+		ec.RenewDeadline = ec.LeaseDuration * 2 / 3
+		ec.RetryPeriod = max(ec.LeaseDuration/7, 500*time.Millisecond)
+	}
+	if cfg.Shards == 0 {
+		ec.InstanceID = cfg.InstanceID
+		ex, err := executor.New(ec)
+		if err != nil {
+			return nil, err
+		}
+		return &runner{api: ex, start: ex.Start, ready: func() error {
+			if !ex.Ready() {
+				return errors.New("the executor has not synced its pod caches or does not hold its instance lease")
+			}
+			return nil
+		}}, nil
+	}
+	ec.Client = client
+	if ec.Parallelism == 0 {
+		ec.Parallelism = 100
+	}
+	ec.Parallelism = (ec.Parallelism + cfg.Shards - 1) / cfg.Shards
+	changes, _ := st.(store.Changes)
+	r, err := replica.New(replica.Config{
+		Client: client, Namespace: cfg.LeaseNamespace, Group: cfg.InstanceID, Identity: cfg.ReplicaID,
+		Shards: cfg.Shards, LeaseDuration: ec.LeaseDuration, RetryPeriod: ec.RetryPeriod,
+		Executor: func(int) executor.Config { return ec },
+		Changes:  changes, Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &runner{api: r, start: r.Run, ready: r.Ready}, nil
+}
