@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -12,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
+
+	"github.com/kubetask/kubetask/pkg/executor"
 )
 
 // LabelGroup labels the membership Leases of a replica group.
@@ -117,4 +120,67 @@ func (r *Replica) renewMember(ctx context.Context, last *coordinationv1.Lease) (
 func (r *Replica) listMembers(lister coordlisters.LeaseLister) []*coordinationv1.Lease {
 	ls, _ := lister.Leases(r.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{LabelGroup: r.cfg.Group}))
 	return ls
+}
+
+// expiredShards returns the shard Leases held by a replica that is not a
+// live member and that, as this process observed them, have not been
+// renewed for their duration: their holder is gone.
+func (r *Replica) expiredShards(lister coordlisters.LeaseLister, observed map[string]observation, live []string, now time.Time) map[int]*coordinationv1.Lease {
+	out := map[int]*coordinationv1.Lease{}
+	current := map[string]bool{}
+	for k := range r.cfg.Shards {
+		name := executor.LeaseName(ShardID(r.cfg.Group, k))
+		l, err := lister.Leases(r.cfg.Namespace).Get(name)
+		if err != nil {
+			continue
+		}
+		current[name] = true
+		renew := ""
+		if l.Spec.RenewTime != nil {
+			renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		o, ok := observed[name]
+		if !ok || o.renew != renew {
+			o = observation{renew: renew, at: now}
+			observed[name] = o
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		d := time.Duration(0)
+		if l.Spec.LeaseDurationSeconds != nil {
+			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		if holder != "" && holder != r.cfg.Identity && !slices.Contains(live, holder) && now.Sub(o.at) >= d {
+			out[k] = l
+		}
+	}
+	for name := range observed {
+		if !current[name] {
+			delete(observed, name)
+		}
+	}
+	return out
+}
+
+// freeShard clears the holder of a shard Lease whose holder is gone (see
+// expiredShards), by compare-and-swap on the version observed, so that this
+// replica's executor takes it at once instead of observing it for another
+// lease duration (client-go leaderelection judges expiry from its own first
+// observation). A holder that renewed meanwhile makes the update conflict
+// and keeps its Lease.
+func (r *Replica) freeShard(ctx context.Context, l *coordinationv1.Lease) {
+	free := l.DeepCopy()
+	free.Spec.HolderIdentity = nil
+	one := int32(1)
+	free.Spec.LeaseDurationSeconds = &one
+	_, err := r.cfg.Client.CoordinationV1().Leases(l.Namespace).Update(ctx, free, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		r.log.Info("freed the shard lease of a replica that is gone", "lease", l.Name, "holder", *l.Spec.HolderIdentity)
+	case apierrors.IsConflict(err):
+	default:
+		r.log.Warn("freeing a shard lease", "lease", l.Name, "err", err)
+	}
 }

@@ -7,6 +7,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubetask/kubetask/pkg/executor"
 )
 
 func lease(name, holder string, renew time.Time, secs int32) *coordinationv1.Lease {
@@ -59,6 +63,58 @@ func TestLiveMembers(t *testing.T) {
 			}
 			if len(observed) != tc.wantSeen {
 				t.Errorf("%d observations kept, want %d", len(observed), tc.wantSeen)
+			}
+		})
+	}
+}
+
+// TestExpiredShards: a shard Lease is free to take only when its holder is
+// not a live member and its renew time has not changed, as this process
+// saw it, for the Lease's duration.
+func TestExpiredShards(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	r := &Replica{cfg: Config{Group: "g", Shards: 3, Namespace: "ns", Identity: "me"}}
+	name := func(k int) string { return executor.LeaseName(ShardID("g", k)) }
+	for _, tc := range []struct {
+		name   string
+		leases func(step int) []*coordinationv1.Lease
+		live   []string
+		steps  int
+		want   []int
+	}{
+		{name: "dead holder, not renewed for the duration", steps: 3, live: []string{"me"},
+			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 6)} }, want: []int{0}},
+		{name: "dead holder, first seen now: wait", steps: 1, live: []string{"me"},
+			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 6)} }},
+		{name: "holder still renews", steps: 3, live: []string{"me"},
+			leases: func(i int) []*coordinationv1.Lease {
+				return []*coordinationv1.Lease{lease(name(1), "slow", t0.Add(time.Duration(i)*time.Second), 6)}
+			}},
+		{name: "holder a live member", steps: 3, live: []string{"me", "other"},
+			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(2), "other", t0, 6)} }},
+		{name: "released or mine", steps: 3, live: []string{"me"},
+			leases: func(int) []*coordinationv1.Lease {
+				return []*coordinationv1.Lease{lease(name(0), "", t0, 6), lease(name(1), "me", t0, 6)}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			observed := map[string]observation{}
+			var got map[int]*coordinationv1.Lease
+			for i := range tc.steps {
+				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+				for _, l := range tc.leases(i) {
+					l.Namespace = "ns"
+					_ = idx.Add(l)
+				}
+				got = r.expiredShards(coordlisters.NewLeaseLister(idx), observed, tc.live, t0.Add(time.Duration(i)*3*time.Second))
+			}
+			var ks []int
+			for k := range got {
+				ks = append(ks, k)
+			}
+			slices.Sort(ks)
+			if !slices.Equal(ks, tc.want) {
+				t.Errorf("expired shards %v, want %v", ks, tc.want)
 			}
 		})
 	}

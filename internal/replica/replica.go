@@ -28,7 +28,9 @@ import (
 
 // Config configures a Replica.
 type Config struct {
-	// Client reaches the cluster (the membership Leases). Required.
+	// Client reaches the cluster for the Leases (membership and shards);
+	// give it a rate limit of its own, so that renewals never wait behind
+	// the executors' pod requests. Required.
 	Client kubernetes.Interface
 	// Namespace holds the membership and shard Leases. Required.
 	Namespace string
@@ -159,6 +161,7 @@ func (r *Replica) shardConfig(k int) executor.Config {
 	ec.InstanceID = ShardID(r.cfg.Group, k)
 	ec.LeaseNamespace = r.cfg.Namespace
 	ec.LeaseHolder = r.cfg.Identity
+	ec.LeaseClient = r.cfg.Client
 	ec.LeaseDuration = r.cfg.LeaseDuration
 	ec.RetryPeriod = r.cfg.RetryPeriod
 	ec.RenewDeadline = r.cfg.LeaseDuration * 2 / 3
@@ -170,8 +173,8 @@ func (r *Replica) shardConfig(k int) executor.Config {
 // leaves: it deletes its membership Lease, stops its executors (each
 // releases its shard Lease) and returns once they stopped.
 func (r *Replica) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0, informers.WithNamespace(r.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelGroup + "=" + r.cfg.Group }))
+	// Every Lease of the namespace: the members' and the shards'.
+	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0, informers.WithNamespace(r.cfg.Namespace))
 	leases := factory.Coordination().V1().Leases()
 	kick := make(chan struct{}, 1)
 	poke := func(any) {
@@ -184,9 +187,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
 	})
 	infCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopInformers()
 	factory.Start(infCtx.Done())
-	defer factory.Shutdown()
+	defer func() {
+		stopInformers()
+		factory.Shutdown()
+	}()
 
 	var member *coordinationv1.Lease
 	for member == nil {
@@ -209,8 +214,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	if r.cfg.Changes != nil {
 		go func() { _ = r.cfg.Changes.WatchChanges(ctx, func(c store.Change) { r.changed(ctx, c) }) }()
 	}
-	observed := map[string]observation{}
-	tick := r.cfg.Clock.NewTicker(r.cfg.RetryPeriod)
+	observed, observedShards := map[string]observation{}, map[string]observation{}
+	// Expiry is a matter of time, not of events: look a few times per
+	// renewal (only the informer's cache is read).
+	tick := r.cfg.Clock.NewTicker(r.cfg.RetryPeriod / 4)
 	defer tick.Stop()
 	nextRenew := r.cfg.Clock.Now().Add(r.cfg.RetryPeriod)
 	for {
@@ -230,7 +237,14 @@ func (r *Replica) Run(ctx context.Context) error {
 			break
 		}
 		live := liveMembers(r.listMembers(leases.Lister()), observed, r.cfg.Identity, false, now)
-		r.rebalance(ctx, Owned(Assign(live, r.cfg.Shards), r.cfg.Identity), live)
+		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
+		expired := r.expiredShards(leases.Lister(), observedShards, live, now)
+		for _, k := range want {
+			if l := expired[k]; l != nil && !r.runs(k) {
+				r.freeShard(ctx, l)
+			}
+		}
+		r.rebalance(ctx, want, live)
 		select {
 		case <-ctx.Done():
 		case <-kick:
@@ -242,6 +256,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	r.leave(member)
 	return nil
+}
+
+func (r *Replica) runs(k int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[k] != nil
 }
 
 // rebalance starts the executors of the shards in want that do not run and
@@ -315,13 +335,18 @@ func (r *Replica) Shards() []int {
 	return r.ownedLocked()
 }
 
-// leave hands the shards over: first the membership Lease goes, so the
-// others assign the shards among themselves, then each executor stops and
-// releases its shard Lease.
+// leave hands the shards over: each executor stops and releases its shard
+// Lease, then the membership Lease goes, so that the others, assigning the
+// shards among themselves, find them free.
 func (r *Replica) leave(member *coordinationv1.Lease) {
 	r.mu.Lock()
 	r.leaving = true
+	for k, run := range r.running {
+		r.stopLocked(k, run)
+	}
+	r.owned.Set(0)
 	r.mu.Unlock()
+	r.stops.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if member != nil {
@@ -330,13 +355,6 @@ func (r *Replica) leave(member *coordinationv1.Lease) {
 			r.log.Warn("deleting the membership lease (the others wait for it to expire)", "err", err)
 		}
 	}
-	r.mu.Lock()
-	for k, run := range r.running {
-		r.stopLocked(k, run)
-	}
-	r.owned.Set(0)
-	r.mu.Unlock()
-	r.stops.Wait()
 	r.log.Info("left the replica group: shards released")
 }
 

@@ -3,11 +3,13 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/internal/server"
@@ -25,7 +27,7 @@ type runner struct {
 // newRunner builds the executor of a single process, or the replica of a
 // group when cfg.Shards is set (its shards' executors share client, the
 // replica's QPS, and divide Parallelism).
-func newRunner(cfg Config, ec executor.Config, client kubernetes.Interface, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
+func newRunner(cfg Config, ec executor.Config, rc *rest.Config, client kubernetes.Interface, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
 	ec.LeaseNamespace = cfg.LeaseNamespace
 	ec.LeaseDuration = cfg.LeaseDuration.Get()
 	if ec.LeaseDuration > 0 {
@@ -51,8 +53,16 @@ func newRunner(cfg Config, ec executor.Config, client kubernetes.Interface, st s
 	}
 	ec.Parallelism = (ec.Parallelism + cfg.Shards - 1) / cfg.Shards
 	changes, _ := st.(store.Changes)
+	// The Leases get a client of their own: renewals never queue behind
+	// pod requests for the executors' rate limit.
+	lrc := rest.CopyConfig(rc)
+	lrc.QPS, lrc.Burst = 20, 40
+	leaseClient, err := kubernetes.NewForConfig(lrc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for leases: %w", err)
+	}
 	r, err := replica.New(replica.Config{
-		Client: client, Namespace: cfg.LeaseNamespace, Group: cfg.InstanceID, Identity: cfg.ReplicaID,
+		Client: leaseClient, Namespace: cfg.LeaseNamespace, Group: cfg.InstanceID, Identity: cfg.ReplicaID,
 		Shards: cfg.Shards, LeaseDuration: ec.LeaseDuration, RetryPeriod: ec.RetryPeriod,
 		Executor: func(int) executor.Config { return ec },
 		Changes:  changes, Registerer: reg, Logger: log,

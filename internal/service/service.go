@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return err
 		},
 	}
-	run, err := newRunner(cfg, exCfg, client, st, reg, log)
+	run, err := newRunner(cfg, exCfg, rc, client, st, reg, log)
 	if err != nil {
 		return err
 	}

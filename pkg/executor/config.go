@@ -117,6 +117,11 @@ type Config struct {
 	// releasing its Lease delays the next one with the same InstanceID by at
 	// most LeaseDuration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// LeaseClient, when set, is used for the instance Lease instead of the
+	// executor's client, so that renewing it never waits behind pod
+	// requests for the client's rate limit (several executors sharing one
+	// client, say).
+	LeaseClient kubernetes.Interface
 	// LeaseHolder names this process in the Lease. Default host name, process
 	// ID and a random suffix.
 	LeaseHolder string

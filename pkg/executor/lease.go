@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -51,7 +52,7 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID, "lease", e.cfg.LeaseNamespace+"/"+name)
 	lock := &watchedLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.LeaseNamespace, Name: name},
-		Client:     e.client.CoordinationV1(),
+		Client:     e.leaseClient().CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: holder},
 	}}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -143,4 +144,11 @@ func finished(done <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+func (e *Executor) leaseClient() kubernetes.Interface {
+	if e.cfg.LeaseClient != nil {
+		return e.cfg.LeaseClient
+	}
+	return e.client
 }
