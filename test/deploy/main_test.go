@@ -3,11 +3,14 @@
 // (server-side apply, dry run), and a `kubetask serve` that holds nothing but
 // the deployed roles runs a task end to end (pods, sidecar stop, file result
 // through exec, log capture, finalizers, Leases, TokenReview and
-// SubjectAccessReview) while an action outside them is refused.
+// SubjectAccessReview) while an action outside them is refused; two replicas
+// run with the Deployment's own arguments on PostgreSQL share the work and
+// hand it over (membership and shard Leases).
 package deploy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,9 +18,17 @@ import (
 	"time"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { clustertest.Main(m) }
+func TestMain(m *testing.M) {
+	code := clustertest.Run(m, clustertest.Options{})
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
 
 var (
 	binOnce sync.Once

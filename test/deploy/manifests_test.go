@@ -293,6 +293,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, sa, secret string) {
 	if !podNS {
 		t.Error("Deployment: POD_NAMESPACE is not the pod's namespace (downward API): serve's Leases would not be in its own namespace")
 	}
+	if ln, ok := args["lease-namespace"]; ok && ln != "$(POD_NAMESPACE)" {
+		t.Errorf("Deployment: --lease-namespace %q, want $(POD_NAMESPACE): rbac-leases.yaml grants Leases in the pod's namespace only", ln)
+	}
 }
 
 // flagValues maps the --name=value arguments of args to their values.

@@ -20,209 +20,19 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/client"
 )
-
-// deployed is the RBAC of deploy/ applied for real into a test namespace:
-// the ServiceAccount, a token of it and a kubeconfig that uses that token
-// (and nothing of the admin's).
-type deployed struct {
-	objs       []*unstructured.Unstructured // every object the overlay builds
-	sa         string
-	token      string
-	kubeconfig string
-	suffix     string
-}
-
-// rbacKinds are the objects of deploy/ that TestServeWithDeployedRoles and
-// TestActionOutsideRoleIsRefused create for real.
-var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
-
-// deployRoles applies deploy/'s ServiceAccount, roles and bindings into
-// env's namespace (cluster-scoped ones renamed with a suffix, deleted when
-// the test ends), waits until the API server's authorizer grants every rule
-// to the ServiceAccount, and mints it a token.
-func deployRoles(t *testing.T, env *clustertest.Env) *deployed {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d := &deployed{suffix: utilrand.String(5)}
-	d.objs = build(t, overlayFor(env.Namespace, d.suffix))
-	a := newApplier(t, env.Config)
-	var rules []rbacv1.PolicyRule // with the namespace to check them in
-	var ruleNS []string
-	for _, o := range d.objs {
-		if !rbacKinds[o.GetKind()] {
-			continue
-		}
-		if _, err := a.apply(ctx, o, false); err != nil {
-			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-		if o.GetNamespace() == "" {
-			o := o
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if ri, err := a.resource(o); err == nil {
-					_ = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
-				}
-			})
-		}
-		switch o.GetKind() {
-		case "ServiceAccount":
-			d.sa = o.GetName()
-		case "ClusterRole":
-			for _, r := range into[rbacv1.ClusterRole](t, o).Rules {
-				// Granted in every namespace: checked in one the service does not live in.
-				rules, ruleNS = append(rules, r), append(ruleNS, metav1.NamespaceDefault)
-			}
-		case "Role":
-			for _, r := range into[rbacv1.Role](t, o).Rules {
-				rules, ruleNS = append(rules, r), append(ruleNS, env.Namespace)
-			}
-		}
-	}
-	if d.sa == "" || len(rules) == 0 {
-		t.Fatalf("deploy/ has no ServiceAccount or no rules (ServiceAccount %q, %d rules)", d.sa, len(rules))
-	}
-	user := "system:serviceaccount:" + env.Namespace + ":" + d.sa
-	eventually(t, 30*time.Second, "the deployed roles to be in force", func() bool {
-		for i, r := range rules {
-			for _, verb := range r.Verbs {
-				for _, res := range r.Resources {
-					resource, sub, _ := strings.Cut(res, "/")
-					if !allowed(ctx, t, env.Client, user, authorizationv1.ResourceAttributes{
-						Namespace: ruleNS[i], Verb: verb, Group: r.APIGroups[0], Resource: resource, Subresource: sub,
-					}) {
-						return false
-					}
-				}
-			}
-		}
-		return true
-	})
-	d.token = token(ctx, t, env, d.sa)
-	d.kubeconfig = writeKubeconfig(t, env, d.token)
-	return d
-}
-
-// allowed asks the API server whether user may do ra.
-func allowed(ctx context.Context, t *testing.T, cs kubernetes.Interface, user string, ra authorizationv1.ResourceAttributes) bool {
-	t.Helper()
-	sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}, ResourceAttributes: &ra},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("SubjectAccessReview: %v", err)
-	}
-	return sar.Status.Allowed
-}
-
-// token mints a token of the ServiceAccount sa of env's namespace.
-func token(ctx context.Context, t *testing.T, env *clustertest.Env, sa string) string {
-	t.Helper()
-	exp := int64(3600)
-	tr, err := env.Client.CoreV1().ServiceAccounts(env.Namespace).CreateToken(ctx, sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for %s: %v", sa, err)
-	}
-	return tr.Status.Token
-}
-
-// writeKubeconfig writes a kubeconfig for env's cluster that authenticates
-// with token only, its namespace env's (as POD_NAMESPACE makes it in a pod).
-func writeKubeconfig(t *testing.T, env *clustertest.Env, token string) string {
-	t.Helper()
-	ca := env.Cluster.CAData()
-	if len(ca) == 0 {
-		t.Fatal("the test cluster has no CA certificate")
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: ca}
-	cfg.AuthInfos["kubetask"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["kubetask"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "kubetask", Namespace: env.Namespace}
-	cfg.CurrentContext = "kubetask"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// clientFor returns a clientset that uses kubeconfig.
-func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
-	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
-// caller makes a ServiceAccount of env's namespace that may use kubetask
-// serve's API for tasks in every namespace (in --auth kubernetes, the pod
-// permissions of docs/serve.md) and returns its token.
-func caller(t *testing.T, env *clustertest.Env, suffix string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	name := "task-user-" + suffix
-	rbac := env.Client.RbacV1()
-	if _, err := env.Client.CoreV1().ServiceAccounts(env.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: env.Namespace}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
-	})
-	user := "system:serviceaccount:" + env.Namespace + ":" + name
-	eventually(t, 30*time.Second, "the caller's role to be in force", func() bool {
-		return allowed(ctx, t, env.Client, user, authorizationv1.ResourceAttributes{Namespace: metav1.NamespaceDefault, Verb: "create", Resource: "pods"})
-	})
-	return token(ctx, t, env, name)
-}
 
 // selfSignedCert writes a certificate for 127.0.0.1 and its key into dir
 // and returns their paths and the certificate's PEM.
@@ -279,6 +89,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// noWatchList turns client-go's streaming lists off (informers then LIST
+// and WATCH, as against API servers before Kubernetes 1.34): both ways need
+// to be granted.
+const noWatchList = "KUBE_FEATURE_WatchListClient=false"
+
 var addrLine = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1`)
 
 // serve is a running `kubetask serve`.
@@ -288,12 +103,13 @@ type serve struct {
 	done           chan struct{}
 	url            string
 	http           *http.Client // trusts the service's certificate
+	stopping       atomic.Bool  // stop was called: an exit is expected
 }
 
 // startServe starts `kubetask serve` with args, in an environment without
-// the admin kubeconfig, waits until /readyz answers 200 over HTTPS (trusting
-// certPEM) and stops it when the test ends.
-func startServe(t *testing.T, certPEM []byte, args ...string) *serve {
+// the admin kubeconfig (plus env), waits until /readyz answers 200 over
+// HTTPS (trusting certPEM) and stops it when the test ends.
+func startServe(t *testing.T, certPEM []byte, env []string, args ...string) *serve {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
@@ -305,6 +121,7 @@ func startServe(t *testing.T, certPEM []byte, args ...string) *serve {
 			s.cmd.Env = append(s.cmd.Env, e)
 		}
 	}
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -340,9 +157,55 @@ func (s *serve) status(t *testing.T, path string) int {
 	return resp.StatusCode
 }
 
+// forbidden returns the lines of the service's log that report a Forbidden
+// answer of the API server: a permission the deployed roles lack.
+func (s *serve) forbidden() []string {
+	var out []string
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// failFast returns a context that ends with parent or as soon as the
+// service logs a Forbidden (reported as an error of t), so that a missing
+// permission fails the test at once instead of at a deadline.
+func (s *serve) failFast(parent context.Context, t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	exited := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-exited })
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				if !s.stopping.Load() {
+					t.Errorf("kubetask serve exited: %v", s.cmd.ProcessState)
+					cancel()
+				}
+				return
+			case <-tick.C:
+				if f := s.forbidden(); len(f) > 0 {
+					t.Errorf("kubetask serve met a Forbidden: %s", f[0])
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx
+}
+
 // stop sends SIGTERM (SIGKILL after 30 s) and waits for the process; it
 // reports the service's stderr when t failed.
 func (s *serve) stop(t *testing.T) {
+	s.stopping.Store(true)
 	select {
 	case <-s.done:
 	default:
@@ -382,6 +245,19 @@ spec:
           command: [sh, -c, 'trap "exit 0" TERM; echo proxy up; while :; do sleep 1; done']
 `
 
+// deletedTask runs until its pod is deleted, without retries.
+const deletedTask = `apiVersion: kubetask.dev/v1alpha1
+kind: Task
+metadata: {name: deleted}
+spec:
+  retries: {limit: 0}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+        - {name: main, image: busybox:1.37, command: [sh, -c, "echo started; sleep 300"]}
+`
+
 // unschedulableTask never gets a node: its Pending state shows the
 // scheduler's events.
 const unschedulableTask = `apiVersion: kubetask.dev/v1alpha1
@@ -397,6 +273,38 @@ spec:
         - {name: main, image: busybox:1.37, command: [sh, -c, "echo never"]}
 `
 
+// runSidecarTask submits sidecarTask to ns through c and checks that it
+// ends Succeeded with its result and its whole log archived.
+func runSidecarTask(ctx context.Context, t *testing.T, c *client.Client, ns string) {
+	t.Helper()
+	tk, _, err := c.Submit(ctx, ns, []byte(sidecarTask), client.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	tk, err = c.Wait(ctx, tk.ID)
+	if err != nil {
+		t.Fatalf("waiting for the task: %v", err)
+	}
+	if tk.Phase != "Succeeded" || tk.Reason != "Completed" || string(tk.ResultBytes()) != "done\n" {
+		t.Errorf("task ended %s/%s (%s), result %q; want Succeeded/Completed with result %q", tk.Phase, tk.Reason, tk.Message, tk.ResultBytes(), "done\n")
+	}
+	var log []byte
+	eventually(t, 30*time.Second, "the archived log to be complete", func() bool {
+		r, err := c.Logs(ctx, tk.ID, client.LogOptions{})
+		if err != nil {
+			t.Fatalf("logs: %v", err)
+		}
+		defer r.Close()
+		if log, err = io.ReadAll(r); err != nil {
+			t.Fatalf("reading the log: %v", err)
+		}
+		return r.Info().Complete
+	})
+	if want := "line 1\nline 2\nline 3\n"; string(log) != want {
+		t.Errorf("archived log %q, want %q", log, want)
+	}
+}
+
 // A `kubetask serve` whose only Kubernetes credentials are the deployed
 // ServiceAccount's (cluster-wide, --auth kubernetes, HTTPS, as the
 // Deployment runs it) runs a task with a sidecar, a file result and a
@@ -409,7 +317,9 @@ func TestServeWithDeployedRoles(t *testing.T) {
 	callerToken := caller(t, env, d.suffix)
 	dir := t.TempDir()
 	certFile, keyFile, certPEM := selfSignedCert(t, dir)
-	s := startServe(t, certPEM, "serve", "--kubeconfig", d.kubeconfig,
+	// Its informers LIST then WATCH, as against an API server without
+	// streaming lists (TestDeployedReplicas covers streaming lists).
+	s := startServe(t, certPEM, []string{noWatchList}, "serve", "--kubeconfig", d.kubeconfig,
 		"--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--auth", "kubernetes", "--store", "sqlite", "--state-dir", filepath.Join(dir, "state"),
 		"--instance-id", "deploy-"+d.suffix)
@@ -422,41 +332,15 @@ func TestServeWithDeployedRoles(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	tctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	ctx := s.failFast(tctx, t)
 	c, err := client.New(s.url, client.WithToken(callerToken), client.WithCA(certPEM))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	tk, _, err := c.Submit(ctx, env.Namespace, []byte(sidecarTask), client.SubmitOptions{})
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	tk, err = c.Wait(ctx, tk.ID)
-	if err != nil {
-		t.Fatalf("waiting for the task: %v", err)
-	}
-	if tk.Phase != "Succeeded" || tk.Reason != "Completed" || string(tk.ResultBytes()) != "done\n" {
-		t.Errorf("task ended %s/%s (%s), result %q; want Succeeded/Completed with result %q", tk.Phase, tk.Reason, tk.Message, tk.ResultBytes(), "done\n")
-	}
-	var log []byte
-	var complete bool
-	eventually(t, 30*time.Second, "the archived log to be complete", func() bool {
-		r, err := c.Logs(ctx, tk.ID, client.LogOptions{})
-		if err != nil {
-			t.Fatalf("logs: %v", err)
-		}
-		defer r.Close()
-		if log, err = io.ReadAll(r); err != nil {
-			t.Fatalf("reading the log: %v", err)
-		}
-		complete = r.Info().Complete
-		return complete
-	})
-	if want := "line 1\nline 2\nline 3\n"; string(log) != want {
-		t.Errorf("archived log %q, want %q", log, want)
-	}
+	runSidecarTask(ctx, t, c, env.Namespace)
 
 	// A task that cannot be scheduled shows why, then is cancelled.
 	pending, _, err := c.Submit(ctx, env.Namespace, []byte(unschedulableTask), client.SubmitOptions{})
@@ -485,6 +369,45 @@ func TestServeWithDeployedRoles(t *testing.T) {
 		t.Errorf("cancelled task ended %s/%s (cancelled at %v)", pending.Phase, pending.Reason, pending.CancelledAt)
 	}
 
+	// A pod force-deleted behind kubetask's back, its finalizer removed: the
+	// executor and the log capture read it fresh from the API server (get),
+	// record the deletion and complete the log with a marker.
+	gone, _, err := c.Submit(ctx, env.Namespace, []byte(deletedTask), client.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	running, err := c.WaitUntil(ctx, gone.ID, func(tk *api.Task) bool { return tk.Phase == "Running" || tk.Terminal })
+	if err != nil {
+		t.Fatalf("waiting for the task to run: %v", err)
+	}
+	if running.Terminal || len(running.Attempts) == 0 || running.Attempts[0].Pod == "" {
+		t.Fatalf("task ended %s/%s before its pod could be deleted (attempts %+v)", running.Phase, running.Reason, running.Attempts)
+	}
+	podName := running.Attempts[0].Pod
+	if _, err := env.Client.CoreV1().Pods(env.Namespace).Patch(ctx, podName, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("removing the finalizer of %s: %v", podName, err)
+	}
+	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, podName, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatalf("deleting %s: %v", podName, err)
+	}
+	if gone, err = c.Wait(ctx, gone.ID); err != nil {
+		t.Fatalf("waiting for the task whose pod was deleted: %v", err)
+	}
+	if gone.Phase != "Failed" || gone.Reason != "DeletedExternally" {
+		t.Errorf("task whose pod was deleted ended %s/%s (%s), want Failed/DeletedExternally", gone.Phase, gone.Reason, gone.Message)
+	}
+	eventually(t, 30*time.Second, "the deleted pod's log to be complete", func() bool {
+		r, err := c.Logs(ctx, gone.ID, client.LogOptions{})
+		if err != nil {
+			t.Fatalf("logs: %v", err)
+		}
+		defer r.Close()
+		if _, err := io.ReadAll(r); err != nil {
+			t.Fatalf("reading the log: %v", err)
+		}
+		return r.Info().Complete
+	})
+
 	// The server-side dry run of a submission sees a missing namespace.
 	if _, _, err := c.Submit(ctx, "no-such-namespace-"+d.suffix, []byte(sidecarTask), client.SubmitOptions{}); !client.IsInvalid(err) {
 		t.Errorf("submit to a missing namespace: %v, want 422", err)
@@ -498,105 +421,21 @@ func TestServeWithDeployedRoles(t *testing.T) {
 	if s.cmd.ProcessState.ExitCode() != 0 {
 		t.Errorf("kubetask serve exited with %v on SIGTERM", s.cmd.ProcessState)
 	}
-	for _, line := range strings.Split(s.stderr.String(), "\n") {
-		if strings.Contains(strings.ToLower(line), "forbidden") {
-			t.Errorf("the service met a permission it does not have: %s", line)
-		}
+	for _, line := range s.forbidden() {
+		t.Errorf("the service met a permission it does not have: %s", line)
 	}
 }
 
-// Outside the deployed roles the ServiceAccount's token is refused with
-// 403, while what the roles grant is allowed.
-func TestActionOutsideRoleIsRefused(t *testing.T) {
-	env := clustertest.New(t)
-	d := deployRoles(t, env)
-	cs := clientFor(t, d.kubeconfig)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := env.Client.CoreV1().Secrets(env.Namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "precious"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+// Every flag the Deployment gives `kubetask serve` is one it knows.
+func TestDeploymentArgsAreServeFlags(t *testing.T) {
+	dep := into[appsv1.Deployment](t, find(t, build(t, ""), "Deployment", "kubetask"))
+	help, err := exec.Command(kubetaskBin(t), "serve", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubetask serve --help: %v\n%s", err, help)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.37"}}}}
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-
-	// What the roles grant (a control: the token and the bindings work).
-	for what, do := range map[string]func() error{
-		"list pods in every namespace": func() error {
-			_, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"create a pod (dry run) in kube-system": func() error {
-			_, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, dryRun)
-			return err
-		},
-		"list Leases in its namespace": func() error {
-			_, err := cs.CoordinationV1().Leases(env.Namespace).List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"create a TokenReview": func() error {
-			_, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
-			return err
-		},
-	} {
-		if err := do(); err != nil {
-			t.Errorf("%s: %v, want it allowed", what, err)
+	for name := range flagValues(dep.Spec.Template.Spec.Containers[0].Args) {
+		if !regexp.MustCompile(`(?m)^\s+(-\w, )?--` + regexp.QuoteMeta(name) + `\b`).Match(help) {
+			t.Errorf("the Deployment passes --%s, which kubetask serve does not know", name)
 		}
-	}
-
-	// What they do not.
-	for what, do := range map[string]func() error{
-		"delete a Secret in its own namespace": func() error {
-			return cs.CoreV1().Secrets(env.Namespace).Delete(ctx, "precious", metav1.DeleteOptions{})
-		},
-		"read a Secret in its own namespace": func() error {
-			_, err := cs.CoreV1().Secrets(env.Namespace).Get(ctx, "precious", metav1.GetOptions{})
-			return err
-		},
-		"create a Deployment": func() error {
-			_, err := cs.AppsV1().Deployments(env.Namespace).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}, dryRun)
-			return err
-		},
-		"list nodes": func() error {
-			_, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"get its namespace": func() error {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
-			return err
-		},
-		"list Leases outside its namespace": func() error {
-			_, err := cs.CoordinationV1().Leases(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
-			return err
-		},
-		"update a pod's status": func() error {
-			_, err := cs.CoreV1().Pods(env.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
-			return err
-		},
-		"evict a pod": func() error {
-			return cs.CoreV1().Pods(env.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: env.Namespace}})
-		},
-		"mint a ServiceAccount token": func() error {
-			_, err := cs.CoreV1().ServiceAccounts(env.Namespace).CreateToken(ctx, d.sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-			return err
-		},
-		"bind itself a role": func() error {
-			_, err := cs.RbacV1().RoleBindings(env.Namespace).Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: d.sa, Namespace: env.Namespace}},
-			}, metav1.CreateOptions{})
-			return err
-		},
-		"watch events": func() error {
-			_, err := cs.CoreV1().Events("").Watch(ctx, metav1.ListOptions{})
-			return err
-		},
-	} {
-		if err := do(); !apierrors.IsForbidden(err) {
-			t.Errorf("%s: %v, want 403 Forbidden", what, err)
-		}
-	}
-	if _, err := env.Client.CoreV1().Secrets(env.Namespace).Get(ctx, "precious", metav1.GetOptions{}); err != nil {
-		t.Errorf("the Secret is gone: %v", err)
 	}
 }
