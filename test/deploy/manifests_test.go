@@ -31,10 +31,12 @@ import (
 // deployDir is the directory of the manifests, from this package's directory.
 const deployDir = "../../deploy"
 
-// build runs kustomize, as `kubectl apply -k` does, on deploy/ itself (an
-// empty overlay) or on an overlay of it whose kustomization.yaml is overlay
-// (it names the manifests as ../deploy), and returns the objects.
-func build(t *testing.T, overlay string) []*unstructured.Unstructured {
+// build runs kustomize, as `kubectl apply -k` does, in a file system that
+// holds deploy/ as /deploy and the files of extra (path: content): on
+// /deploy itself, or on an overlay of it (root "/overlay" with an
+// extra["/overlay/kustomization.yaml"] that names ../deploy, say). It
+// returns the objects built.
+func build(t *testing.T, root string, extra map[string]string) []*unstructured.Unstructured {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	files, err := os.ReadDir(deployDir)
@@ -53,10 +55,8 @@ func build(t *testing.T, overlay string) []*unstructured.Unstructured {
 			t.Fatal(err)
 		}
 	}
-	root := "/deploy"
-	if overlay != "" {
-		root = "/overlay"
-		if err := fs.WriteFile("/overlay/kustomization.yaml", []byte(overlay)); err != nil {
+	for path, content := range extra {
+		if err := fs.WriteFile(path, []byte(content)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,15 +75,34 @@ func build(t *testing.T, overlay string) []*unstructured.Unstructured {
 	return objs
 }
 
-// overlayFor is a kustomization that puts deploy/ into namespace ns and,
-// with a suffix, renames every object (cluster-scoped ones included, so that
-// tests do not share ClusterRoles).
-func overlayFor(ns, suffix string) string {
-	s := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../deploy]\nnamespace: %s\n", ns)
-	if suffix != "" {
-		s += "nameSuffix: -" + suffix + "\n"
+// overlay is a kustomization of deploy/ in /overlay: it puts deploy/ into
+// namespace Namespace and, with a Suffix, renames every object
+// (cluster-scoped ones included, so that tests do not share ClusterRoles).
+type overlay struct {
+	Namespace, Suffix string
+	// Files are more files of the overlay (name: content), added to its
+	// resources.
+	Files map[string]string
+	// More is added to its kustomization.yaml (patches, say).
+	More string
+}
+
+// build builds the overlay.
+func (o overlay) build(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	res := []string{"../deploy"}
+	files := map[string]string{}
+	for name, content := range o.Files {
+		res = append(res, name)
+		files["/overlay/"+name] = content
 	}
-	return s
+	slices.Sort(res)
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\nnamespace: %s\n", strings.Join(res, ", "), o.Namespace)
+	if o.Suffix != "" {
+		k += "nameSuffix: -" + o.Suffix + "\n"
+	}
+	files["/overlay/kustomization.yaml"] = k + o.More
+	return build(t, "/overlay", files)
 }
 
 // find returns the object of kind whose name starts with prefix, failing
@@ -164,7 +183,7 @@ func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRu
 // what a platform team needs, and the API server accepts every object
 // (server-side apply, dry run) in a namespace of the test cluster.
 func TestManifestsApplyServerSideDryRun(t *testing.T) {
-	base := build(t, "")
+	base := build(t, "/deploy", nil)
 	var kinds []string
 	for _, o := range base {
 		kinds = append(kinds, o.GetKind())
@@ -186,7 +205,7 @@ func TestManifestsApplyServerSideDryRun(t *testing.T) {
 	checkDeployment(t, into[appsv1.Deployment](t, find(t, base, "Deployment", "kubetask")), "kubetask", "kubetask-store")
 
 	env := clustertest.New(t)
-	objs := build(t, overlayFor(env.Namespace, ""))
+	objs := overlay{Namespace: env.Namespace}.build(t)
 	for _, o := range objs {
 		switch {
 		case o.GetKind() == "Namespace":

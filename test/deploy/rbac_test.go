@@ -45,13 +45,22 @@ var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "Cl
 // to the ServiceAccount, and mints it a token.
 func deployRoles(t *testing.T, env *clustertest.Env) *deployed {
 	t.Helper()
+	return deployOverlay(t, env, overlay{})
+}
+
+// deployOverlay is deployRoles with o's files and additions (its namespace
+// and suffix are set here).
+func deployOverlay(t *testing.T, env *clustertest.Env, o overlay) *deployed {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	d := &deployed{suffix: utilrand.String(5)}
-	d.objs = build(t, overlayFor(env.Namespace, d.suffix))
+	o.Namespace, o.Suffix = env.Namespace, d.suffix
+	d.objs = o.build(t)
 	a := newApplier(t, env.Config)
-	var rules []rbacv1.PolicyRule // with the namespace to check them in
-	var ruleNS []string
+	roles := map[string][]rbacv1.PolicyRule{} // "Kind/name" (a Role's in env's namespace)
+	type grant struct{ role, ns string }      // a binding: its role, where it grants (all: "")
+	var grants []grant
 	for _, o := range d.objs {
 		if !rbacKinds[o.GetKind()] {
 			continue
@@ -73,31 +82,37 @@ func deployRoles(t *testing.T, env *clustertest.Env) *deployed {
 		case "ServiceAccount":
 			d.sa = o.GetName()
 		case "ClusterRole":
-			for _, r := range into[rbacv1.ClusterRole](t, o).Rules {
-				// Granted in every namespace: checked in one the service does not live in.
-				rules, ruleNS = append(rules, r), append(ruleNS, metav1.NamespaceDefault)
-			}
+			roles["ClusterRole/"+o.GetName()] = into[rbacv1.ClusterRole](t, o).Rules
 		case "Role":
-			for _, r := range into[rbacv1.Role](t, o).Rules {
-				rules, ruleNS = append(rules, r), append(ruleNS, env.Namespace)
-			}
+			roles["Role/"+o.GetName()] = into[rbacv1.Role](t, o).Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			b := into[rbacv1.RoleBinding](t, o)
+			grants = append(grants, grant{b.RoleRef.Kind + "/" + b.RoleRef.Name, o.GetNamespace()})
 		}
 	}
-	if d.sa == "" || len(rules) == 0 {
-		t.Fatalf("deploy/ has no ServiceAccount or no rules (ServiceAccount %q, %d rules)", d.sa, len(rules))
+	if d.sa == "" || len(grants) == 0 {
+		t.Fatalf("deploy/ has no ServiceAccount or no bindings (ServiceAccount %q, %d bindings)", d.sa, len(grants))
 	}
-	user := "system:serviceaccount:" + env.Namespace + ":" + d.sa
-	eventually(t, 30*time.Second, "the deployed roles to be in force", func() bool {
-		for i, r := range rules {
+	var checks []authorizationv1.ResourceAttributes
+	for _, g := range grants {
+		ns := g.ns
+		if ns == "" {
+			ns = metav1.NamespaceDefault // granted everywhere: checked where the service does not live
+		}
+		for _, r := range roles[g.role] {
 			for _, verb := range r.Verbs {
 				for _, res := range r.Resources {
 					resource, sub, _ := strings.Cut(res, "/")
-					if !allowed(ctx, t, env.Client, user, authorizationv1.ResourceAttributes{
-						Namespace: ruleNS[i], Verb: verb, Group: r.APIGroups[0], Resource: resource, Subresource: sub,
-					}) {
-						return false
-					}
+					checks = append(checks, authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: r.APIGroups[0], Resource: resource, Subresource: sub})
 				}
+			}
+		}
+	}
+	user := "system:serviceaccount:" + env.Namespace + ":" + d.sa
+	eventually(t, 30*time.Second, "the deployed roles to be in force", func() bool {
+		for _, c := range checks {
+			if !allowed(ctx, t, env.Client, user, c) {
+				return false
 			}
 		}
 		return true

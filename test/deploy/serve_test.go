@@ -428,7 +428,7 @@ func TestServeWithDeployedRoles(t *testing.T) {
 
 // Every flag the Deployment gives `kubetask serve` is one it knows.
 func TestDeploymentArgsAreServeFlags(t *testing.T) {
-	dep := into[appsv1.Deployment](t, find(t, build(t, ""), "Deployment", "kubetask"))
+	dep := into[appsv1.Deployment](t, find(t, build(t, "/deploy", nil), "Deployment", "kubetask"))
 	help, err := exec.Command(kubetaskBin(t), "serve", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubetask serve --help: %v\n%s", err, help)
