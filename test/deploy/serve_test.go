@@ -309,8 +309,8 @@ func runSidecarTask(ctx context.Context, t *testing.T, c *client.Client, ns stri
 // ServiceAccount's (cluster-wide, --auth kubernetes, HTTPS, as the
 // Deployment runs it) runs a task with a sidecar, a file result and a
 // captured log to Succeeded and leaves no pod; shows a Pending task's
-// events; cancels; refuses a submission to a missing namespace; and never
-// meets a Forbidden on the way.
+// events; cancels; records a pod deleted behind its back; refuses a
+// submission to a missing namespace; and never meets a Forbidden on the way.
 func TestServeWithDeployedRoles(t *testing.T) {
 	env := clustertest.New(t)
 	d := deployRoles(t, env)
