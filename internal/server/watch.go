@@ -114,6 +114,17 @@ func (s *Server) Publish(ev executor.Event) {
 	s.metrics.events.Inc()
 }
 
+// PublishMissed tells every watch that some events may never reach it: the
+// stream reports Expired (as for a cursor too old), so that a client lists
+// again. Call it when events published elsewhere (another replica's) may
+// have been lost on their way here.
+func (s *Server) PublishMissed(reason string) {
+	s.ring.append(api.Event{
+		Type: api.EventExpired, Time: s.cfg.Clock.Now(),
+		Message: "events may have been missed (" + reason + "); list the tasks again and go on with this stream",
+	}, nil)
+}
+
 func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamResponse, error) {
 	if err := knownQuery(ctx, watchParams...); err != nil {
 		return nil, err
@@ -210,7 +221,8 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 		for i := range entries {
 			e := &entries[i]
 			pos++
-			if match(e) {
+			// An Expired in the ring concerns every watch, whatever it filters.
+			if e.ev.Type == api.EventExpired || match(e) {
 				sw.event(e.ev)
 				sent = pos
 			}

@@ -185,6 +185,32 @@ func TestWatchFromAnExpiredCursorSaysSoAndGoesOn(t *testing.T) {
 	}
 }
 
+// TestPublishMissedReachesEveryWatch: events that may have been lost on
+// their way from another replica make every watch, whatever its filter,
+// report Expired; the stream goes on after it.
+func TestPublishMissedReachesEveryWatch(t *testing.T) {
+	h := newHarness(t, nil)
+	a := h.mustSubmit("team-a", taskDoc("a"))
+	streams := map[string]*sseStream{
+		"all":          h.watch(api.Prefix + "/watch"),
+		"namespace":    h.watch(api.Prefix + "/watch?namespace=team-b"),
+		"another task": h.watch(api.Prefix + "/tasks/" + a.ID + "/watch"),
+	}
+	for _, w := range streams {
+		w.next() // the bookmark
+	}
+	h.srv.PublishMissed("a test")
+	h.publish(a.ID, "after")
+	for name, w := range streams {
+		if ev := w.next(); ev.Type != api.EventExpired || !strings.Contains(ev.Message, "list the tasks again") || ev.Cursor == "" {
+			t.Errorf("%s: %+v, want Expired with a cursor", name, ev)
+		}
+	}
+	if ev := streams["all"].next(); ev.Message != "after" {
+		t.Errorf("after Expired: %+v", ev)
+	}
+}
+
 func TestWatchFiltersAndScopes(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	h := newHarness(t, func(c *server.Config) { c.Clock = clk })

@@ -99,6 +99,19 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	m := newCaptureMetrics(reg)
 	var srv *server.Server // the executor's events go to it; set before Start
 	var srvMu sync.Mutex
+	// The replicas of a group share their events, so that a watch on any
+	// replica sees every task.
+	var sharer *eventSharer
+	if bus, ok := st.(store.Broadcaster); ok && cfg.Shards > 0 {
+		sharer = newEventSharer(bus, func() publisher {
+			srvMu.Lock()
+			defer srvMu.Unlock()
+			if srv == nil {
+				return nil
+			}
+			return srv
+		}, log)
+	}
 	exCfg := executor.Config{
 		RESTConfig: rc, Namespaces: cfg.Namespaces,
 		DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
@@ -109,6 +122,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			srvMu.Unlock()
 			if s != nil {
 				s.Publish(ev)
+			}
+			if sharer != nil {
+				sharer.offer(ev)
 			}
 		},
 		CaptureLogs: func(ctx context.Context, lc executor.LogCapture) error {
@@ -182,6 +198,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	}
 	exDone := make(chan error, 1)
 	go func() { exDone <- run.start(exCtx) }()
+	if sharer != nil {
+		go sharer.run(exCtx)
+	}
 	go retain(exCtx, ret, cfg.Retention.Get(), time.Hour, clock.RealClock{}, log)
 
 	serveErr := s.Serve(ctx, l) // returns after the graceful shutdown when ctx ends

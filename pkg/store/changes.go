@@ -38,16 +38,71 @@ const postgresChangesChannel = "kubetask_tasks"
 // reconnecting with a back-off of 100 ms doubling to 5 s while the server
 // cannot be reached.
 func (s *postgresStore) WatchChanges(ctx context.Context, fn func(Change)) error {
+	return s.watch(ctx, postgresChangesChannel, func() { fn(Change{}) }, func(payload string) {
+		if executor, id, ok := strings.Cut(payload, "/"); ok {
+			fn(Change{Executor: executor, ID: id})
+		}
+	})
+}
+
+// Broadcaster passes small messages among the processes sharing a store
+// (PostgreSQL NOTIFY): the replicas of `kubetask serve` share their task
+// events so that a watch on any replica sees every task.
+type Broadcaster interface {
+	// Broadcast sends msg (at most MaxBroadcast bytes) to every process
+	// watching, this one included. Delivery is at most once.
+	Broadcast(ctx context.Context, msg []byte) error
+	// WatchBroadcasts calls fn, from one goroutine, with every message
+	// broadcast while it listens, until ctx ends; then it returns ctx's
+	// error. Messages sent while its connection is down are lost: each time
+	// it listens again after a lost connection, it calls missed first.
+	WatchBroadcasts(ctx context.Context, fn func(msg []byte), missed func()) error
+}
+
+// MaxBroadcast is the largest message Broadcast sends (PostgreSQL's NOTIFY
+// payload limit is 8000 bytes).
+const MaxBroadcast = 7900
+
+const postgresBroadcastChannel = "kubetask_events"
+
+var _ Broadcaster = (*postgresStore)(nil)
+
+func (s *postgresStore) Broadcast(ctx context.Context, msg []byte) error {
+	if len(msg) > MaxBroadcast {
+		return fmt.Errorf("broadcast: %d bytes, at most %d", len(msg), MaxBroadcast)
+	}
+	c, err := s.conn(ctx)
+	if err != nil {
+		return fmt.Errorf("broadcast: %w", err)
+	}
+	defer c.Release()
+	if _, err := c.Exec(ctx, `SELECT pg_notify($1, $2)`, postgresBroadcastChannel, string(msg)); err != nil {
+		return fmt.Errorf("broadcast: %w", err)
+	}
+	return nil
+}
+
+func (s *postgresStore) WatchBroadcasts(ctx context.Context, fn func([]byte), missed func()) error {
+	listened := false
+	return s.watch(ctx, postgresBroadcastChannel, func() {
+		if listened {
+			missed()
+		}
+		listened = true
+	}, func(payload string) { fn([]byte(payload)) })
+}
+
+// watch listens on channel until ctx ends, reconnecting with a back-off of
+// 100 ms doubling to 5 s; onListen runs each time it (re)starts listening.
+func (s *postgresStore) watch(ctx context.Context, channel string, onListen func(), fn func(string)) error {
 	backoff := 100 * time.Millisecond
 	for {
-		listened, err := s.listen(ctx, fn)
+		if s.listen(ctx, channel, onListen, fn) {
+			backoff = 100 * time.Millisecond
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if listened {
-			backoff = 100 * time.Millisecond
-		}
-		_ = err // the next connection, or ctx's end, says more
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -61,33 +116,29 @@ func (s *postgresStore) WatchChanges(ctx context.Context, fn func(Change)) error
 
 // listen runs one LISTEN connection until it fails or ctx ends, and reports
 // whether it got as far as listening.
-func (s *postgresStore) listen(ctx context.Context, fn func(Change)) (bool, error) {
+func (s *postgresStore) listen(ctx context.Context, channel string, onListen func(), fn func(string)) bool {
 	if s.closed.Load() {
-		return false, errClosed
+		return false
 	}
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return false, fmt.Errorf("store changes: connect: %w", err)
+		return false
 	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+postgresChangesChannel); err != nil {
-		return false, fmt.Errorf("store changes: listen: %w", err)
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return false
 	}
-	fn(Change{})
+	onListen()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return true, fmt.Errorf("store changes: %w", err)
+			return true
 		}
-		executor, id, ok := strings.Cut(n.Payload, "/")
-		if !ok {
-			continue // not ours
-		}
-		fn(Change{Executor: executor, ID: id})
+		fn(n.Payload)
 	}
 }
 

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,5 +86,58 @@ func TestPostgresChanges(t *testing.T) {
 	}
 	if c := next("create after the cut"); c != (store.Change{Executor: "shard-1", ID: "t3"}) {
 		t.Fatalf("after the cut: %+v", c)
+	}
+}
+
+// TestPostgresBroadcast: a message reaches every listener, the sender's own
+// included; one over the limit is refused.
+func TestPostgresBroadcast(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := pgtest.Database(t)
+	a, b := openPostgresURL(t, url).(store.Broadcaster), openPostgresURL(t, url).(store.Broadcaster)
+	got := make(chan string, 8)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for i, s := range []store.Broadcaster{a, b} {
+		go func() {
+			_ = s.WatchBroadcasts(wctx, func(m []byte) { got <- fmt.Sprintf("%d:%s", i, m) }, func() { got <- fmt.Sprintf("%d:missed", i) })
+		}()
+	}
+	// Listening starts asynchronously: send until both listeners heard one.
+	heard := map[string]bool{}
+	for !heard[`0:{"n":1}`] || !heard[`1:{"n":1}`] {
+		if err := a.Broadcast(ctx, []byte(`{"n":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			heard[m] = true
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("heard only %v", heard)
+		}
+	}
+	if len(heard) != 2 {
+		t.Errorf("heard %v", heard)
+	}
+	// Cut both listening connections: each listens again and says that it
+	// may have missed messages.
+	var n int
+	if err := rawPostgres(t, url).QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%'`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("terminating the listeners: %d terminated, err %v", n, err)
+	}
+	for !heard["0:missed"] || !heard["1:missed"] {
+		select {
+		case m := <-got:
+			heard[m] = true
+		case <-ctx.Done():
+			t.Fatalf("after the cut, heard only %v", heard)
+		}
+	}
+	if err := a.Broadcast(ctx, make([]byte, store.MaxBroadcast+1)); err == nil {
+		t.Error("a message over MaxBroadcast was sent")
 	}
 }
