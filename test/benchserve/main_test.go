@@ -6,23 +6,30 @@
 //     from as many clients.
 //   - BenchmarkServeLogCapture: tasks whose real processes on the local
 //     process node each write a large log, archived into the SQLite store.
+//   - BenchmarkServeReplicas: the same tasks through 1, 2 and 3 replicas on
+//     PostgreSQL and one on SQLite, at the same client QPS per replica.
 //
 // Run them one at a time, once:
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 40m
+//	go test ./test/benchserve -run '^$' -bench BenchmarkServeReplicas -benchtime 1x -timeout 60m
 //
 // Without -bench, `go test ./test/benchserve` runs the code of each
-// benchmark once at a tiny size (TestServeSubmitTiny, TestServeLogCaptureTiny)
+// benchmark once at a tiny size (TestServeSubmitTiny, TestServeLogCaptureTiny,
+// TestServeReplicasTiny)
 // on the same kind of cluster, so that it cannot rot. The numbers those print
 // mean nothing.
 package benchserve
 
 import (
 	"flag"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/pgtest"
 )
 
 // benchSimNodes is the number of kwok nodes of a benchmark run (as in
@@ -35,5 +42,10 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
 		sim = benchSimNodes
 	}
-	clustertest.MainWith(m, clustertest.Options{SimNodes: sim, LocalNodes: 1})
+	code := clustertest.Run(m, clustertest.Options{SimNodes: sim, LocalNodes: 1})
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }

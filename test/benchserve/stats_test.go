@@ -142,6 +142,14 @@ func newCPUMeter(s *service) *cpuMeter {
 	return m
 }
 
+// add measures process pid too, from now on.
+func (m *cpuMeter) add(name string, pid int) {
+	m.pids[name] = pid
+	if d, err := cpuTime(pid); err == nil {
+		m.before[name] = d
+	}
+}
+
 // report returns each process's CPU time since the meter started, most
 // first, and the total.
 func (m *cpuMeter) report() (string, time.Duration) {
