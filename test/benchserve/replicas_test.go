@@ -12,11 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/pgtest"
+	"github.com/kubetask/kubetask/internal/replica"
+	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
@@ -60,10 +63,13 @@ type replicaResult struct {
 	// store).
 	lags         []time.Duration
 	submits      []time.Duration
-	rowWrites    int64 // PostgreSQL: rows inserted, updated and deleted in the database
-	cpu          string
-	cpuTotal     time.Duration
-	executorReqs float64
+	rowWrites int64 // PostgreSQL: rows inserted, updated and deleted in the database
+	cpu       string
+	cpuTotal  time.Duration
+	// The API server's requests on pods (all clients, but for the pod
+	// status and binding subresources: kwok's and the scheduler's) and on
+	// Leases (membership and shard Leases of the replicas).
+	podReqs, leaseReqs float64
 }
 
 func (r replicaResult) tasksPerSecond() float64 { return float64(r.size.tasks) / r.outcomes.Seconds() }
@@ -71,10 +77,10 @@ func (r replicaResult) tasksPerSecond() float64 { return float64(r.size.tasks) /
 func (r replicaResult) summary() string {
 	s := fmt.Sprintf("%s: %d tasks from %d clients, QPS %g per replica: every outcome after %.1f s (%.1f tasks/s), every pod gone after %.1f s;\n"+
 		"  outcome lag (main terminated -> outcome on replica 0's watch) p50 %.0f ms p99 %.0f ms; submit p50 %.1f ms p99 %.1f ms;\n"+
-		"  executor API requests %.0f (%.2f per task); CPU %s",
+		"  API requests on pods %.0f (%.2f per task), on Leases %.0f; CPU %s",
 		r.setup.name, r.size.tasks, r.size.clients, r.size.qps, r.outcomes.Seconds(), r.tasksPerSecond(), r.podsGone.Seconds(),
 		ms(percentile(r.lags, 0.5)), ms(percentile(r.lags, 0.99)), ms(percentile(r.submits, 0.5)), ms(percentile(r.submits, 0.99)),
-		r.executorReqs, r.executorReqs/float64(r.size.tasks), r.cpu)
+		r.podReqs, r.podReqs/float64(r.size.tasks), r.leaseReqs, r.cpu)
 	if r.setup.postgres {
 		s += fmt.Sprintf("\n  PostgreSQL row writes: %d (%.1f per task, %.0f/s)", r.rowWrites, float64(r.rowWrites)/float64(r.size.tasks), float64(r.rowWrites)/r.outcomes.Seconds())
 	}
@@ -128,7 +134,7 @@ func TestServeReplicasTiny(t *testing.T) {
 // against the first's.
 func replicaTable(rs []replicaResult) string {
 	var b strings.Builder
-	b.WriteString("| setup | tasks/s | vs " + rs[0].setup.name + " | outcome lag p50 | p99 | API requests/task | PostgreSQL row writes/s | CPU-s per 1,000 tasks |\n")
+	b.WriteString("| setup | tasks/s | vs " + rs[0].setup.name + " | outcome lag p50 | p99 | pod API requests/task | PostgreSQL row writes/s | CPU-s per 1,000 tasks |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rs {
 		writes := "-"
@@ -137,7 +143,7 @@ func replicaTable(rs []replicaResult) string {
 		}
 		fmt.Fprintf(&b, "| %s | %.1f | %.2fx | %.0f ms | %.0f ms | %.2f | %s | %.0f |\n", r.setup.name, r.tasksPerSecond(),
 			r.tasksPerSecond()/rs[0].tasksPerSecond(), ms(percentile(r.lags, 0.5)), ms(percentile(r.lags, 0.99)),
-			r.executorReqs/float64(r.size.tasks), writes, r.cpuTotal.Seconds()*1000/float64(r.size.tasks))
+			r.podReqs/float64(r.size.tasks), writes, r.cpuTotal.Seconds()*1000/float64(r.size.tasks))
 	}
 	return b.String()
 }
@@ -173,7 +179,7 @@ func runReplicas(tb testing.TB, setup replicaSetup, sz replicaSize) replicaResul
 		svcs = append(svcs, startServiceEnv(tb, env, environ, args...))
 	}
 	if setup.postgres {
-		waitBalanced(ctx, tb, svcs)
+		waitBalanced(ctx, tb, env, setup.replicas)
 	}
 
 	tr := trackMains(ctx, tb, env)
@@ -196,6 +202,7 @@ func runReplicas(tb testing.TB, setup replicaSetup, sz replicaSize) replicaResul
 		cpu.add(fmt.Sprintf("kubetask serve %d", i), s.cmd.Process.Pid)
 	}
 	writes0 := rowWrites(ctx, tb, storeURL)
+	reqs0 := apiserverRequests(tb)
 	ids := make([]string, sz.tasks)
 	start := time.Now()
 	var errs []error
@@ -216,13 +223,7 @@ func runReplicas(tb testing.TB, setup replicaSetup, sz replicaSize) replicaResul
 	r.podsGone = tr.lastGone().Sub(start)
 	r.cpu, r.cpuTotal = cpu.report()
 	r.rowWrites = rowWrites(ctx, tb, storeURL) - writes0
-	for _, s := range svcs {
-		m, err := s.metrics(ctx)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		r.executorReqs += sum(m, "kubetask_api_requests_total", nil)
-	}
+	r.podReqs, r.leaseReqs = podAndLeaseRequests(reqs0, apiserverRequests(tb))
 	if len(outcomes) != sz.tasks {
 		tb.Fatalf("%d outcomes of the %d tasks submitted", len(outcomes), sz.tasks)
 	}
@@ -243,26 +244,49 @@ func runReplicas(tb testing.TB, setup replicaSetup, sz replicaSize) replicaResul
 	return r
 }
 
-// waitBalanced waits until the replicas run every shard between them, each
-// its share (kubetask_replica_shards).
-func waitBalanced(ctx context.Context, tb testing.TB, svcs []*service) {
+// waitBalanced waits until every shard Lease of env's group (the
+// services' instance ID) is held by one of the replicas r0..r<n-1>, each
+// holding its share.
+func waitBalanced(ctx context.Context, tb testing.TB, env *clustertest.Env, n int) {
 	tb.Helper()
-	lo := replicaShards / len(svcs)
+	group := "bench-" + env.Namespace
+	lo, hi := replicaShards/n, (replicaShards+n-1)/n
 	poll(tb, 2*time.Minute, "the shards to be balanced", func() bool {
-		total := 0
-		for _, s := range svcs {
-			m, err := s.metrics(ctx)
-			if err != nil {
+		load := map[string]int{}
+		for k := range replicaShards {
+			l, err := env.Client.CoordinationV1().Leases(env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(group, k)), metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil {
 				return false
 			}
-			n := int(sum(m, "kubetask_replica_shards", nil))
-			if n < lo || n > lo+1 {
-				return false
-			}
-			total += n
+			load[*l.Spec.HolderIdentity]++
 		}
-		return total == replicaShards
+		for i := range n {
+			if c := load[fmt.Sprintf("r%d", i)]; c < lo || c > hi {
+				return false
+			}
+		}
+		return true
 	})
+}
+
+// podAndLeaseRequests sums the API server's requests between two reads
+// (apiserverRequests) on pods, but for the status and binding
+// subresources, and on Leases.
+func podAndLeaseRequests(before, after map[string]float64) (pods, leases float64) {
+	for k, v := range after {
+		f := strings.Fields(k)
+		if len(f) < 2 {
+			continue
+		}
+		d := v - before[k]
+		switch f[1] {
+		case "pods", "pods/eviction", "pods/log", "pods/exec":
+			pods += d
+		case "leases":
+			leases += d
+		}
+	}
+	return pods, leases
 }
 
 // rowWrites is PostgreSQL's count of rows inserted, updated and deleted in
@@ -308,7 +332,7 @@ func trackMains(ctx context.Context, tb testing.TB, env *clustertest.Env) *mainT
 			if cs.State.Terminated == nil {
 				continue
 			}
-			id := p.Labels[task.LabelTask]
+			id := p.Labels[task.LabelRun]
 			tr.mu.Lock()
 			if _, ok := tr.terminated[id]; !ok {
 				tr.terminated[id] = time.Now()
@@ -319,7 +343,11 @@ func trackMains(ctx context.Context, tb testing.TB, env *clustertest.Env) *mainT
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    seen,
 		UpdateFunc: func(_, o any) { seen(o) },
-		DeleteFunc: func(any) {
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			seen(obj) // a pod that ended and went between two events
 			tr.mu.Lock()
 			tr.deleted++
 			tr.last = time.Now()
