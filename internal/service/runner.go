@@ -25,8 +25,8 @@ type runner struct {
 }
 
 // newRunner builds the executor of a single process, or the replica of a
-// group when cfg.Shards is set (its shards' executors share client, the
-// replica's QPS, and divide Parallelism).
+// group when cfg.Shards is set (its shards' executors share one client at the
+// executor's QPS, and divide Parallelism).
 func newRunner(cfg Config, ec executor.Config, rc *rest.Config, client kubernetes.Interface, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
 	ec.LeaseNamespace = cfg.LeaseNamespace
 	ec.LeaseDuration = cfg.LeaseDuration.Get()
@@ -47,7 +47,21 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, client kubernete
 			return nil
 		}}, nil
 	}
-	ec.Client = client
+	// The shards' executors share one client at the executor's QPS, beside
+	// the service's own (dry runs, logs, auth reviews), as a single
+	// executor has its own: the same QPS per process either way.
+	qps, burst := ec.QPS, ec.Burst
+	if qps == 0 {
+		qps = 50 // the executor's defaults
+	}
+	if burst == 0 {
+		burst = 100
+	}
+	exClient, err := executor.NewClient(rc, qps, burst, reg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for the executors: %w", err)
+	}
+	ec.Client = exClient
 	if ec.Parallelism == 0 {
 		ec.Parallelism = 100
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -61,12 +62,12 @@ type Config struct {
 	// OnEvent, when set, receives every state change, in order per task,
 	// from the worker that recorded it; it must not block for long.
 	OnEvent func(Event)
-	// OnPodChange, when set, is called from the informers' event handlers for
+	// OnPodChange, when set, is called from the pod caches' event handlers for
 	// every add, update and delete of a pod this executor watches; it must not
 	// block. Read the pod with CachedPod.
 	OnPodChange func(namespace, name string)
 	// OnLeading, when set, runs each time Start takes the instance Lease
-	// (again), before the informers start and the workers act, for recovery
+	// (again), before the pod caches start and the workers act, for recovery
 	// work that must not race another process with the same InstanceID
 	// (Submit may be called from it). An error ends Start with that error.
 	OnLeading func(ctx context.Context) error
@@ -98,10 +99,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the executor's metrics. Default: none registered.
 	Registerer prometheus.Registerer
-	// LivenessTimeout: Healthy fails when the pod informers have not been
-	// able to list for this long. Default 2 minutes.
+	// LivenessTimeout: Healthy fails when a pod cache has been blind (unable
+	// to LIST or WATCH since its last success) for this long, when the caches
+	// have not synced this long after Start, or when the executor has not
+	// acted on pods for this long (the instance Lease). Default 2 minutes.
 	LivenessTimeout time.Duration
-	// WatchTimeout, when set, bounds each pod WATCH request; the informer then
+	// WatchBackoff is the pod caches' delay before they list and watch again
+	// after a failed or ended list-and-watch (410 Expired, a refused
+	// connection, an API server restart): Duration at first, multiplied by
+	// Factor at each further failure, plus up to Jitter times that at random,
+	// and never longer than Cap, jitter included. It starts again from
+	// Duration once a list-and-watch stayed up for 10 seconds. Steps is
+	// ignored. Default 100ms doubling to 2s, jitter 0.5: a cache lists again
+	// at most 150 ms after a first failure and never waits more than 2 s.
+	// When set, Duration and Cap (at least Duration) are required, Factor is
+	// 0 (constant) or at least 1, and Jitter is not negative.
+	WatchBackoff wait.Backoff
+	// WatchTimeout, when set, bounds each pod WATCH request; the cache then
 	// resumes from its last resourceVersion (or relists on 410 Expired). Zero
 	// leaves client-go's default of 5 to 10 minutes. Short values keep
 	// connections fresh where a middlebox may silently stall them.
@@ -170,6 +184,9 @@ func (c *Config) defaults() error {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %s", d.name, d.v))
 		}
 	}
+	if b := c.WatchBackoff; b != (wait.Backoff{}) && (b.Duration <= 0 || b.Cap < b.Duration || b.Factor < 0 || b.Factor > 0 && b.Factor < 1 || b.Jitter < 0) {
+		errs = append(errs, fmt.Errorf("WatchBackoff needs Duration > 0, Cap >= Duration, Factor 0 or >= 1 and Jitter >= 0, got %+v", b))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("executor config: %w", err)
 	}
@@ -202,6 +219,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.WatchBackoff == (wait.Backoff{}) {
+		c.WatchBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 2 * time.Second}
 	}
 	setDuration(&c.HoldTimeout, 30*time.Second)
 	setDuration(&c.ExecTimeout, 30*time.Second)

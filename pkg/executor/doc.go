@@ -2,11 +2,17 @@
 // every task, with the pod watcher failure that started kubetask designed out.
 //
 // Guarantees:
-//   - Pods are watched with client-go informers (one LIST+WATCH per namespace,
-//     filtered by kubetask's labels, cached objects trimmed); the informer's
+//   - Pods are watched with one pod cache per namespace, built from client-go's
+//     parts as an informer is (a Reflector, a RealFIFO, an Indexer; one
+//     LIST+WATCH filtered by kubetask's labels, cached objects trimmed). The
 //     Reflector relists on 410 Expired, apiserver restarts and dropped
-//     connections. There is no hand-written watch loop and no error that
-//     stops the executor.
+//     connections, after a back-off of 100 ms doubling to at most 2 s (jitter
+//     included; Config.WatchBackoff), which starts again from 100 ms once a
+//     list-and-watch stayed up for 10 s. There is no hand-written watch loop
+//     and no error that stops the executor.
+//   - A pod cache that failed to LIST or WATCH since its last successful LIST
+//     or WATCH request is blind: kubetask_pod_cache_blind{namespace} is 1
+//     meanwhile, and Healthy fails once it has been blind for LivenessTimeout.
 //   - Reconciliation is level-based and keyed by task ID (a workqueue): each
 //     pass derives the task's state from the pod as it is now (podstate), so a
 //     relist loses nothing, and a task whose pod was deleted is noticed.

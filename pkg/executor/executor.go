@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -98,8 +97,8 @@ type Executor struct {
 	creates  chan string // task IDs whose pod creation is queued
 	cleanups chan string // pod keys whose clean-up call is queued
 
-	informers []cache.SharedIndexInformer
-	indexers  []cache.Indexer
+	caches   []*podCache // the current term's pod caches, one per namespace
+	indexers []cache.Indexer
 
 	mu        sync.Mutex
 	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)
@@ -114,7 +113,6 @@ type Executor struct {
 	waiting   []waiter                   // tasks waiting for a parallelism slot, oldest submission first
 	inLine    map[string]time.Time       // the tasks in waiting, with their place
 	phases    map[string]string          // latest phase per task, for the tasks gauge
-	listFail  time.Time                  // first failed LIST since the last success
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
@@ -145,14 +143,7 @@ func New(cfg Config) (*Executor, error) {
 	e.client = cfg.Client
 	var rc *rest.Config
 	if cfg.RESTConfig != nil {
-		rc = rest.CopyConfig(cfg.RESTConfig)
-		rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-				e.metrics.apiRequests.Inc()
-				return rt.RoundTrip(r)
-			})
-		})
+		rc = countingConfig(cfg.RESTConfig, cfg.QPS, cfg.Burst, e.metrics.apiRequests)
 	}
 	if e.client == nil {
 		c, err := kubernetes.NewForConfig(rc)
@@ -178,14 +169,10 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // Start runs the executor until ctx ends. It takes the instance Lease
 // (waiting, and logging who holds it, while another process runs the same
 // InstanceID), runs OnLeading, adopts what the instances in AdoptFrom left,
-// starts the pod informers, waits for their caches and lets the workers run.
+// starts the pod caches, waits for them to sync and lets the workers run.
 // When the Lease cannot be renewed (the API server unreachable for longer than
 // RenewDeadline, or another process took it), the workers stop acting on pods
 // at once and Start takes the Lease again before they resume from the state
@@ -245,8 +232,8 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 }
 
-// term is the executor's life while it holds the instance Lease: the
-// informers run and the gate lets the workers and creators act. When ctx
+// term is the executor's life while it holds the instance Lease: the pod
+// caches run and the gate lets the workers and creators act. When ctx
 // ends (the Lease is lost or Start's context ended), the gate closes and term
 // returns once no sync or creation is in flight.
 func (e *Executor) term(ctx context.Context) error {
@@ -259,10 +246,10 @@ func (e *Executor) term(ctx context.Context) error {
 	if err := e.adopt(ctx); err != nil {
 		return err
 	}
-	informers, namespaces := e.startInformers(ctx)
-	synced := make([]cache.InformerSynced, len(informers))
-	for i, inf := range informers {
-		synced[i] = inf.HasSynced
+	caches, namespaces := e.startPodCaches(ctx)
+	synced := make([]cache.InformerSynced, len(caches))
+	for i, c := range caches {
+		synced[i] = c.HasSynced
 	}
 	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
@@ -338,40 +325,40 @@ func (e *Executor) processNext(ctx context.Context) bool {
 	return true
 }
 
+// noteList counts a list of a pod cache.
 func (e *Executor) noteList(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	result := "ok"
 	if err != nil {
-		e.metrics.lists.WithLabelValues("error").Inc()
-		if e.listFail.IsZero() {
-			e.listFail = e.cfg.Clock.Now()
-		}
-		return
+		result = "error"
 	}
-	e.metrics.lists.WithLabelValues("ok").Inc()
-	e.listFail = time.Time{}
+	e.metrics.lists.WithLabelValues(result).Inc()
 }
 
-// Healthy returns nil while the executor can see its pods: its informers have
-// synced, or are still within LivenessTimeout of starting, and no informer
-// has been failing to LIST for LivenessTimeout.
+// Healthy returns nil while the executor can see its pods: its pod caches
+// have synced, or are still within LivenessTimeout of starting, no cache has
+// been blind (failing to LIST or WATCH since its last success) for
+// LivenessTimeout, and the executor has not stopped acting on pods for
+// LivenessTimeout. A failure the next try recovers from (a 410 Expired, a
+// dropped connection) never makes it fail.
 func (e *Executor) Healthy() error {
 	e.mu.Lock()
-	startedAt, listFail, started, informers := e.startedAt, e.listFail, e.started, e.informers
+	startedAt, started, caches := e.startedAt, e.started, e.caches
 	e.mu.Unlock()
 	now := e.cfg.Clock.Now()
 	if !started {
 		return errors.New("executor not started")
 	}
-	if !listFail.IsZero() && now.Sub(listFail) >= e.cfg.LivenessTimeout {
-		return fmt.Errorf("pod informers cannot list since %s", listFail.Format(time.RFC3339))
+	for _, c := range caches {
+		if since, err := c.blind(); !since.IsZero() && now.Sub(since) >= e.cfg.LivenessTimeout {
+			return fmt.Errorf("pod cache of %s cannot list or watch pods since %s: %w", namespaceName(c.namespace), since.Format(time.RFC3339), err)
+		}
 	}
 	if closedSince := e.gate.closedSince(); !closedSince.IsZero() && now.Sub(maxTime(closedSince, startedAt)) >= e.cfg.LivenessTimeout {
 		return fmt.Errorf("not acting on pods since %s: waiting for the instance lease %s/%s or for the pod caches", closedSince.Format(time.RFC3339), e.cfg.LeaseNamespace, LeaseName(e.cfg.InstanceID))
 	}
-	for _, inf := range informers {
-		if !inf.HasSynced() && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
-			return fmt.Errorf("pod informers not synced %s after start", now.Sub(startedAt).Round(time.Second))
+	for _, c := range caches {
+		if !c.HasSynced() && now.Sub(startedAt) >= e.cfg.LivenessTimeout {
+			return fmt.Errorf("pod cache of %s not synced %s after start", namespaceName(c.namespace), now.Sub(startedAt).Round(time.Second))
 		}
 	}
 	return nil
@@ -540,7 +527,7 @@ func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 // Client is the executor's API client (rate-limited by QPS and Burst).
 func (e *Executor) Client() kubernetes.Interface { return e.client }
 
-// CachedPod returns the informer's (trimmed, see podstate.Trim) copy of a pod
+// CachedPod returns the pod cache's (trimmed, see podstate.Trim) copy of a pod
 // this executor watches, or nil. Never modify it.
 func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
 	e.mu.Lock()

@@ -27,34 +27,35 @@ func (e *Executor) podSelector() labels.Selector {
 	return labels.NewSelector().Add(*managed, *owner, *unreleased)
 }
 
-// startInformers starts one pod informer per namespace, running until ctx
-// ends, in place of those of an earlier term, and returns them and the
-// namespaces.
-func (e *Executor) startInformers(ctx context.Context) ([]cache.SharedIndexInformer, []string) {
+// startPodCaches starts one pod cache per namespace, running until ctx ends,
+// in place of those of an earlier term, and returns them and the namespaces.
+func (e *Executor) startPodCaches(ctx context.Context) ([]*podCache, []string) {
 	namespaces := e.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	sel := e.podSelector().String()
-	var informers []cache.SharedIndexInformer
+	var caches []*podCache
 	var indexers []cache.Indexer
 	for _, ns := range namespaces {
-		inf := e.newInformer(ns, sel)
-		informers = append(informers, inf)
-		indexers = append(indexers, inf.GetIndexer())
+		c := newPodCache(e.podListWatch(ns, sel), e.podCacheOptions(ns))
+		caches = append(caches, c)
+		indexers = append(indexers, c.Indexer())
 	}
 	e.mu.Lock()
-	e.informers, e.indexers = informers, indexers
+	e.caches, e.indexers = caches, indexers
 	e.mu.Unlock()
-	for _, inf := range informers {
-		go inf.RunWithContext(ctx)
+	for _, c := range caches {
+		go c.Run(ctx)
 	}
-	return informers, namespaces
+	return caches, namespaces
 }
 
-func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
+// podListWatch lists and watches the pods of namespace ns that selector
+// selects, counting the requests.
+func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
 	pods := e.client.CoreV1().Pods(ns)
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
 			list, err := pods.List(ctx, opts)
@@ -70,7 +71,7 @@ func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
 			w, err := pods.Watch(ctx, opts)
 			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				// A streaming list (client-go's WatchListClient): the
-				// informer's (re)list, counted with the LISTs.
+				// cache's (re)list, counted with the LISTs.
 				e.noteList(err)
 				return w, err
 			}
@@ -82,33 +83,41 @@ func (e *Executor) newInformer(ns, selector string) cache.SharedIndexInformer {
 			return w, err
 		},
 	}
-	// The wrapper tells client-go whether the client supports streaming
-	// lists (a fake clientset does not).
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, e.client), &corev1.Pod{}, cache.SharedIndexInformerOptions{
+}
+
+// podCacheOptions are the options of the pod cache of namespace ns: pods
+// trimmed, indexed by run, handed to podEvent, failures counted and logged.
+func (e *Executor) podCacheOptions(ns string) podCacheOptions {
+	return podCacheOptions{
+		Namespace: ns,
+		Client:    e.client,
+		Indexers:  cache.Indexers{runIndex: indexByRun},
+		Transform: func(obj any) (any, error) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				podstate.Trim(pod)
+			}
+			return obj, nil
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { e.podEvent(obj, false) },
+			UpdateFunc: func(_, obj any) { e.podEvent(obj, false) },
+			DeleteFunc: func(obj any) { e.podEvent(obj, true) },
+		},
 		ResyncPeriod: e.cfg.ResyncPeriod,
-		Indexers:     cache.Indexers{runIndex: indexByRun},
-	})
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			podstate.Trim(pod)
-		}
-		return obj, nil
-	})
-	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		kind := "other"
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			kind = "expired"
-		}
-		e.metrics.watchErrors.WithLabelValues(kind).Inc()
-		e.cfg.Logger.Info("pod watch ended, relisting", "kind", kind, "err", err)
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.podEvent(obj, false) },
-		UpdateFunc: func(_, obj any) { e.podEvent(obj, false) },
-		DeleteFunc: func(obj any) { e.podEvent(obj, true) },
-	})
-	return inf
+		Backoff:      e.cfg.WatchBackoff,
+		OnWatchError: func(ctx context.Context, r *cache.Reflector, err error) {
+			kind := "other"
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				kind = "expired"
+			}
+			e.metrics.watchErrors.WithLabelValues(kind).Inc()
+			e.cfg.Logger.Info("pod watch ended, relisting", "namespace", ns, "kind", kind, "err", err)
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		},
+		Blind:  e.metrics.podCacheBlind.WithLabelValues(ns),
+		Clock:  e.cfg.Clock,
+		Logger: e.cfg.Logger,
+	}
 }
 
 const runIndex = "run"
@@ -124,7 +133,7 @@ func indexByRun(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// podEvent handles an informer event: the pod's task is synced again, an
+// podEvent handles a pod cache's event: the pod's task is synced again, an
 // admitted creation is marked seen (from now on the cache counts its slot),
 // and a pod that left the cache frees a slot for the oldest waiting task.
 func (e *Executor) podEvent(obj any, deleted bool) {

@@ -8,15 +8,16 @@ import (
 
 // metrics are the executor's Prometheus metrics.
 type metrics struct {
-	tasks        *prometheus.GaugeVec
-	podCreations *prometheus.CounterVec
-	lists        *prometheus.CounterVec
-	watches      *prometheus.CounterVec
-	watchErrors  *prometheus.CounterVec
-	reconcile    prometheus.Histogram
-	outcomeLag   prometheus.Histogram
-	outcomes     *prometheus.CounterVec
-	apiRequests  prometheus.Counter
+	tasks         *prometheus.GaugeVec
+	podCreations  *prometheus.CounterVec
+	lists         *prometheus.CounterVec
+	watches       *prometheus.CounterVec
+	watchErrors   *prometheus.CounterVec
+	podCacheBlind *prometheus.GaugeVec
+	reconcile     prometheus.Histogram
+	outcomeLag    prometheus.Histogram
+	outcomes      *prometheus.CounterVec
+	apiRequests   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,14 +29,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kubetask_pod_creations_total", Help: "Pod creations by result (created, exists, error).",
 		}, []string{"result"}),
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_pod_lists_total", Help: "Lists of the pod informers (LIST requests or streaming watch-lists; the first per namespace, then one per relist), by result.",
+			Name: "kubetask_pod_lists_total", Help: "Lists of the pod caches (LIST requests or streaming watch-lists; the first per namespace, then one per relist), by result.",
 		}, []string{"result"}),
 		watches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_pod_watches_total", Help: "WATCH requests of the pod informers that resume from a resourceVersion (each restart of a watch), by result.",
+			Name: "kubetask_pod_watches_total", Help: "WATCH requests of the pod caches that resume from a resourceVersion (each restart of a watch), by result.",
 		}, []string{"result"}),
 		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_watch_errors_total", Help: "Failed list-and-watch cycles of the pod informers, by kind (expired, other). A watch that ends with 410 Expired is not counted here: the informer relists at once (see kubetask_pod_lists_total).",
+			Name: "kubetask_watch_errors_total", Help: "Failed list-and-watch cycles of the pod caches, by kind (expired, other). A watch that ends with 410 Expired is not counted here: the cache relists after its back-off (see kubetask_pod_lists_total).",
 		}, []string{"kind"}),
+		podCacheBlind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubetask_pod_cache_blind", Help: "Pod caches, by namespace (\"\": all namespaces), that failed to list or watch since their last successful LIST or WATCH request: 1 while the executor's cache of that namespace cannot see the API server (summed over the executors sharing the registry).",
+		}, []string{"namespace"}),
 		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kubetask_reconcile_seconds", Help: "Duration of one reconcile pass of one task.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
@@ -59,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.lists = register(reg, m.lists)
 		m.watches = register(reg, m.watches)
 		m.watchErrors = register(reg, m.watchErrors)
+		m.podCacheBlind = register(reg, m.podCacheBlind)
 		m.reconcile = register(reg, m.reconcile)
 		m.outcomeLag = register(reg, m.outcomeLag)
 		m.outcomes = register(reg, m.outcomes)

@@ -17,7 +17,7 @@ import (
 )
 
 // Parallelism is counted, never hand-kept: the slots in use are the pods in
-// the informer caches plus the admitted creations the caches have not shown
+// the pod caches plus the admitted creations the caches have not shown
 // yet (the Job controller's "expectations"). A creation whose pod the cache
 // has not shown within expectationTimeout stops counting, so a lost watch
 // event cannot hold a slot for ever.

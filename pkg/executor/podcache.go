@@ -1,0 +1,308 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// backoffReset is how long a list-and-watch cycle must stay up for the
+// pod cache's back-off to start again from its first step.
+const backoffReset = 10 * time.Second
+
+// podCache is a cache of the pods one LIST+WATCH selects, built from
+// client-go's parts as a SharedIndexInformer is (a Reflector feeding a
+// RealFIFO, one goroutine popping each change into an Indexer and handing it
+// to the handler), with what the informer does not let one set: its own
+// back-off between list-and-watch cycles, a watch error handler, and a record
+// of whether it can see the API server.
+//
+// Guarantees:
+//   - The indexer holds the pods as of the last change popped, transformed;
+//     the handler is called after the indexer changed, from one goroutine, in
+//     the order of the API server's changes: OnAdd for a pod new to the
+//     cache, OnUpdate for a changed pod and for every cached pod at each
+//     resync, OnDelete with the pod or a cache.DeletedFinalStateUnknown
+//     (a pod a relist no longer found). A relist that finds a pod unchanged
+//     (same resourceVersion) does not call the handler, as an informer's
+//     handler between resyncs is not called.
+//   - After a failed or ended list-and-watch cycle (410 Expired, a refused
+//     connection, an API server restart) the Reflector lists and watches
+//     again after the back-off: its first step, then doubling (by Factor),
+//     never longer than Cap, jitter included. The back-off starts again from
+//     its first step after a cycle that stayed up for backoffReset. The
+//     Reflector's own retries of a refused WATCH (within a cycle) take the
+//     same steps, started again by client-go every 2 minutes.
+//   - The cache is blind from the first failed LIST, WATCH request or
+//     list-and-watch cycle after its last success until the next successful
+//     LIST or WATCH request (blind reports it; the Blind gauge is 1 meanwhile).
+//     A watch the server ends, with 410 Expired or otherwise, is not a
+//     failure: the cache is current up to then and lists again within the
+//     back-off; that list failing is.
+type podCache struct {
+	namespace string
+	opts      podCacheOptions
+	indexer   cache.Indexer
+	fifo      *cache.RealFIFO
+	reflector *cache.Reflector
+	delay     relistDelay
+
+	mu       sync.Mutex
+	blindAt  time.Time // first failure since the last success; zero while it sees the API server
+	blindErr error     // the latest failure
+}
+
+// podCacheOptions configure a podCache.
+type podCacheOptions struct {
+	// Namespace is the namespace the ListerWatcher lists, for logs and
+	// metrics ("" is all namespaces).
+	Namespace string
+	// Client is the client behind the ListerWatcher: it tells client-go
+	// whether streaming lists can be used (a fake clientset cannot).
+	Client any
+	// Indexers of the cache's indexer.
+	Indexers cache.Indexers
+	// Transform, when set, changes each object before it is cached.
+	Transform cache.TransformFunc
+	// Handler receives the cache's changes; it must not block.
+	Handler cache.ResourceEventHandler
+	// ResyncPeriod, when set, calls Handler.OnUpdate for every cached pod
+	// this often.
+	ResyncPeriod time.Duration
+	// Backoff is the back-off between list-and-watch cycles: a validated
+	// Config.WatchBackoff (Cap bounds each delay, jitter included).
+	Backoff wait.Backoff
+	// OnWatchError, when set, is called with each failed list-and-watch
+	// cycle's error, before the back-off.
+	OnWatchError func(ctx context.Context, r *cache.Reflector, err error)
+	// Blind counts the cache while it is blind.
+	Blind  prometheus.Gauge
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// newPodCache returns a podCache over lw; Run runs it.
+func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
+	c := &podCache{namespace: o.Namespace, opts: o}
+	// The informer's key function: a tombstone is deleted by its key.
+	c.indexer = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, o.Indexers)
+	c.fifo = cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
+		Name:         "pods " + namespaceName(o.Namespace),
+		KeyFunction:  cache.MetaNamespaceKeyFunc,
+		KnownObjects: c.indexer,
+		Transformer:  o.Transform,
+	})
+	// Every request goes through observed, which sees every failure and
+	// every success.
+	observed := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list, err := lw.ListWithContext(ctx, opts)
+			c.observe(ctx, err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := lw.WatchWithContext(ctx, opts)
+			c.observe(ctx, err)
+			return w, err
+		},
+		DisableChunking: lw.DisableChunking,
+	}
+	b := reflectorBackoff(o.Backoff)
+	c.delay = relistDelay{clock: o.Clock, initial: b, current: b}
+	// The wrapper tells client-go whether the client supports streaming
+	// lists.
+	c.reflector = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(observed, o.Client), &corev1.Pod{}, c.fifo, cache.ReflectorOptions{
+		Name:         "pods " + namespaceName(o.Namespace),
+		ResyncPeriod: o.ResyncPeriod,
+		Clock:        o.Clock,
+		Backoff:      &b,
+	})
+	o.Blind.Add(0) // the series exists from the start
+	return c
+}
+
+// reflectorBackoff is b in the terms of wait.Backoff: there the jitter comes
+// on top of a step and Cap ends the growth only while Steps remain, so the
+// cap is lowered to leave room for the jitter and Steps is unlimited.
+func reflectorBackoff(b wait.Backoff) wait.Backoff {
+	b.Cap = time.Duration(float64(b.Cap) / (1 + b.Jitter))
+	b.Duration = min(b.Duration, b.Cap)
+	b.Steps = math.MaxInt32
+	return b
+}
+
+// Run lists and watches, and keeps the indexer and the handler up to date,
+// until ctx ends; it returns once it no longer calls the handler. A podCache
+// runs once.
+func (c *podCache) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		c.fifo.Close()
+	})
+	wg.Go(func() { c.popLoop(ctx) })
+	// Reflector.RunWithContext, with this cache's back-off and watch error
+	// handler (a Reflector has no setter for either).
+	_ = wait.DelayFunc(c.delay.next).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		if err := c.reflector.ListAndWatchWithContext(ctx); err != nil && ctx.Err() == nil {
+			c.fail(err)
+			if c.opts.OnWatchError != nil {
+				c.opts.OnWatchError(ctx, c.reflector, err)
+			}
+		}
+		return false, nil
+	})
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.blindAt.IsZero() { // a stopped cache is not counted blind
+		c.blindAt, c.blindErr = time.Time{}, nil
+		c.opts.Blind.Dec()
+	}
+}
+
+// HasSynced reports whether the cache's first list has been handed to the
+// handler in full: the RealFIFO counts the first list's items done only once
+// each is popped and processed.
+func (c *podCache) HasSynced() bool { return c.fifo.HasSynced() }
+
+// Indexer is the cache. Never modify the objects it holds.
+func (c *podCache) Indexer() cache.Indexer { return c.indexer }
+
+// blind returns when the cache last became unable to list or watch and the
+// latest failure; zero while it sees the API server.
+func (c *podCache) blind() (time.Time, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blindAt, c.blindErr
+}
+
+func (c *podCache) observe(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		c.succeed()
+	case ctx.Err() == nil: // not a request the end of Run cancelled
+		c.fail(err)
+	}
+}
+
+func (c *podCache) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blindErr = err
+	if !c.blindAt.IsZero() {
+		return
+	}
+	c.blindAt = c.opts.Clock.Now()
+	c.opts.Blind.Inc()
+	c.opts.Logger.Info("pod cache cannot list or watch", "namespace", c.namespace, "err", err)
+}
+
+func (c *podCache) succeed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.blindAt.IsZero() {
+		return
+	}
+	c.opts.Logger.Info("pod cache lists and watches again", "namespace", c.namespace, "blindFor", c.opts.Clock.Since(c.blindAt).String())
+	c.blindAt, c.blindErr = time.Time{}, nil
+	c.opts.Blind.Dec()
+}
+
+// popLoop hands every change the Reflector queues to process until the
+// queue is closed, as the informer's controller does.
+func (c *podCache) popLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		_, err := c.fifo.Pop(c.process)
+		if errors.Is(err, cache.ErrFIFOClosed) {
+			return
+		}
+		if err != nil {
+			c.opts.Logger.Error("pod cache change not applied", "namespace", c.namespace, "err", err)
+		}
+	}
+}
+
+// process applies popped deltas to the indexer and calls the handler, as
+// client-go's processDeltas and a SharedIndexInformer's handler between
+// resyncs do.
+func (c *podCache) process(obj any, isInInitialList bool) error {
+	deltas, ok := obj.(cache.Deltas)
+	if !ok {
+		return fmt.Errorf("popped %T, not cache.Deltas", obj)
+	}
+	for _, d := range deltas {
+		switch d.Type {
+		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
+			old, exists, err := c.indexer.Get(d.Object)
+			if err == nil && exists {
+				if err := c.indexer.Update(d.Object); err != nil {
+					return fmt.Errorf("updating cached pod: %w", err)
+				}
+				// An unchanged pod (a relist's) is news only at a resync.
+				if d.Type == cache.Sync || !sameVersion(old, d.Object) {
+					c.opts.Handler.OnUpdate(old, d.Object)
+				}
+				continue
+			}
+			if err := c.indexer.Add(d.Object); err != nil {
+				return fmt.Errorf("caching pod: %w", err)
+			}
+			c.opts.Handler.OnAdd(d.Object, isInInitialList)
+		case cache.Deleted:
+			if err := c.indexer.Delete(d.Object); err != nil {
+				return fmt.Errorf("removing cached pod: %w", err)
+			}
+			c.opts.Handler.OnDelete(d.Object)
+		}
+	}
+	return nil
+}
+
+// sameVersion reports whether a and b have one resourceVersion.
+func sameVersion(a, b any) bool {
+	ma, errA := meta.Accessor(a)
+	mb, errB := meta.Accessor(b)
+	return errA == nil && errB == nil && ma.GetResourceVersion() == mb.GetResourceVersion()
+}
+
+// relistDelay is the back-off between list-and-watch cycles: the steps of
+// initial, started again once a cycle stayed up for backoffReset. Only the
+// goroutine of Run calls next.
+type relistDelay struct {
+	clock            clock.Clock
+	initial, current wait.Backoff
+	cycleStart       time.Time // when the cycle after the last delay started
+}
+
+func (d *relistDelay) next() time.Duration {
+	now := d.clock.Now()
+	if !d.cycleStart.IsZero() && now.Sub(d.cycleStart) >= backoffReset {
+		d.current = d.initial
+	}
+	delay := d.current.Step()
+	d.cycleStart = now.Add(delay)
+	return delay
+}
+
+// namespaceName names namespace ns in messages.
+func namespaceName(ns string) string {
+	if ns == metav1.NamespaceAll {
+		return "all namespaces"
+	}
+	return "namespace " + ns
+}
