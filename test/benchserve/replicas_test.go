@@ -61,8 +61,8 @@ type replicaResult struct {
 	// watch of replica 0 (which, with several replicas, runs only a third or
 	// half of the tasks: the others' outcomes reach it shared through the
 	// store).
-	lags         []time.Duration
-	submits      []time.Duration
+	lags      []time.Duration
+	submits   []time.Duration
 	rowWrites int64 // PostgreSQL: rows inserted, updated and deleted in the database
 	cpu       string
 	cpuTotal  time.Duration
