@@ -27,7 +27,7 @@ type runner struct {
 // newRunner builds the executor of a single process, or the replica of a
 // group when cfg.Shards is set (its shards' executors share one client at the
 // executor's QPS, and divide Parallelism).
-func newRunner(cfg Config, ec executor.Config, rc *rest.Config, client kubernetes.Interface, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
+func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
 	ec.LeaseNamespace = cfg.LeaseNamespace
 	ec.LeaseDuration = cfg.LeaseDuration.Get()
 	if ec.LeaseDuration > 0 {

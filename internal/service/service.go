@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return err
 		},
 	}
-	run, err := newRunner(cfg, exCfg, rc, client, st, reg, log)
+	run, err := newRunner(cfg, exCfg, rc, st, reg, log)
 	if err != nil {
 		return err
 	}
