@@ -139,6 +139,17 @@ func nativeSidecar(name, script string) corev1.Container {
 // trapTERM runs until SIGTERM, then exits 0 (as PID 1 it needs the trap).
 const trapTERM = `trap 'exit 0' TERM; while :; do sleep 0.1; done`
 
+// trapped returns a script that runs handler on SIGTERM and otherwise keeps
+// running, and the file it creates once its trap is installed. The shell is
+// PID 1 of its container, which ignores a SIGTERM that arrives before the trap
+// is installed (as in a real container, whose PID 1 without a handler lives
+// until SIGKILL): a test that signals it waits for the file first
+// (waitFile), or the signal may be lost on a busy machine.
+func trapped(t *testing.T, handler string) (script, ready string) {
+	ready = filepath.Join(t.TempDir(), "trap-installed")
+	return fmt.Sprintf(`trap '%s' TERM; touch %s; while :; do sleep 0.1; done`, handler, ready), ready
+}
+
 // create stores the pod in the fake API and the lister, hands it to the
 // provider, then removes its finalizer from the API, as a controller that has
 // recorded what it needed would: the node's later status writes, made from
@@ -504,11 +515,15 @@ func TestDeletionTermThenKillAfterGrace(t *testing.T) {
 	dir := t.TempDir()
 	term := filepath.Join(dir, "got-term")
 	// Notes SIGTERM and keeps running: only SIGKILL ends it.
-	h.create(testPod("stubborn", shCtr("main", fmt.Sprintf(`trap 'touch %s' TERM; while :; do sleep 0.1; done`, term))))
-	h.create(testPod("polite", shCtr("main", trapTERM)))
+	stubborn, stubbornReady := trapped(t, "touch "+term)
+	polite, politeReady := trapped(t, "exit 0")
+	h.create(testPod("stubborn", shCtr("main", stubborn)))
+	h.create(testPod("polite", shCtr("main", polite)))
 	for _, n := range []string{"stubborn", "polite"} {
 		h.wait(n, "running", func(p *corev1.Pod) bool { return ctrRunning(p, "main") })
 	}
+	waitFile(t, stubbornReady)
+	waitFile(t, politeReady)
 
 	h.deletePod("polite", 30)
 	h.deletePod("stubborn", 30)
@@ -580,10 +595,12 @@ func TestLoweringActiveDeadlineEndsPod(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	hour := int64(3600)
-	p := testPod("deadline", shCtr("main", trapTERM))
+	script, ready := trapped(t, "exit 0")
+	p := testPod("deadline", shCtr("main", script))
 	p.Spec.ActiveDeadlineSeconds = &hour
 	h.create(p)
 	h.wait("deadline", "running", func(p *corev1.Pod) bool { return ctrRunning(p, "main") })
+	waitFile(t, ready) // the SIGTERM at the deadline would be lost before it
 
 	ten := int64(10)
 	p = p.DeepCopy()

@@ -90,9 +90,14 @@ type podCacheOptions struct {
 	// cycle's error, before the back-off.
 	OnWatchError func(ctx context.Context, r *cache.Reflector, err error)
 	// Blind counts the cache while it is blind.
-	Blind  prometheus.Gauge
-	Clock  clock.Clock
-	Logger *slog.Logger
+	Blind prometheus.Gauge
+	// Clock times blindness (the executor's, injected in tests).
+	Clock clock.Clock
+	// ReflectorClock drives the Reflector and the back-off between cycles.
+	// Default the real clock, as an informer's: a fake Clock that a test
+	// steps at will must not stall a watch that is retried or resynced.
+	ReflectorClock clock.WithTicker
+	Logger         *slog.Logger
 }
 
 // newPodCache returns a podCache over lw; Run runs it.
@@ -121,14 +126,18 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 		},
 		DisableChunking: lw.DisableChunking,
 	}
+	if o.ReflectorClock == nil {
+		o.ReflectorClock = clock.RealClock{}
+	}
+	c.opts = o
 	b := reflectorBackoff(o.Backoff)
-	c.delay = relistDelay{clock: o.Clock, initial: b, current: b}
+	c.delay = relistDelay{clock: o.ReflectorClock, initial: b, current: b}
 	// The wrapper tells client-go whether the client supports streaming
 	// lists.
 	c.reflector = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(observed, o.Client), &corev1.Pod{}, c.fifo, cache.ReflectorOptions{
 		Name:         "pods " + namespaceName(o.Namespace),
 		ResyncPeriod: o.ResyncPeriod,
-		Clock:        o.Clock,
+		Clock:        o.ReflectorClock,
 		Backoff:      &b,
 	})
 	o.Blind.Add(0) // the series exists from the start
@@ -253,8 +262,10 @@ func (c *podCache) process(obj any, isInInitialList bool) error {
 				if err := c.indexer.Update(d.Object); err != nil {
 					return fmt.Errorf("updating cached pod: %w", err)
 				}
-				// An unchanged pod (a relist's) is news only at a resync.
-				if d.Type == cache.Sync || !sameVersion(old, d.Object) {
+				// A relist that finds a pod unchanged is no news (an
+				// informer counts it a resync); a watch event always is,
+				// whatever its resourceVersion (a fake clientset keeps it).
+				if d.Type != cache.Replaced || !sameVersion(old, d.Object) {
 					c.opts.Handler.OnUpdate(old, d.Object)
 				}
 				continue

@@ -196,6 +196,8 @@ func TestPodCacheProcess(t *testing.T) {
 		{"updated", []corev1.Pod{a1}, cache.Delta{Type: cache.Updated, Object: &a2}, false, []string{"update ns/a 2"}, []string{"ns/a"}},
 		{"changed in a relist", []corev1.Pod{a1}, cache.Delta{Type: cache.Replaced, Object: &a2}, false, []string{"update ns/a 2"}, []string{"ns/a"}},
 		{"unchanged in a relist", []corev1.Pod{a1}, cache.Delta{Type: cache.Replaced, Object: &a1}, false, nil, []string{"ns/a"}},
+		// A fake clientset's update keeps the resourceVersion: still news.
+		{"updated, same resourceVersion", []corev1.Pod{a1}, cache.Delta{Type: cache.Updated, Object: &a1}, false, []string{"update ns/a 1"}, []string{"ns/a"}},
 		{"resync", []corev1.Pod{a1}, cache.Delta{Type: cache.Sync, Object: &a1}, false, []string{"update ns/a 1"}, []string{"ns/a"}},
 		{"deleted", []corev1.Pod{a1}, cache.Delta{Type: cache.Deleted, Object: &a2}, false, []string{"delete ns/a 2"}, []string{}},
 		{"gone from a relist", []corev1.Pod{a1}, cache.Delta{Type: cache.Deleted, Object: cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: &a1}}, false, []string{"delete ns/a unknown"}, []string{}},
@@ -326,7 +328,6 @@ func TestPodCacheRelistsWithinTheBackoff(t *testing.T) {
 			fl := newFakeLW(testPod("a", "1"))
 			fl.listErr, fl.watchFn = tc.listErr, tc.watchFn
 			opts := f.ex.podCacheOptions("ns")
-			opts.Clock = clock.RealClock{} // the Reflector waits on it between refused watches
 			c := newPodCache(fl.lw(), opts)
 			start := time.Now()
 			runCache(t, c)
