@@ -1,0 +1,396 @@
+// Package benchrecovery measures how long kubetask's executor is blind after
+// kube-apiserver restarts (an API server rollout: every watch breaks, the
+// watch cache is empty, a resumed watch gets 410 Expired), against a plain
+// client-go SharedIndexInformer on the same pods in the same process.
+//
+//	go test ./test/benchrecovery -run '^$' -bench BenchmarkRecovery -benchtime 1x -timeout 30m
+//	# smaller: KUBETASK_BENCH_RECOVERY_PODS=500, KUBETASK_BENCH_RECOVERY_RESTARTS=2
+//
+// Without -bench, `go test ./test/benchrecovery` runs the benchmark's code
+// once at a tiny size (TestRecoveryTiny), so that it cannot rot; its numbers
+// mean nothing.
+package benchrecovery
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/exectest"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	sim := 1
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		sim = 10
+	}
+	clustertest.MainWith(m, clustertest.Options{SimNodes: sim, LocalNodes: -1})
+}
+
+// recoverySize is the shape of one run.
+type recoverySize struct {
+	pods, restarts int
+}
+
+// restartResult is what one API server restart measured, from the moment
+// the restarted kube-apiserver was ready.
+type restartResult struct {
+	down time.Duration // RestartAPIServer: stop to ready
+	// The executor acting on pods again with fresh caches (Ready: its
+	// instance Lease held, its caches synced, a LIST or WATCH succeeded
+	// since it was first seen blind or not acting), and the plain
+	// informer's first successful LIST or WATCH after its first failure.
+	// -1: not within 3 minutes.
+	executor, informer time.Duration
+	// Whether the executor's cache was seen blind (kubetask_pod_cache_blind)
+	// and Healthy failing, sampled every 20 ms.
+	blindSeen   bool
+	healthyErrs int
+}
+
+func (r restartResult) String() string {
+	return fmt.Sprintf("down %.1f s; after ready: executor acting on fresh caches %s, client-go informer's first LIST/WATCH %s; blind seen %v, Healthy failed in %d samples",
+		r.down.Seconds(), secs(r.executor), secs(r.informer), r.blindSeen, r.healthyErrs)
+}
+
+func secs(d time.Duration) string {
+	if d == -1 {
+		return "not within 3 min"
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// BenchmarkRecovery tracks 5,000 running task pods (KUBETASK_BENCH_RECOVERY_PODS)
+// on kwok nodes with the executor and, in the same process, with a plain
+// client-go informer, restarts kube-apiserver three times in a row
+// (KUBETASK_BENCH_RECOVERY_RESTARTS), and reports after each restart how
+// long each took to list or watch again, and when the executor acted again.
+func BenchmarkRecovery(b *testing.B) {
+	sz := recoverySize{pods: envInt("KUBETASK_BENCH_RECOVERY_PODS", 5000), restarts: envInt("KUBETASK_BENCH_RECOVERY_RESTARTS", 3)}
+	for range b.N {
+		rs := runRecovery(b, sz)
+		fmt.Println(recoveryTable(sz, rs))
+		var worstEx, worstInf time.Duration
+		for _, r := range rs {
+			worstEx, worstInf = max(worstEx, r.executor), max(worstInf, r.informer)
+		}
+		b.ReportMetric(worstEx.Seconds(), "executor-worst-s")
+		b.ReportMetric(worstInf.Seconds(), "informer-worst-s")
+	}
+}
+
+// TestRecoveryTiny runs BenchmarkRecovery's code at a tiny size.
+func TestRecoveryTiny(t *testing.T) {
+	sz := recoverySize{pods: 10, restarts: 1}
+	rs := runRecovery(t, sz)
+	t.Log("\n" + recoveryTable(sz, rs))
+}
+
+func recoveryTable(sz recoverySize, rs []restartResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d running task pods; kube-apiserver restarted %d times in a row\n", sz.pods, sz.restarts)
+	b.WriteString("(times from the restarted kube-apiserver's readiness; negative: before it)\n")
+	b.WriteString("| restart | API server down | executor acting on fresh caches | client-go informer: first LIST/WATCH after a failure | executor blind seen | Healthy failed (10 ms samples) |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	for i, r := range rs {
+		fmt.Fprintf(&b, "| %d | %.1f s | %s | %s | %v | %d |\n", i+1, r.down.Seconds(), secs(r.executor), secs(r.informer), r.blindSeen, r.healthyErrs)
+	}
+	return b.String()
+}
+
+// runRecovery runs sz.pods tasks that keep running, waits until the executor
+// and the plain informer see them all, then restarts kube-apiserver
+// sz.restarts times, measuring each.
+func runRecovery(tb testing.TB, sz recoverySize) []restartResult {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := clustertest.New(tb)
+	reg := prometheus.NewRegistry()
+	ex, stop := exectest.StartExecutor(tb, env, executor.Config{Store: store.NewMemory(), Registerer: reg,
+		Parallelism: sz.pods, QPS: 500, Burst: 1000})
+	defer func() {
+		stop()
+		removeTaskPods(tb, env)
+	}()
+	for i := range sz.pods {
+		id := fmt.Sprintf("r%05d", i)
+		if _, err := ex.Submit(ctx, id, exectest.SimTask(id, nil)); err != nil { // kwok keeps it running
+			tb.Fatalf("submitting %s: %v", id, err)
+		}
+	}
+	poll(tb, 20*time.Minute, "every task running", func() bool {
+		return gaugeValue(reg, "kubetask_tasks", "phase", "Running") == float64(sz.pods)
+	})
+
+	inf, informerReqs := plainInformer(env.Client, env.Namespace, task.ManagedSelector().String())
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		tb.Fatal("the plain informer did not sync")
+	}
+
+	var out []restartResult
+	for range sz.restarts {
+		out = append(out, measureRestart(ctx, tb, env, ex, reg, informerReqs))
+	}
+	return out
+}
+
+// measureRestart restarts kube-apiserver once and measures the recovery,
+// from the moment the restarted server was ready (a negative time: before
+// it said so).
+func measureRestart(ctx context.Context, tb testing.TB, env *clustertest.Env, ex *executor.Executor, reg *prometheus.Registry, informer *okTimes) restartResult {
+	tb.Helper()
+	exOK := func() float64 {
+		return counterValue(reg, "kubetask_pod_lists_total", "result", "ok") + counterValue(reg, "kubetask_pod_watches_total", "result", "ok")
+	}
+	// Sample the executor every 10 ms from before the restart: when it
+	// first failed (blind, or not acting), and when, after that, it had
+	// listed or watched again and acted.
+	var (
+		mu                    sync.Mutex
+		failedAt, recoveredAt time.Time
+		blindSeen             bool
+		healthyErrs           int
+	)
+	sctx, stopSampling := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var okAtFailure float64
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+			now := time.Now()
+			blind := gaugeValue(reg, "kubetask_pod_cache_blind", "", "") > 0
+			ready := ex.Ready()
+			unhealthy := ex.Healthy() != nil
+			ok := exOK()
+			mu.Lock()
+			blindSeen = blindSeen || blind
+			if unhealthy {
+				healthyErrs++
+			}
+			switch {
+			case failedAt.IsZero() && (blind || !ready):
+				failedAt, okAtFailure = now, ok
+			case !failedAt.IsZero() && recoveredAt.IsZero() && !blind && ready && ok > okAtFailure:
+				recoveredAt = now
+			}
+			mu.Unlock()
+		}
+	})
+	start := time.Now()
+	if err := env.Cluster.RestartAPIServer(ctx); err != nil {
+		tb.Fatalf("restarting kube-apiserver: %v", err)
+	}
+	ready := time.Now()
+	r := restartResult{down: ready.Sub(start), executor: -1, informer: -1}
+	deadline := ready.Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		done := !recoveredAt.IsZero()
+		mu.Unlock()
+		_, infDone := informer.recoveredAfter(start)
+		if done && infDone {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the sampling interval of the measurement
+	}
+	stopSampling()
+	wg.Wait()
+	if !recoveredAt.IsZero() {
+		r.executor = recoveredAt.Sub(ready)
+	}
+	if at, ok := informer.recoveredAfter(start); ok {
+		r.informer = at.Sub(ready)
+	}
+	r.blindSeen, r.healthyErrs = blindSeen, healthyErrs
+	if recoveredAt.IsZero() {
+		tb.Errorf("the executor did not list, watch and act again within 3 minutes of the API server's restart: %v", r)
+	}
+	return r
+}
+
+// okTimes records when each LIST or WATCH request returned, and whether it
+// succeeded.
+type okTimes struct {
+	mu  sync.Mutex
+	at  []time.Time
+	oks []bool
+}
+
+func (o *okTimes) add(err error) {
+	o.mu.Lock()
+	o.at = append(o.at, time.Now())
+	o.oks = append(o.oks, err == nil)
+	o.mu.Unlock()
+}
+
+// recoveredAfter is the time of the first success after the first failure
+// that came after start.
+func (o *okTimes) recoveredAfter(start time.Time) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	failed := false
+	for i, at := range o.at {
+		switch {
+		case at.Before(start):
+		case !o.oks[i]:
+			failed = true
+		case failed:
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// plainInformer is a client-go SharedIndexInformer on the pods of ns that
+// selector selects (client-go's defaults: its back-off of 0.8 s growing to
+// 30 s), recording its successful requests.
+func plainInformer(client kubernetes.Interface, ns, selector string) (cache.SharedIndexInformer, *okTimes) {
+	ok := &okTimes{}
+	pods := client.CoreV1().Pods(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			l, err := pods.List(ctx, opts)
+			ok.add(err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			w, err := pods.Watch(ctx, opts)
+			ok.add(err)
+			return w, err
+		},
+	}
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0, cache.Indexers{}), ok
+}
+
+// gaugeValue sums the gauge name's series whose label has value (every
+// series when label is "").
+func gaugeValue(reg *prometheus.Registry, name, label, value string) float64 {
+	return metricSum(reg, name, label, value, true)
+}
+
+// counterValue is gaugeValue for a counter.
+func counterValue(reg *prometheus.Registry, name, label, value string) float64 {
+	return metricSum(reg, name, label, value, false)
+}
+
+func metricSum(reg *prometheus.Registry, name, label, value string, gauge bool) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if label != "" {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label && l.GetValue() != value {
+						continue series
+					}
+				}
+			}
+			if gauge {
+				sum += m.GetGauge().GetValue()
+			} else {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// removeTaskPods strips kubetask's finalizer from every task pod left in the
+// namespace (the executor was stopped with its tasks running) and deletes
+// them, waiting until they are gone.
+func removeTaskPods(tb testing.TB, env *clustertest.Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pods := env.Client.CoreV1().Pods(env.Namespace)
+	sel := metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}
+	list, err := pods.List(ctx, sel)
+	if err != nil {
+		tb.Errorf("listing pods to remove: %v", err)
+		return
+	}
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for name := range names {
+				_, err := pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				if err != nil && !strings.Contains(err.Error(), "not found") {
+					tb.Errorf("removing finalizers of %s: %v", name, err)
+				}
+			}
+		})
+	}
+	for _, p := range list.Items {
+		if len(p.Finalizers) > 0 {
+			names <- p.Name
+		}
+	}
+	close(names)
+	wg.Wait()
+	zero := int64(0)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
+		tb.Errorf("deleting pods: %v", err)
+	}
+	poll(tb, 5*time.Minute, "the task pods to be gone", func() bool {
+		l, err := pods.List(ctx, sel)
+		return err == nil && len(l.Items) == 0
+	})
+}
+
+// poll checks cond every 50 ms until it holds, or fails tb after d.
+func poll(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
