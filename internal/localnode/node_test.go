@@ -4,13 +4,10 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/clock"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestRemoveLegacyTaint: a node started on a Node object that still has the
@@ -40,42 +37,5 @@ func TestRemoveLegacyTaint(t *testing.T) {
 		if a.GetVerb() != "get" {
 			t.Errorf("unexpected %s on a node without the taint", a.GetVerb())
 		}
-	}
-}
-
-// steppingClock is a fake clock that a test steps at the worst moment: just
-// before the first timer is armed.
-type steppingClock struct {
-	*clocktesting.FakeClock
-	step    time.Duration
-	stepped bool
-}
-
-func (c *steppingClock) NewTimer(d time.Duration) clock.Timer {
-	if !c.stepped {
-		c.stepped = true
-		c.Step(c.step)
-	}
-	return c.FakeClock.NewTimer(d)
-}
-
-// TestTimerAtClockMovedWhileArming: a clock that moves between reading the
-// time and arming the timer still gets a timer that fires at the instant
-// asked for, not one step later.
-func TestTimerAtClockMovedWhileArming(t *testing.T) {
-	start := time.Now()
-	c := &steppingClock{FakeClock: clocktesting.NewFakeClock(start), step: 5 * time.Second}
-	timer := timerAt(c, start.Add(10*time.Second))
-	if timer == nil {
-		t.Fatal("no timer for an instant 10s ahead")
-	}
-	c.Step(5 * time.Second) // now exactly the instant asked for
-	select {
-	case <-timer.C():
-	default:
-		t.Fatal("the timer did not fire at the instant asked for")
-	}
-	if timerAt(c, start.Add(10*time.Second)) != nil {
-		t.Error("a timer for an instant already reached")
 	}
 }

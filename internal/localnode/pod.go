@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/internal/container"
 )
@@ -286,7 +285,8 @@ func (w *podWorker) run(ctx context.Context) {
 		var tc <-chan time.Time
 		stopTimer := func() bool { return false }
 		if !next.IsZero() {
-			if timer := timerAt(w.clock(), next); timer != nil {
+			if d := next.Sub(w.clock().Now()); d > 0 {
+				timer := w.clock().NewTimer(d)
 				tc, stopTimer = timer.C(), timer.Stop
 			} else {
 				w.poke() // due now: a fake clock would not fire a timer of zero
@@ -302,25 +302,6 @@ func (w *podWorker) run(ctx context.Context) {
 		if ctx.Err() != nil || isClosed(w.destroyed) {
 			return
 		}
-	}
-}
-
-// timerAt returns a timer that fires when c reaches t, or nil when t has
-// passed. A timer is armed for a duration, read from the clock just before:
-// when the clock moves on in between (a fake clock stepped by a test at that
-// moment), the timer would fire late by that step, so it is armed again.
-func timerAt(c clock.Clock, t time.Time) clock.Timer {
-	for {
-		now := c.Now()
-		d := t.Sub(now)
-		if d <= 0 {
-			return nil
-		}
-		timer := c.NewTimer(d)
-		if c.Since(now) < time.Millisecond {
-			return timer
-		}
-		timer.Stop()
 	}
 }
 
