@@ -50,14 +50,7 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 	// The shards' executors share one client at the executor's QPS, beside
 	// the service's own (dry runs, logs, auth reviews), as a single
 	// executor has its own: the same QPS per process either way.
-	qps, burst := ec.QPS, ec.Burst
-	if qps == 0 {
-		qps = 50 // the executor's defaults
-	}
-	if burst == 0 {
-		burst = 100
-	}
-	exClient, err := executor.NewClient(rc, qps, burst, reg)
+	exClient, err := executor.NewClient(rc, ec.QPS, ec.Burst, reg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for the executors: %w", err)
 	}

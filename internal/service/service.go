@@ -69,10 +69,10 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	crc := rest.CopyConfig(rc)
 	crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
 	if crc.QPS == 0 {
-		crc.QPS = 50
+		crc.QPS = executor.DefaultQPS
 	}
 	if crc.Burst == 0 {
-		crc.Burst = 100
+		crc.Burst = executor.DefaultBurst
 	}
 	client, err := kubernetes.NewForConfig(crc)
 	if err != nil {

@@ -9,12 +9,26 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// NewClient returns a clientset for rc limited to qps and burst whose
-// requests count into kubetask_api_requests_total of reg (none when reg is
-// nil): the client of executors that share one, as the shards of a replica
-// do (Config.Client), so that their QPS is the process's and their requests
-// are counted as an executor's own client's are.
+// DefaultQPS and DefaultBurst limit an executor's API client unless
+// Config.QPS and Config.Burst say otherwise.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
+// NewClient returns a clientset for rc limited to qps and burst (zero: the
+// defaults, DefaultQPS and DefaultBurst) whose requests count into
+// kubetask_api_requests_total of reg (none when reg is nil): the client of
+// executors that share one, as the shards of a replica do (Config.Client),
+// so that their QPS is the process's and their requests are counted as an
+// executor's own client's are.
 func NewClient(rc *rest.Config, qps float32, burst int, reg prometheus.Registerer) (kubernetes.Interface, error) {
+	if qps == 0 {
+		qps = DefaultQPS
+	}
+	if burst == 0 {
+		burst = DefaultBurst
+	}
 	return newCountingClient(rc, qps, burst, newMetrics(reg).apiRequests)
 }
 

@@ -52,7 +52,8 @@ type Config struct {
 	CreateConcurrency int
 	// Workers is the number of reconcile workers. Default 16.
 	Workers int
-	// QPS and Burst limit the executor's API client. Defaults 50 and 100.
+	// QPS and Burst limit the executor's API client. Defaults DefaultQPS
+	// and DefaultBurst.
 	QPS   float32
 	Burst int
 	// Store keeps task records. Default: an in-memory store, with which the
@@ -206,10 +207,10 @@ func (c *Config) defaults() error {
 		c.Workers = 16
 	}
 	if c.QPS == 0 {
-		c.QPS = 50
+		c.QPS = DefaultQPS
 	}
 	if c.Burst == 0 {
-		c.Burst = 100
+		c.Burst = DefaultBurst
 	}
 	if c.Store == nil {
 		c.Store = store.NewMemory()

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -308,7 +307,7 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 	cfg.Registerer, cfg.OnEvent, cfg.Store = reg, out.add, store.NewMemory()
 	cfg.InstanceID = "bench"
 	ex, stop := exectest.StartExecutor(b, env, cfg)
-	startReqs := counterSum(reg, "kubetask_api_requests_total")
+	startReqs := exectest.MetricSum(reg, "kubetask_api_requests_total")
 	cluster0 := apiserverRequests(ctx, env.Client)
 	cpu0 := sampleCPU(env.Cluster)
 
@@ -332,7 +331,7 @@ func benchExecutorRun(b *testing.B, s executorSetting, n int) runResult {
 	wall := time.Since(start)
 	lastCreate := tr.lastCreateAfter(start)
 	cpu1 := sampleCPU(env.Cluster)
-	reqs := counterSum(reg, "kubetask_api_requests_total") - startReqs
+	reqs := exectest.MetricSum(reg, "kubetask_api_requests_total") - startReqs
 	clusterReqs := apiserverRequests(ctx, env.Client) - cluster0
 	stop()
 
@@ -564,7 +563,7 @@ func benchMemory(b *testing.B, n int) {
 			b.Fatalf("submitting %s: %v", id, err)
 		}
 	}
-	defer removeTaskPods(b, env)
+	defer exectest.RemoveTaskPods(b, env)
 	waitFor(b, 10*time.Minute, "memory: tasks running", func() (bool, string) {
 		_, running := out.counts()
 		return running == n, fmt.Sprintf("%d of %d running", running, n)
@@ -608,50 +607,4 @@ memory: %d running task pods (main + envoy sidecar), heap after GC
   (heap: before %d, executor started %d, %d tasks running %d, + plain informer %d, executor stopped %d)
 `, n, execTotal, trimmed, untrimmed, untrimmed/trimmed, h0, hStarted, n, h1, h2, h3)
 	b.StartTimer()
-}
-
-// removeTaskPods strips kubetask's finalizer from every task pod left in the
-// namespace (the executor was stopped on purpose) and deletes them.
-func removeTaskPods(b *testing.B, env *clustertest.Env) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	pods := env.Client.CoreV1().Pods(env.Namespace)
-	sel := metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}
-	list, err := pods.List(ctx, sel)
-	if err != nil {
-		b.Errorf("listing pods to remove: %v", err)
-		return
-	}
-	names := make(chan string)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for name := range names {
-				_, err := pods.Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
-				if err != nil && !strings.Contains(err.Error(), "not found") {
-					b.Errorf("removing finalizers of %s: %v", name, err)
-				}
-			}
-		}()
-	}
-	for _, p := range list.Items {
-		if len(p.Finalizers) > 0 {
-			names <- p.Name
-		}
-	}
-	close(names)
-	wg.Wait()
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		b.Errorf("deleting pods: %v", err)
-	}
-	for ctx.Err() == nil {
-		l, err := pods.List(ctx, sel)
-		if err == nil && len(l.Items) == 0 {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	b.Errorf("task pods still present after clean-up")
 }

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kubetask/kubetask/internal/localcluster"
 )
 
@@ -74,38 +72,6 @@ func TestPercentile(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestCounterSum(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"k"})
-	reg.MustRegister(c)
-	c.WithLabelValues("a").Add(2)
-	c.WithLabelValues("b").Add(3)
-	if got := counterSum(reg, "x_total"); got != 5 {
-		t.Errorf("counterSum = %v, want 5", got)
-	}
-	if got := counterSum(reg, "missing_total"); got != 0 {
-		t.Errorf("counterSum of a missing metric = %v, want 0", got)
-	}
-}
-
-// counterSum gathers reg and sums every series of the counter name.
-func counterSum(reg *prometheus.Registry, name string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return math.NaN()
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
 
 // heapAfterGC returns the live heap after forcing full collections.

@@ -15,7 +15,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -27,7 +26,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -142,7 +140,7 @@ func runRecovery(tb testing.TB, sz recoverySize) ([]restartResult, adoptionResul
 		for _, stop := range stops {
 			stop()
 		}
-		removeTaskPods(tb, env)
+		exectest.RemoveTaskPods(tb, env)
 	}()
 	for i := range sz.pods {
 		id := fmt.Sprintf("r%05d", i)
@@ -151,7 +149,7 @@ func runRecovery(tb testing.TB, sz recoverySize) ([]restartResult, adoptionResul
 		}
 	}
 	poll(tb, 20*time.Minute, "every task running", func() bool {
-		return gaugeValue(reg, "kubetask_tasks", "phase", "Running") == float64(sz.pods)
+		return exectest.MetricSum(reg, "kubetask_tasks", "phase", "Running") == float64(sz.pods)
 	})
 
 	inf, informerReqs := plainInformer(env.Client, env.Namespace, task.ManagedSelector().String())
@@ -176,9 +174,9 @@ func runRecovery(tb testing.TB, sz recoverySize) ([]restartResult, adoptionResul
 	// the executor in full (every pod adopted); the tasks' phases come from
 	// the store at once.
 	poll(tb, 5*time.Minute, "the new executor acting with every task running", func() bool {
-		return ex2.Ready() && gaugeValue(cfg.Registerer.(*prometheus.Registry), "kubetask_tasks", "phase", "Running") == float64(sz.pods)
+		return ex2.Ready() && exectest.MetricSum(cfg.Registerer.(*prometheus.Registry), "kubetask_tasks", "phase", "Running") == float64(sz.pods)
 	})
-	adopt := adoptionResult{took: time.Since(begin), lists: counterValue(cfg.Registerer.(*prometheus.Registry), "kubetask_pod_lists_total", "", "")}
+	adopt := adoptionResult{took: time.Since(begin), lists: exectest.MetricSum(cfg.Registerer.(*prometheus.Registry), "kubetask_pod_lists_total")}
 	return out, adopt
 }
 
@@ -196,7 +194,7 @@ type adoptionResult struct {
 func measureRestart(ctx context.Context, tb testing.TB, env *clustertest.Env, ex *executor.Executor, reg *prometheus.Registry, informer *okTimes) restartResult {
 	tb.Helper()
 	exOK := func() float64 {
-		return counterValue(reg, "kubetask_pod_lists_total", "result", "ok") + counterValue(reg, "kubetask_pod_watches_total", "result", "ok")
+		return exectest.MetricSum(reg, "kubetask_pod_lists_total", "result", "ok") + exectest.MetricSum(reg, "kubetask_pod_watches_total", "result", "ok")
 	}
 	// Sample the executor every 10 ms from before the restart: when it
 	// first failed (blind, or not acting), and when, after that, it had
@@ -220,7 +218,7 @@ func measureRestart(ctx context.Context, tb testing.TB, env *clustertest.Env, ex
 			case <-t.C:
 			}
 			now := time.Now()
-			blind := gaugeValue(reg, "kubetask_pod_cache_blind", "", "") > 0
+			blind := exectest.MetricSum(reg, "kubetask_pod_cache_blind") > 0
 			ready := ex.Ready()
 			unhealthy := ex.Healthy() != nil
 			ok := exOK()
@@ -324,88 +322,6 @@ func plainInformer(client kubernetes.Interface, ns, selector string) (cache.Shar
 		},
 	}
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0, cache.Indexers{}), ok
-}
-
-// gaugeValue sums the gauge name's series whose label has value (every
-// series when label is "").
-func gaugeValue(reg *prometheus.Registry, name, label, value string) float64 {
-	return metricSum(reg, name, label, value, true)
-}
-
-// counterValue is gaugeValue for a counter.
-func counterValue(reg *prometheus.Registry, name, label, value string) float64 {
-	return metricSum(reg, name, label, value, false)
-}
-
-func metricSum(reg *prometheus.Registry, name, label, value string, gauge bool) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return math.NaN()
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if label != "" {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == label && l.GetValue() != value {
-						continue series
-					}
-				}
-			}
-			if gauge {
-				sum += m.GetGauge().GetValue()
-			} else {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-// removeTaskPods strips kubetask's finalizer from every task pod left in the
-// namespace (the executor was stopped with its tasks running) and deletes
-// them, waiting until they are gone.
-func removeTaskPods(tb testing.TB, env *clustertest.Env) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	pods := env.Client.CoreV1().Pods(env.Namespace)
-	sel := metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}
-	list, err := pods.List(ctx, sel)
-	if err != nil {
-		tb.Errorf("listing pods to remove: %v", err)
-		return
-	}
-	names := make(chan string)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for name := range names {
-				_, err := pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-				if err != nil && !strings.Contains(err.Error(), "not found") {
-					tb.Errorf("removing finalizers of %s: %v", name, err)
-				}
-			}
-		})
-	}
-	for _, p := range list.Items {
-		if len(p.Finalizers) > 0 {
-			names <- p.Name
-		}
-	}
-	close(names)
-	wg.Wait()
-	zero := int64(0)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
-		tb.Errorf("deleting pods: %v", err)
-	}
-	poll(tb, 5*time.Minute, "the task pods to be gone", func() bool {
-		l, err := pods.List(ctx, sel)
-		return err == nil && len(l.Items) == 0
-	})
 }
 
 // poll checks cond every 50 ms until it holds, or fails tb after d.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -14,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/internal/localcluster"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
@@ -169,7 +173,7 @@ func Submit(t *testing.T, ex *executor.Executor, id string, tk *task.Task) {
 }
 
 // WaitNoTaskPods waits until no kubetask pod is left in the namespace.
-func WaitNoTaskPods(t *testing.T, env *clustertest.Env, timeout time.Duration) {
+func WaitNoTaskPods(t testing.TB, env *clustertest.Env, timeout time.Duration) {
 	t.Helper()
 	clustertest.Eventually(t, timeout, "no task pod left", func(ctx context.Context) error {
 		pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
@@ -200,4 +204,73 @@ func Record(t *testing.T, st store.Store, id string) store.Record {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// RemoveTaskPods strips kubetask's finalizer from every task pod left in
+// env's namespace (an executor stopped with its tasks running, on purpose),
+// deletes them at once and waits until they are gone.
+func RemoveTaskPods(t testing.TB, env *clustertest.Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pods := env.Client.CoreV1().Pods(env.Namespace)
+	sel := metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}
+	list, err := pods.List(ctx, sel)
+	if err != nil {
+		t.Errorf("listing pods to remove: %v", err)
+		return
+	}
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for name := range names {
+				_, err := pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("removing finalizers of %s: %v", name, err)
+				}
+			}
+		})
+	}
+	for _, p := range list.Items {
+		if len(p.Finalizers) > 0 {
+			names <- p.Name
+		}
+	}
+	close(names)
+	wg.Wait()
+	zero := int64(0)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
+		t.Errorf("deleting pods: %v", err)
+	}
+	WaitNoTaskPods(t, env, 5*time.Minute)
+}
+
+// MetricSum gathers reg and sums the series of the counter or gauge name
+// whose labels have the values given as name, value pairs (every series
+// when none is given); 0 when there is no such metric, NaN when reg cannot
+// be gathered.
+func MetricSum(reg prometheus.Gatherer, name string, labelValues ...string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labelValues); i += 2 {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == labelValues[i] && l.GetValue() != labelValues[i+1] {
+						continue series
+					}
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
