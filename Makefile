@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up demo down test unit importcheck lint vet fmt clean
+.PHONY: help build components up demo down test unit importcheck lint vet fmt bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/
 
 test: fmt vet importcheck components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 15 min on 2 cores
+	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...

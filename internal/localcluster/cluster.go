@@ -85,8 +85,11 @@ type Cluster struct {
 	kcm       *process
 	kwok      *process
 	nodes     []*process
-	simNodes  int
-	stopped   bool
+	// kcmQPS and kcmBurst are kube-controller-manager's client limits
+	// (zero: 1000 and 1000), see RestartControllerManager.
+	kcmQPS, kcmBurst int
+	simNodes         int
+	stopped          bool
 }
 
 type ports struct {
@@ -170,9 +173,10 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	c.log.Info("starting kube-scheduler and kube-controller-manager")
+	kcmArgs := c.controllerManagerArgs()
 	c.mu.Lock()
 	c.scheduler = c.newProcess("kube-scheduler", cfg.Binaries.Scheduler, c.schedulerArgs())
-	c.kcm = c.newProcess("kube-controller-manager", cfg.Binaries.ControllerManager, c.controllerManagerArgs())
+	c.kcm = c.newProcess("kube-controller-manager", cfg.Binaries.ControllerManager, kcmArgs)
 	c.mu.Unlock()
 	for _, pr := range []*process{c.scheduler, c.kcm} {
 		if err := pr.start(); err != nil {
@@ -353,6 +357,12 @@ func (c *Cluster) schedulerArgs() []string {
 }
 
 func (c *Cluster) controllerManagerArgs() []string {
+	c.mu.Lock()
+	qps, burst := c.kcmQPS, c.kcmBurst
+	c.mu.Unlock()
+	if qps == 0 {
+		qps, burst = 1000, 1000
+	}
 	return []string{
 		"--kubeconfig=" + c.kubeconfig,
 		"--authentication-kubeconfig=" + c.kubeconfig,
@@ -360,8 +370,8 @@ func (c *Cluster) controllerManagerArgs() []string {
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", c.ports.ControllerManager),
 		"--leader-elect=false",
-		"--kube-api-qps=1000",
-		"--kube-api-burst=1000",
+		fmt.Sprintf("--kube-api-qps=%d", qps),
+		fmt.Sprintf("--kube-api-burst=%d", burst),
 		"--service-account-private-key-file=" + c.pki.SAKey,
 		"--root-ca-file=" + c.pki.CACert,
 		"--use-service-account-credentials=false",
@@ -571,6 +581,28 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
 	return c.startAPIServer(ctx)
+}
+
+// RestartControllerManager stops kube-controller-manager and starts it again
+// with the client limits --kube-api-qps=qps and --kube-api-burst=burst (zero
+// qps: the cluster's 1000 and 1000; kube-controller-manager's own defaults
+// are 20 and 30), and waits until it is healthy.
+func (c *Cluster) RestartControllerManager(ctx context.Context, qps, burst int) error {
+	c.mu.Lock()
+	old := c.kcm
+	c.kcmQPS, c.kcmBurst = qps, burst
+	c.mu.Unlock()
+	if err := old.stop(ctx, 10*time.Second); err != nil {
+		return fmt.Errorf("stopping kube-controller-manager: %w", err)
+	}
+	p := c.newProcess("kube-controller-manager", c.cfg.Binaries.ControllerManager, c.controllerManagerArgs())
+	c.mu.Lock()
+	c.kcm = p
+	c.mu.Unlock()
+	if err := p.start(); err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	return c.waitReady(ctx, p, insecureHealthz(c.ports.ControllerManager))
 }
 
 // StopEtcd stops etcd; the apiserver keeps running and fails its requests.

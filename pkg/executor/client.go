@@ -16,8 +16,12 @@ const (
 	DefaultBurst = 100
 )
 
+// Unlimited as a QPS turns the client-side rate limit off (client-go's
+// rest.Config does the same for any negative QPS).
+const Unlimited = -1
+
 // NewClient returns a clientset for rc limited to qps and burst (zero: the
-// defaults, DefaultQPS and DefaultBurst) whose requests count into
+// defaults, DefaultQPS and DefaultBurst; a negative qps: no limit) whose requests count into
 // kubetask_api_requests_total of reg (none when reg is nil): the client of
 // executors that share one, as the shards of a replica do (Config.Client),
 // so that their QPS is the process's and their requests are counted as an

@@ -53,7 +53,9 @@ type Config struct {
 	// Workers is the number of reconcile workers. Default 16.
 	Workers int
 	// QPS and Burst limit the executor's API client. Defaults DefaultQPS
-	// and DefaultBurst.
+	// and DefaultBurst. A negative QPS (Unlimited) turns the client-side
+	// limit off, as in client-go's rest.Config; the API server's priority
+	// and fairness still apply.
 	QPS   float32
 	Burst int
 	// Store keeps task records. Default: an in-memory store, with which the
@@ -171,9 +173,6 @@ func (c *Config) defaults() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %d", f.name, f.v))
 		}
-	}
-	if c.QPS < 0 {
-		errs = append(errs, fmt.Errorf("QPS must not be negative, got %v", c.QPS))
 	}
 	for _, d := range []struct {
 		name string

@@ -91,8 +91,11 @@ type cpuSample map[string]time.Duration
 // clockTick is USER_HZ, 100 on every Linux this runs on.
 const clockTick = 10 * time.Millisecond
 
+// selfCPU names this process in a cpuSample.
+const selfCPU = "benchmark process (client)"
+
 func sampleCPU(c *localcluster.Cluster) cpuSample {
-	s := cpuSample{"benchmark process (executor)": procCPU(os.Getpid())}
+	s := cpuSample{selfCPU: procCPU(os.Getpid())}
 	for _, p := range c.Processes() {
 		s[p.Name] += procCPU(p.PID)
 	}

@@ -1,0 +1,498 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/kubetask/kubetask/internal/localcluster"
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/exectest"
+)
+
+// row is one line of the benchmark's table: a throughput run, or a memory
+// measurement (heap set, the throughput fields zero).
+type row struct {
+	name  string
+	tasks int
+	qps   string // the client limit, as set
+	// limit groups the rows run at the same client limit: "unlimited",
+	// "200", "50", "default".
+	limit string
+	// elapsed is first submit (or create) to last pod gone.
+	elapsed time.Duration
+	// clientReq is the client's own API requests per task (the executor's
+	// kubetask_api_requests_total, kube-controller-manager's
+	// rest_client_requests_total, the floor client's count); NaN unknown.
+	clientReq float64
+	// allReq is apiserver_request_total over every client, per task.
+	allReq float64
+	// p50, p99: main terminated (seen by the benchmark's own informer) to
+	// the outcome recorded (the executor's store, the Job's Complete
+	// condition seen, the floor client's watch).
+	p50, p99 time.Duration
+	lags     int
+	// CPU seconds per 1,000 tasks: this process (the executor or the floor
+	// client, with the benchmark's own informers), kube-controller-manager,
+	// kube-apiserver.
+	clientCPU, kcmCPU, apiCPU float64
+	cores                     float64 // the whole machine's busy cores during the run
+	heap                      float64 // bytes per pod (memory rows)
+	note                      string
+}
+
+func (r row) tasksPerSecond() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.tasks) / r.elapsed.Seconds()
+}
+
+// measure holds what a run samples before it starts.
+type measure struct {
+	start    time.Time
+	cpu      cpuSample
+	requests float64
+}
+
+func startMeasure(ctx context.Context, env *clustertest.Env) measure {
+	return measure{start: time.Now(), cpu: sampleCPU(env.Cluster), requests: apiserverRequests(ctx, env.Client)}
+}
+
+// finish fills r's per-task request and CPU figures from m to now.
+func (m measure) finish(ctx context.Context, env *clustertest.Env, r *row) {
+	wall := time.Since(m.start)
+	cpu := sampleCPU(env.Cluster)
+	per1k := func(name string) float64 { return (cpu[name] - m.cpu[name]).Seconds() * 1000 / float64(r.tasks) }
+	r.clientCPU, r.kcmCPU, r.apiCPU = per1k(selfCPU), per1k("kube-controller-manager"), per1k("kube-apiserver")
+	var total time.Duration
+	for name, d := range cpu {
+		total += d - m.cpu[name]
+	}
+	r.cores = total.Seconds() / wall.Seconds()
+	r.allReq = (apiserverRequests(ctx, env.Client) - m.requests) / float64(r.tasks)
+	fmt.Fprintf(os.Stderr, "  %s: %d tasks in %.1f s (%.1f tasks/s); CPU during the run:\n%s", r.name, r.tasks, r.elapsed.Seconds(), r.tasksPerSecond(), cpuReport(m.cpu, cpu, wall))
+}
+
+// lagsOf returns, for every key outcome has, outcome minus seen.
+func lagsOf(outcome, seen map[string]time.Time) []time.Duration {
+	var lags []time.Duration
+	for k, at := range outcome {
+		if s, ok := seen[k]; ok {
+			lags = append(lags, at.Sub(s))
+		}
+	}
+	return lags
+}
+
+func (r *row) setLags(lags []time.Duration) {
+	r.p50, r.p99, r.lags = percentile(lags, 0.5), percentile(lags, 0.99), len(lags)
+}
+
+// executorRun runs n quick tasks through an executor with cfg (its Store,
+// Registerer, OnEvent and InstanceID are the benchmark's) until every pod
+// is gone, and checks that each task ended exactly once, Succeeded.
+func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) row {
+	tb.Helper()
+	env := clustertest.New(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := newTracker(func(p *corev1.Pod) string { return p.Labels[task.LabelRun] })
+	tr.start(ctx, tb, env.Client, env.Namespace, task.ManagedSelector().String())
+
+	reg := prometheus.NewRegistry()
+	out := newOutcomes()
+	cfg.Registerer, cfg.OnEvent, cfg.Store = reg, out.add, store.NewMemory()
+	cfg.InstanceID = "bench"
+	ex, stop := exectest.StartExecutor(tb, env, cfg)
+	defer stop()
+	reqs0 := exectest.MetricSum(reg, "kubetask_api_requests_total")
+	m := startMeasure(ctx, env)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("t%05d", i)
+		if _, err := ex.Submit(ctx, id, quickTask(id)); err != nil {
+			tb.Fatalf("submitting %s: %v", id, err)
+		}
+	}
+	waitFor(tb, 20*time.Minute, name, func() (bool, string) {
+		created, deleted, _ := tr.counts()
+		terminal, _ := out.counts()
+		return terminal == n && deleted == n, fmt.Sprintf("%s: %d pods created, %d outcomes, %d pods gone", time.Since(m.start).Round(time.Second), created, terminal, deleted)
+	})
+	_, _, lastDelete := tr.counts()
+	r := row{name: name, tasks: n, qps: qps, elapsed: lastDelete.Sub(m.start)}
+	r.clientReq = (exectest.MetricSum(reg, "kubetask_api_requests_total") - reqs0) / float64(n)
+	m.finish(ctx, env, &r)
+	stop()
+
+	bad, dup := 0, 0
+	out.mu.Lock()
+	for id, evs := range out.terminal {
+		if len(evs) != 1 {
+			dup++
+		}
+		if evs[0].Phase != "Succeeded" {
+			bad++
+			if bad <= 5 {
+				tb.Errorf("%s: %s/%s %s", id, evs[0].Phase, evs[0].Reason, evs[0].Message)
+			}
+		}
+	}
+	if dup > 0 {
+		tb.Errorf("%s: %d tasks with more than one terminal event", name, dup)
+	}
+	tr.mu.Lock()
+	r.setLags(lagsOf(out.recorded, tr.terminated))
+	tr.mu.Unlock()
+	out.mu.Unlock()
+	return r
+}
+
+// kcmLimit is kube-controller-manager's client limit now; the benchmark
+// restarts it only to change it.
+var kcmLimit = [2]int{1000, 1000}
+
+// setControllerManagerLimit restarts kube-controller-manager with the client
+// limit qps/burst unless it already has it.
+func setControllerManagerLimit(tb testing.TB, qps, burst int) {
+	tb.Helper()
+	if kcmLimit == [2]int{qps, burst} {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := clustertest.Cluster().RestartControllerManager(ctx, qps, burst); err != nil {
+		tb.Fatalf("restarting kube-controller-manager at QPS %d: %v", qps, err)
+	}
+	kcmLimit = [2]int{qps, burst}
+}
+
+// jobRun does the same work as executorRun through the Job controller, with
+// kube-controller-manager's client at kcmQPS/kcmBurst: n single-pod Jobs
+// with ttlSecondsAfterFinished 0, created by 16 concurrent clients, until
+// every Job and pod is gone.
+func jobRun(tb testing.TB, name, qps string, kcmQPS, kcmBurst, n int) row {
+	tb.Helper()
+	setControllerManagerLimit(tb, kcmQPS, kcmBurst)
+	env := clustertest.New(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := newTracker(func(p *corev1.Pod) string { return p.Labels[batchv1.JobNameLabel] })
+	tr.start(ctx, tb, env.Client, env.Namespace, batchv1.JobNameLabel)
+
+	var mu sync.Mutex
+	completed := map[string]time.Time{}
+	jobsGone := 0
+	jobs := env.Client.BatchV1().Jobs(env.Namespace)
+	jinf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return jobs.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return jobs.Watch(ctx, o)
+		},
+	}, &batchv1.Job{}, 0, cache.Indexers{})
+	noteJob := func(obj any) {
+		j, ok := obj.(*batchv1.Job)
+		if !ok {
+			return
+		}
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				mu.Lock()
+				if _, ok := completed[j.Name]; !ok {
+					completed[j.Name] = time.Now()
+				}
+				mu.Unlock()
+			}
+		}
+	}
+	_, _ = jinf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: noteJob, UpdateFunc: func(_, o any) { noteJob(o) },
+		DeleteFunc: func(any) { mu.Lock(); jobsGone++; mu.Unlock() },
+	})
+	go jinf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), jinf.HasSynced) {
+		tb.Fatal("job informer did not sync")
+	}
+	kcmReqs0 := controllerManagerRequests(ctx, env)
+	m := startMeasure(ctx, env)
+	names := make(chan string)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for name := range names {
+				if _, err := jobs.Create(ctx, quickJob(name), metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("creating job %s: %w", name, err)
+				}
+			}
+		})
+	}
+	for i := 0; i < n; i++ {
+		names <- fmt.Sprintf("j%05d", i)
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	waitFor(tb, 30*time.Minute, name, func() (bool, string) {
+		created, deleted, _ := tr.counts()
+		mu.Lock()
+		done, gone := len(completed), jobsGone
+		mu.Unlock()
+		return gone == n && deleted >= n && created == deleted,
+			fmt.Sprintf("%s: %d pods created, %d Jobs complete, %d Jobs gone, %d pods gone", time.Since(m.start).Round(time.Second), created, done, gone, deleted)
+	})
+	_, _, lastDelete := tr.counts()
+	r := row{name: name, tasks: n, qps: qps, elapsed: lastDelete.Sub(m.start)}
+	r.clientReq = (controllerManagerRequests(ctx, env) - kcmReqs0) / float64(n)
+	m.finish(ctx, env, &r)
+	mu.Lock()
+	tr.mu.Lock()
+	r.setLags(lagsOf(completed, tr.terminated))
+	tr.mu.Unlock()
+	mu.Unlock()
+	return r
+}
+
+// controllerManagerRequests sums kube-controller-manager's
+// rest_client_requests_total (every request of every controller in it) from
+// its metrics; NaN when they cannot be read.
+func controllerManagerRequests(ctx context.Context, env *clustertest.Env) float64 {
+	port := env.Cluster.Ports()["kube-controller-manager"]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return math.NaN()
+	}
+	req.Header.Set("Authorization", "Bearer "+env.Config.BearerToken)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the component's self-signed certificate on loopback
+	resp, err := client.Do(req)
+	if err != nil {
+		return math.NaN()
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return math.NaN()
+	}
+	return sumSeries(string(raw), "rest_client_requests_total")
+}
+
+// sumSeries sums the samples of metric name in a Prometheus text exposition.
+func sumSeries(text, name string) float64 {
+	sum := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// floorExecutor is the executor label of the floor client's pods.
+const floorExecutor = "floor"
+
+// floorRun measures S0, the ceiling: the same pods (task.BuildPod of the
+// same quick task, with kubetask's finalizer) and the same requests per
+// pod as the executor's (create; once main has terminated, the finalizer
+// released with one JSON patch, attempt.ReleaseSeen; attempt.Delete), sent
+// by a minimal client: no client-side rate limit, no informer cache, no
+// store, no state; one plain watch of the namespace (client-go's
+// RetryWatcher, which resumes from the last resourceVersion) tells it that
+// main ended. 16 goroutines create and 16 release and delete.
+func floorRun(tb testing.TB, n int) row {
+	tb.Helper()
+	env := clustertest.New(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := newTracker(func(p *corev1.Pod) string { return p.Labels[task.LabelRun] })
+	tr.start(ctx, tb, env.Client, env.Namespace, task.ManagedSelector().String())
+
+	var requests countedRequests
+	rc := requests.wrap(env.Config)
+	rc.QPS = executor.Unlimited
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pods := client.CoreV1().Pods(env.Namespace)
+	selector := task.LabelExecutor + "=" + floorExecutor
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer w.Stop()
+
+	built := make([]*corev1.Pod, n)
+	for i := range built {
+		id := fmt.Sprintf("f%05d", i)
+		t := quickTask(id)
+		t.Namespace = env.Namespace
+		t.Default()
+		if err := t.Validate(); err != nil {
+			tb.Fatal(err)
+		}
+		if built[i], err = task.BuildPod(t, task.Identity{Namespace: env.Namespace, Name: id, RunID: id, Executor: floorExecutor}, 0); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	reqs0 := requests.n()
+	m := startMeasure(ctx, env)
+
+	done := make(chan *corev1.Pod, n)
+	decided := map[string]time.Time{}
+	var mu sync.Mutex
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if terminated(pod) {
+				mu.Lock()
+				_, seen := decided[pod.Labels[task.LabelRun]]
+				if !seen {
+					decided[pod.Labels[task.LabelRun]] = time.Now()
+				}
+				mu.Unlock()
+				if !seen {
+					done <- pod
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	next := make(chan *corev1.Pod)
+	for range 16 {
+		wg.Go(func() {
+			for p := range next {
+				if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("creating %s: %w", p.Name, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case p := <-done:
+					if err := attempt.ReleaseSeen(ctx, client, p, false); err != nil {
+						errs <- err
+					}
+					if err := attempt.Delete(ctx, client, p.Namespace, p.Name); err != nil {
+						errs <- err
+					}
+				}
+			}
+		})
+	}
+	for _, p := range built {
+		next <- p
+	}
+	close(next)
+	waitFor(tb, 20*time.Minute, "floor", func() (bool, string) {
+		select {
+		case err := <-errs:
+			tb.Fatal(err)
+		default:
+		}
+		created, deleted, _ := tr.counts()
+		return deleted == n, fmt.Sprintf("%s: %d pods created, %d pods gone", time.Since(m.start).Round(time.Second), created, deleted)
+	})
+	_, _, lastDelete := tr.counts()
+	r := row{name: "S0 floor client", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start)}
+	r.clientReq = float64(requests.n()-reqs0) / float64(n)
+	m.finish(ctx, env, &r)
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	tr.mu.Lock()
+	r.setLags(lagsOf(decided, tr.terminated))
+	tr.mu.Unlock()
+	mu.Unlock()
+	return r
+}
+
+// terminated reports whether pod's main container has terminated.
+func terminated(pod *corev1.Pod) bool {
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == "main" && st.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// countedRequests counts the requests of the clients made from wrap's configs.
+type countedRequests struct {
+	mu    sync.Mutex
+	count int64
+}
+
+func (c *countedRequests) n() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count
+}
+
+func (c *countedRequests) wrap(rc *rest.Config) *rest.Config {
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			c.mu.Lock()
+			c.count++
+			c.mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	})
+	return rc
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// simNodesFor is how many kwok nodes hold n running pods, with room to spare.
+func simNodesFor(n int) int {
+	return n/localcluster.SimNodePods + 1
+}

@@ -1,0 +1,44 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTable: ratios are against S0 and the Job controller at the same
+// limit; unknown figures print as "-"; memory rows show only their heap.
+func TestTable(t *testing.T) {
+	rows := []row{
+		{name: "S0 floor client", limit: "unlimited", tasks: 100, elapsed: time.Second, clientReq: 3, allReq: 8},
+		{name: "kubetask", limit: "unlimited", tasks: 90, elapsed: time.Second, clientReq: 3, allReq: 8, p50: 2500 * time.Microsecond, p99: 40 * time.Millisecond},
+		{name: "Job controller", limit: "unlimited", tasks: 30, elapsed: time.Second, clientReq: math.NaN(), allReq: 20, p99: 3 * time.Second},
+		{name: "kubetask", limit: "50", tasks: 10, elapsed: time.Second},
+		{name: "memory: plain client-go informer", tasks: 10, heap: 20480, note: "per pod"},
+	}
+	got := strings.Split(strings.TrimSpace(table(rows)), "\n")
+	if len(got) != 2+len(rows) {
+		t.Fatalf("%d lines, want %d:\n%s", len(got), 2+len(rows), strings.Join(got, "\n"))
+	}
+	for i, want := range [][]string{
+		{"| S0 floor client |", "| 100.0 | 1.00x | - |"},
+		{"| 90.0 | 0.90x | 3.00x |", "| 2.5 ms / 40 ms |"},
+		{"| 30.0 | 0.30x | - | - | 20.00 |", "/ 3.0 s"},
+		{"| 10.0 | 0.10x | - |"}, // no Job row at QPS 50
+		{"| 20.0 KiB | per pod |"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(got[2+i], w) {
+				t.Errorf("line %d %q lacks %q", i, got[2+i], w)
+			}
+		}
+	}
+}
+
+func TestSumSeries(t *testing.T) {
+	text := "# HELP x\nrest_client_requests_total{code=\"200\",method=\"GET\"} 10\nrest_client_requests_total{code=\"201\"} 2.5\nrest_client_requests_total_other 100\nother 1\n"
+	if got := sumSeries(text, "rest_client_requests_total"); got != 12.5 {
+		t.Errorf("sumSeries = %v, want 12.5", got)
+	}
+}
