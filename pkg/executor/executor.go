@@ -527,16 +527,38 @@ func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 // Client is the executor's API client (rate-limited by QPS and Burst).
 func (e *Executor) Client() kubernetes.Interface { return e.client }
 
-// CachedPod returns the pod cache's (trimmed, see podstate.Trim) copy of a pod
-// this executor watches, or nil. Never modify it.
+// CachedPod returns what the pod cache keeps of a pod this executor watches,
+// or nil when the cache does not have it. The cache keeps, to hold little
+// memory per pod, only what the executor decides from, and the pod returned
+// has only these fields set:
+//
+//   - metadata: namespace, name, resourceVersion, creationTimestamp,
+//     deletionTimestamp, deletionGracePeriodSeconds, finalizers, and
+//     kubetask's own labels and annotations (task.PodLabels, the identity
+//     annotations BuildPod sets, task.LabelReleased); not the template's
+//     labels and annotations nor anyone else's, no uid, ownerReferences or
+//     managedFields;
+//   - spec: nodeName, restartPolicy, activeDeadlineSeconds, the names of the
+//     schedulingGates, and per container and init container its name,
+//     image, restartPolicy and restartPolicyRules;
+//   - status: phase, reason, message, startTime, the PodScheduled and
+//     DisruptionTarget conditions (type, status, reason, message,
+//     lastTransitionTime), and per container and init container status its
+//     name, restartCount, state and lastState (waiting: reason, message;
+//     running: startedAt; terminated: exitCode, reason, message, startedAt,
+//     finishedAt).
+//
+// This is everything podstate.Derive and podlog.ProgressOf read. Each call
+// returns a new pod, which shares memory with the cache: never modify it.
+// Read the pod from the API server for anything else.
 func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
 	e.mu.Lock()
 	indexers := e.indexers
 	e.mu.Unlock()
 	for _, idx := range indexers {
 		if obj, ok, err := idx.GetByKey(namespace + "/" + name); err == nil && ok {
-			if p, ok := obj.(*corev1.Pod); ok {
-				return p
+			if p, ok := obj.(*cachedPod); ok {
+				return p.pod()
 			}
 		}
 	}

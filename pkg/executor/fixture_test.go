@@ -68,7 +68,7 @@ func newFx(t *testing.T, mod func(*Config)) *fx {
 		t.Fatal(err)
 	}
 	f.ex = ex
-	f.idx = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{runIndex: indexByRun})
+	f.idx = cache.NewIndexer(podKey, cache.Indexers{runIndex: indexByRun})
 	ex.indexers = []cache.Indexer{f.idx}
 	t.Cleanup(ex.queue.ShutDown)
 	return f
@@ -146,10 +146,11 @@ func (f *fx) podOf(id string, n int, w *podtest.PodWrapper) *corev1.Pod {
 	return pod
 }
 
-// cache puts pod in the informer cache only.
+// cache puts pod in the informer cache only, as the caches' Transform
+// keeps it.
 func (f *fx) cache(pod *corev1.Pod) {
 	f.t.Helper()
-	if err := f.idx.Update(pod.DeepCopy()); err != nil {
+	if err := f.idx.Update(compactPod(pod)); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -157,7 +158,7 @@ func (f *fx) cache(pod *corev1.Pod) {
 // uncache removes pod from the informer cache only.
 func (f *fx) uncache(pod *corev1.Pod) {
 	f.t.Helper()
-	_ = f.idx.Delete(pod)
+	_ = f.idx.Delete(compactPod(pod))
 }
 
 // server puts pod in the API server only.

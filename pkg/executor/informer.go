@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
@@ -86,18 +85,14 @@ func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
 }
 
 // podCacheOptions are the options of the pod cache of namespace ns: pods
-// trimmed, indexed by run, handed to podEvent, failures counted and logged.
+// kept compact (cachedPod), indexed by run, handed to podEvent, failures
+// counted and logged.
 func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 	return podCacheOptions{
 		Namespace: ns,
 		Client:    e.client,
 		Indexers:  cache.Indexers{runIndex: indexByRun},
-		Transform: func(obj any) (any, error) {
-			if pod, ok := obj.(*corev1.Pod); ok {
-				podstate.Trim(pod)
-			}
-			return obj, nil
-		},
+		Transform: compactTransform,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { e.podEvent(obj, false) },
 			UpdateFunc: func(_, obj any) { e.podEvent(obj, false) },
@@ -120,14 +115,23 @@ func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 	}
 }
 
+// compactTransform is the pod caches' Transform: a pod becomes the
+// cachedPod the caches keep of it.
+func compactTransform(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return compactPod(pod), nil
+	}
+	return obj, nil
+}
+
 const runIndex = "run"
 
 func indexByRun(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return nil, nil
 	}
-	if id := pod.Labels[task.LabelRun]; id != "" {
+	if id := pod.run(); id != "" {
 		return []string{id}, nil
 	}
 	return nil, nil
@@ -140,14 +144,14 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
-	if id := pod.Labels[task.LabelRun]; id != "" {
+	if id := pod.run(); id != "" {
 		if !deleted {
 			e.mu.Lock()
-			if c := e.creations[id]; c != nil && c.name == pod.Name {
+			if c := e.creations[id]; c != nil && c.name == pod.name {
 				c.seen = true
 			}
 			e.mu.Unlock()
@@ -157,9 +161,10 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if deleted {
 		e.wakeWaiting()
 	}
-	e.kickCaptures(pod.Namespace + "/" + pod.Name)
+	ns := pod.namespace.String()
+	e.kickCaptures(ns + "/" + pod.name)
 	if e.cfg.OnPodChange != nil {
-		e.cfg.OnPodChange(pod.Namespace, pod.Name)
+		e.cfg.OnPodChange(ns, pod.name)
 	}
 }
 
@@ -173,7 +178,8 @@ func (e *Executor) cachedPodCount() int {
 	return n
 }
 
-// podsOfRun returns the cached pods of task id, all attempts.
+// podsOfRun returns the cached pods of task id, all attempts, as
+// cachedPod.pod builds them.
 func (e *Executor) podsOfRun(id string) []*corev1.Pod {
 	e.mu.Lock()
 	indexers := e.indexers
@@ -182,8 +188,8 @@ func (e *Executor) podsOfRun(id string) []*corev1.Pod {
 	for _, idx := range indexers {
 		objs, _ := idx.ByIndex(runIndex, id)
 		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				out = append(out, p)
+			if p, ok := o.(*cachedPod); ok {
+				out = append(out, p.pod())
 			}
 		}
 	}

@@ -76,7 +76,9 @@ type podCacheOptions struct {
 	Client any
 	// Indexers of the cache's indexer.
 	Indexers cache.Indexers
-	// Transform, when set, changes each object before it is cached.
+	// Transform, when set, changes each object before it is cached. It
+	// must return a pod or a *cachedPod (the only objects the key function
+	// knows besides tombstones) and return a *cachedPod unchanged.
 	Transform cache.TransformFunc
 	// Handler receives the cache's changes; it must not block.
 	Handler cache.ResourceEventHandler
@@ -103,11 +105,10 @@ type podCacheOptions struct {
 // newPodCache returns a podCache over lw; Run runs it.
 func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 	c := &podCache{namespace: o.Namespace, opts: o}
-	// The informer's key function: a tombstone is deleted by its key.
-	c.indexer = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, o.Indexers)
+	c.indexer = cache.NewIndexer(podKey, o.Indexers)
 	c.fifo = cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         "pods " + namespaceName(o.Namespace),
-		KeyFunction:  cache.MetaNamespaceKeyFunc,
+		KeyFunction:  podKey,
 		KnownObjects: c.indexer,
 		Transformer:  o.Transform,
 	})
@@ -284,11 +285,35 @@ func (c *podCache) process(obj any, isInInitialList bool) error {
 	return nil
 }
 
+// podKey is the cache's key function, the informer's for pods and for
+// what the executor's Transform makes of them (cachedPod): namespace/name;
+// a tombstone is deleted by its key.
+func podKey(obj any) (string, error) {
+	switch o := obj.(type) {
+	case *cachedPod:
+		return o.key(), nil
+	case cache.DeletedFinalStateUnknown:
+		return o.Key, nil
+	}
+	return cache.MetaNamespaceKeyFunc(obj)
+}
+
 // sameVersion reports whether a and b have one resourceVersion.
 func sameVersion(a, b any) bool {
-	ma, errA := meta.Accessor(a)
-	mb, errB := meta.Accessor(b)
-	return errA == nil && errB == nil && ma.GetResourceVersion() == mb.GetResourceVersion()
+	va, okA := resourceVersion(a)
+	vb, okB := resourceVersion(b)
+	return okA && okB && va == vb
+}
+
+func resourceVersion(obj any) (string, bool) {
+	if c, ok := obj.(*cachedPod); ok {
+		return c.resourceVersion, true
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", false
+	}
+	return m.GetResourceVersion(), true
 }
 
 // relistDelay is the back-off between list-and-watch cycles: the steps of

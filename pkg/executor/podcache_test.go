@@ -543,7 +543,7 @@ func TestPodCacheBlindWhileTheListerFails(t *testing.T) {
 }
 
 // TestPodCachesFeedTheExecutor: the executor's pod caches list its
-// unreleased pods through the fake clientset, trimmed, and every cached pod
+// unreleased pods through the fake clientset, compact, and every cached pod
 // reaches CachedPod, podsOfRun, the slot count, the queue and OnPodChange.
 func TestPodCachesFeedTheExecutor(t *testing.T) {
 	var changed atomic.Value
@@ -569,8 +569,13 @@ func TestPodCachesFeedTheExecutor(t *testing.T) {
 	if p == nil {
 		t.Fatal("CachedPod(ns, p) = nil")
 	}
-	if p.ManagedFields != nil {
-		t.Error("the cached pod is not trimmed")
+	if obj, _, _ := caches[0].Indexer().GetByKey("ns/p"); obj != nil {
+		if _, ok := obj.(*cachedPod); !ok {
+			t.Errorf("the cache holds a %T, not a *cachedPod", obj)
+		}
+	}
+	if p.ManagedFields != nil || p.Labels[task.LabelRun] != "r1" {
+		t.Errorf("CachedPod(ns, p) is not the cached view: %+v", p.ObjectMeta)
 	}
 	if f.ex.CachedPod("ns", "kept") != nil {
 		t.Error("a released pod is cached")

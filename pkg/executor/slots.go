@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -31,7 +30,7 @@ type creation struct {
 	pod     *corev1.Pod // to create
 	done    bool        // the API call returned
 	err     error       // its error (after AlreadyExists: of the identity check)
-	obj     *corev1.Pod // the created (or adopted) pod, trimmed
+	obj     *cachedPod  // the created (or adopted) pod
 	adopted bool        // AlreadyExists, and the pod is the task's
 	seen    bool        // the cache has shown the pod
 	doneAt  time.Time
@@ -227,8 +226,7 @@ func (e *Executor) createOne(ctx context.Context, id string) {
 	if c := e.creations[id]; c != nil && c.name == pod.Name {
 		c.done, c.err, c.adopted, c.doneAt = true, err, adopted, e.cfg.Clock.Now()
 		if obj != nil {
-			podstate.Trim(obj)
-			c.obj = obj
+			c.obj = compactPod(obj)
 		}
 	}
 	e.mu.Unlock()

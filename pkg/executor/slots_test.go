@@ -56,7 +56,7 @@ func TestCreation(t *testing.T) {
 	}
 	// The cache shows it; the expectation is met and dropped; b still waits.
 	f.cache(f.serverPod(name))
-	f.ex.podEvent(f.serverPod(name), false)
+	f.ex.podEvent(compactPod(f.serverPod(name)), false)
 	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}

@@ -127,8 +127,8 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 			return 0, nil // queued or in flight: the creator brings the task back
 		case cr.err != nil:
 			return e.createFailed(ctx, t, rec, cr, now)
-		default:
-			pod = cr.obj // created; the cache has not shown it yet
+		case cr.obj != nil:
+			pod = cr.obj.pod() // created; the cache has not shown it yet
 		}
 	}
 	if pod == nil && rec.PodCreated && !creating {
@@ -571,7 +571,9 @@ func (e *Executor) ownPods(ident task.Identity) map[int]*corev1.Pod {
 }
 
 // readPod reads the pod of attempt n of ident from the API server: nil when
-// it is gone, or when the name is taken by a pod that is not the task's.
+// it is gone, or when the name is taken by a pod that is not the task's. It
+// returns what the cache would keep of it (cachedPod), so that a decision
+// on a fresh read sees what one on the cache sees.
 func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*corev1.Pod, error) {
 	name := task.PodName(ident, n)
 	live, err := e.client.CoreV1().Pods(ident.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -584,8 +586,7 @@ func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*co
 		e.cfg.Logger.Warn("pod with the attempt's name is not the task's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID)
 		return nil, nil
 	}
-	podstate.Trim(live)
-	return live, nil
+	return compactPod(live).pod(), nil
 }
 
 // persistProgress writes the pod's derived state to the task's record when

@@ -10,50 +10,26 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubetask/kubetask/internal/localcluster"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/podtest"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 
-// realisticTask is a task of the size real ones have: a main container and
-// an envoy-like sidecar, each with env, resources, mounts and probes; a
-// ConfigMap and an emptyDir volume (the API server adds the projected
-// service-account token volume, managedFields for the executor's create and
-// kwok's status, and its default tolerations). kwok runs it until deleted.
+// realisticTask is podtest.RealisticTask on a kwok node, which runs it
+// until it is deleted. The API server adds the projected service-account
+// token volume, its default tolerations and managedFields for the
+// executor's create and kwok's status.
 func realisticTask(name string) *task.Task {
-	t := exectest.SimTask(name, nil)
-	t.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": "etl", "app.kubernetes.io/component": "task", "team": "data-platform"}
-	t.Spec.Template.Annotations = map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "15090"}
-	env := func(prefix string) []corev1.EnvVar {
-		var out []corev1.EnvVar
-		for i := range 10 {
-			out = append(out, corev1.EnvVar{Name: fmt.Sprintf("%s_SETTING_%d", prefix, i), Value: fmt.Sprintf("value-%d-%s", i, strings.Repeat("x", 16))})
-		}
-		return append(out, corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
-	}
-	res := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
-	}
-	mounts := []corev1.VolumeMount{{Name: "config", MountPath: "/etc/task"}, {Name: "scratch", MountPath: "/scratch"}}
-	c := t.Spec.Template.Spec.Containers
-	c[0].Command = []string{"/bin/sh", "-c", "python -m etl.run --date $(DATE) --input s3://bucket/input --output s3://bucket/output"}
-	c[0].Env, c[0].Resources, c[0].VolumeMounts = env("MAIN"), res, mounts
-	c[1].Args = []string{"proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local", "--proxyLogLevel=warning"}
-	c[1].Env, c[1].Resources, c[1].VolumeMounts = env("PROXY"), res, mounts[:1]
-	c[1].Ports = []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP}}
-	c[1].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz/ready", Port: intstr.FromInt32(15021)}}, PeriodSeconds: 2}
-	t.Spec.Template.Spec.Volumes = []corev1.Volume{
-		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "etl-config"}}}},
-		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-	}
+	t := podtest.RealisticTask(name)
+	t.Spec.Template.Spec.NodeSelector = localcluster.SimNodeSelector()
+	t.Spec.Template.Spec.Tolerations = []corev1.Toleration{localcluster.SimNodeToleration()}
 	return t
 }
 

@@ -1,0 +1,387 @@
+package executor
+
+import (
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// A tracked pod costs the executor what its pod cache holds of it. A
+// realistic running task pod as the API server returns it is 25 KB on the
+// heap (env, volumes, managedFields ...), and even an empty corev1.Pod
+// struct is 1.2 KB (a fresh one with only the fields read, 3.9 KB), so the
+// caches hold a cachedPod instead: the few fields the executor reads, with
+// repeated strings interned: 0.7 KB for that pod, 1.1 KB with the cache's
+// key and run index (BenchmarkPodCacheMemory). Readers get a *corev1.Pod
+// built from it (pod), so every decision is taken on the same view, whether
+// the pod came from the cache, a creation or a fresh read.
+
+// metaKey is a label or annotation a cachedPod keeps.
+type metaKey struct {
+	key        string
+	annotation bool
+}
+
+// sharedKeys and ownKeys are the labels and annotations a cachedPod keeps:
+// kubetask's own (task.PodLabels, task.BuildPod, LabelReleased), the only
+// ones the executor reads (task.IdentityFromPod, releases). The values of
+// sharedKeys are the same for many pods and interned; those of ownKeys (the
+// run ID, the task's name) differ from pod to pod.
+var (
+	sharedKeys = [...]metaKey{
+		{task.LabelManagedBy, false}, {task.LabelAttempt, false}, {task.LabelExecutor, false}, {task.LabelReleased, false},
+		{task.AnnotationTaskNamespace, true}, {task.AnnotationAttempt, true}, {task.AnnotationExecutor, true},
+		{task.AnnotationMainContainer, true}, {task.AnnotationResultPath, true},
+	}
+	ownKeys = [...]metaKey{{task.LabelRun, false}, {task.LabelTask, false}, {task.AnnotationRun, true}, {task.AnnotationTaskName, true}}
+)
+
+// ownRun is the index of task.LabelRun in ownKeys.
+const ownRun = 0
+
+// cachedPod.present has a bit per key: this fails to compile with more keys.
+var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
+
+// cachedPod is what the executor keeps of a pod. pod() returns it as a
+// *corev1.Pod with exactly these fields (everything else zero):
+//
+//   - metadata: namespace, name, resourceVersion, creationTimestamp,
+//     deletionTimestamp, deletionGracePeriodSeconds, finalizers (all, in
+//     order: a release patch names the finalizer's index), and the labels and
+//     annotations among sharedKeys and ownKeys (not the template's own nor
+//     anyone else's; so a pod with labels but none of kubetask's has none
+//     here, and must not be released from this view: the executor handles
+//     only pods with task.LabelManagedBy); uid, ownerReferences and
+//     managedFields are dropped;
+//   - spec: nodeName, restartPolicy, activeDeadlineSeconds, the names of the
+//     schedulingGates, and of each container and init container its name,
+//     image, restartPolicy and restartPolicyRules;
+//   - status: phase, reason, message, startTime, the PodScheduled and
+//     DisruptionTarget conditions (type, status, reason, message,
+//     lastTransitionTime), and of each container and init container status
+//     its name, restartCount, state and lastState (waiting: reason, message;
+//     running: startedAt; terminated: exitCode, reason, message, startedAt,
+//     finishedAt).
+//
+// These are all that podstate (Derive, Stopped, StopDeadlineSeconds),
+// task.IdentityFromPod, podlog.ProgressOf, pkg/attempt (ReadResult,
+// ResultRetryable, Stop, ReleaseSeen) and the executor itself read of a
+// pod; TestCachedPodKeepsWhatIsRead and FuzzCachedPod check that each gives
+// the same answer on pod() as on the whole pod. A cachedPod is never
+// modified once built.
+type cachedPod struct {
+	name, resourceVersion string
+	namespace             interned
+	shared                [len(sharedKeys)]interned
+	own                   [len(ownKeys)]string
+	present               uint16 // bit i: sharedKeys[i] is set; bit len(sharedKeys)+j: ownKeys[j]
+	finalizers            []interned
+	created               metav1.Time
+	nodeName              interned
+	restartPolicy         interned
+	phase                 interned
+	startTime             *metav1.Time
+	containers            []cachedContainer // regular ones, then init containers
+	statuses              []cachedStatus    // of regular containers, then of init containers
+	conditions            []cachedCondition
+	rare                  *rarePodFields // nil when none of them is set
+}
+
+// rarePodFields are the fields of a cachedPod that most pods do not set.
+type rarePodFields struct {
+	deletionTimestamp          *metav1.Time
+	deletionGracePeriodSeconds *int64
+	activeDeadlineSeconds      *int64
+	schedulingGates            []interned
+	reason                     interned
+	message                    string
+}
+
+type cachedContainer struct {
+	name, image interned
+	restart     *containerRestart // nil: neither is set
+	init        bool
+}
+
+// containerRestart is a container's own restart policy and rules, which
+// most containers do not set.
+type containerRestart struct {
+	policy *corev1.ContainerRestartPolicy
+	rules  []corev1.ContainerRestartRule
+}
+
+type cachedStatus struct {
+	name         interned
+	restartCount int32
+	init         bool
+	state        corev1.ContainerState  // trimmed: see compactState
+	last         *corev1.ContainerState // trimmed; nil when empty (no restart yet)
+}
+
+type cachedCondition struct {
+	typ, status, reason interned
+	message             string
+	lastTransitionTime  metav1.Time
+}
+
+// compactPod returns what the executor keeps of pod. It copies what it keeps
+// into new memory (strings aside: a decoder allocates each string on its
+// own, and repeated ones are interned), so nothing else of pod stays
+// reachable from it.
+func compactPod(pod *corev1.Pod) *cachedPod {
+	c := &cachedPod{
+		name:            pod.Name,
+		resourceVersion: pod.ResourceVersion,
+		namespace:       intern(pod.Namespace),
+		created:         pod.CreationTimestamp,
+		nodeName:        intern(pod.Spec.NodeName),
+		restartPolicy:   intern(string(pod.Spec.RestartPolicy)),
+		phase:           intern(string(pod.Status.Phase)),
+		startTime:       copyPtr(pod.Status.StartTime),
+	}
+	for i, k := range sharedKeys {
+		if v, ok := k.of(pod); ok {
+			c.shared[i], c.present = intern(v), c.present|1<<i
+		}
+	}
+	for j, k := range ownKeys {
+		if v, ok := k.of(pod); ok {
+			for _, have := range c.own[:j] {
+				if have == v {
+					v = have // the run ID is a label and an annotation: one copy
+				}
+			}
+			c.own[j], c.present = v, c.present|1<<(len(sharedKeys)+j)
+		}
+	}
+	if len(pod.Finalizers) > 0 {
+		c.finalizers = make([]interned, len(pod.Finalizers))
+		for i, f := range pod.Finalizers {
+			c.finalizers[i] = intern(f)
+		}
+	}
+	if n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers); n > 0 {
+		c.containers = make([]cachedContainer, 0, n)
+		c.containers = appendContainers(c.containers, pod.Spec.Containers, false)
+		c.containers = appendContainers(c.containers, pod.Spec.InitContainers, true)
+	}
+	if n := len(pod.Status.ContainerStatuses) + len(pod.Status.InitContainerStatuses); n > 0 {
+		c.statuses = make([]cachedStatus, 0, n)
+		c.statuses = appendStatuses(c.statuses, pod.Status.ContainerStatuses, false)
+		c.statuses = appendStatuses(c.statuses, pod.Status.InitContainerStatuses, true)
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled || cond.Type == corev1.DisruptionTarget {
+			c.conditions = append(c.conditions, cachedCondition{
+				typ: intern(string(cond.Type)), status: intern(string(cond.Status)), reason: intern(cond.Reason),
+				message: cond.Message, lastTransitionTime: cond.LastTransitionTime,
+			})
+		}
+	}
+	r := rarePodFields{
+		deletionTimestamp:          copyPtr(pod.DeletionTimestamp),
+		deletionGracePeriodSeconds: copyPtr(pod.DeletionGracePeriodSeconds),
+		activeDeadlineSeconds:      copyPtr(pod.Spec.ActiveDeadlineSeconds),
+		reason:                     intern(pod.Status.Reason),
+		message:                    pod.Status.Message,
+	}
+	for _, g := range pod.Spec.SchedulingGates {
+		r.schedulingGates = append(r.schedulingGates, intern(g.Name))
+	}
+	if r.deletionTimestamp != nil || r.deletionGracePeriodSeconds != nil || r.activeDeadlineSeconds != nil ||
+		r.schedulingGates != nil || r.reason != (interned{}) || r.message != "" {
+		c.rare = &r
+	}
+	return c
+}
+
+// of returns the value of k on pod and whether pod has it.
+func (k metaKey) of(pod *corev1.Pod) (string, bool) {
+	if k.annotation {
+		v, ok := pod.Annotations[k.key]
+		return v, ok
+	}
+	v, ok := pod.Labels[k.key]
+	return v, ok
+}
+
+func appendContainers(out []cachedContainer, cs []corev1.Container, init bool) []cachedContainer {
+	for i := range cs {
+		c := &cs[i]
+		cc := cachedContainer{name: intern(c.Name), image: intern(c.Image), init: init}
+		if c.RestartPolicy != nil || c.RestartPolicyRules != nil {
+			cc.restart = &containerRestart{}
+		}
+		if c.RestartPolicy != nil {
+			p := corev1.ContainerRestartPolicy(share(string(*c.RestartPolicy)))
+			cc.restart.policy = &p
+		}
+		if c.RestartPolicyRules != nil {
+			cc.restart.rules = make([]corev1.ContainerRestartRule, len(c.RestartPolicyRules))
+			for j, r := range c.RestartPolicyRules {
+				cc.restart.rules[j] = corev1.ContainerRestartRule{Action: r.Action}
+				if e := r.ExitCodes; e != nil {
+					cc.restart.rules[j].ExitCodes = &corev1.ContainerRestartRuleOnExitCodes{Operator: e.Operator, Values: append([]int32(nil), e.Values...)}
+				}
+			}
+		}
+		out = append(out, cc)
+	}
+	return out
+}
+
+func appendStatuses(out []cachedStatus, ss []corev1.ContainerStatus, init bool) []cachedStatus {
+	for i := range ss {
+		s := &ss[i]
+		cs := cachedStatus{name: intern(s.Name), restartCount: s.RestartCount, init: init, state: compactState(s.State)}
+		if last := compactState(s.LastTerminationState); last != (corev1.ContainerState{}) {
+			cs.last = &last
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// compactState keeps of s what is read: a waiting state's reason and
+// message, a running state's start, a terminated state's exit code, reason,
+// message, start and end (not its container ID nor signal).
+func compactState(s corev1.ContainerState) corev1.ContainerState {
+	var out corev1.ContainerState
+	if w := s.Waiting; w != nil {
+		out.Waiting = &corev1.ContainerStateWaiting{Reason: share(w.Reason), Message: w.Message}
+	}
+	if r := s.Running; r != nil {
+		out.Running = &corev1.ContainerStateRunning{StartedAt: r.StartedAt}
+	}
+	if t := s.Terminated; t != nil {
+		out.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode, Reason: share(t.Reason),
+			Message: t.Message, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
+	}
+	return out
+}
+
+// pod returns c as a pod with the fields cachedPod lists. The pod is new
+// but shares memory with c (container states, finalizers' strings, restart
+// rules, times): never modify it.
+func (c *cachedPod) pod() *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: c.namespace.String(), Name: c.name, ResourceVersion: c.resourceVersion,
+			CreationTimestamp: c.created,
+		},
+		Spec:   corev1.PodSpec{NodeName: c.nodeName.String(), RestartPolicy: corev1.RestartPolicy(c.restartPolicy.String())},
+		Status: corev1.PodStatus{Phase: corev1.PodPhase(c.phase.String()), StartTime: c.startTime},
+	}
+	set := func(k metaKey, v string) {
+		m := &p.Labels
+		if k.annotation {
+			m = &p.Annotations
+		}
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		(*m)[k.key] = v
+	}
+	for i, k := range sharedKeys {
+		if c.present&(1<<i) != 0 {
+			set(k, c.shared[i].String())
+		}
+	}
+	for j, k := range ownKeys {
+		if c.present&(1<<(len(sharedKeys)+j)) != 0 {
+			set(k, c.own[j])
+		}
+	}
+	if c.finalizers != nil {
+		p.Finalizers = make([]string, len(c.finalizers))
+		for i, f := range c.finalizers {
+			p.Finalizers[i] = f.String()
+		}
+	}
+	for _, cc := range c.containers {
+		ctr := corev1.Container{Name: cc.name.String(), Image: cc.image.String()}
+		if r := cc.restart; r != nil {
+			ctr.RestartPolicy, ctr.RestartPolicyRules = r.policy, r.rules
+		}
+		if cc.init {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, ctr)
+		} else {
+			p.Spec.Containers = append(p.Spec.Containers, ctr)
+		}
+	}
+	for _, cs := range c.statuses {
+		st := corev1.ContainerStatus{Name: cs.name.String(), RestartCount: cs.restartCount, State: cs.state}
+		if cs.last != nil {
+			st.LastTerminationState = *cs.last
+		}
+		if cs.init {
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, st)
+		} else {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, st)
+		}
+	}
+	for _, cc := range c.conditions {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: corev1.PodConditionType(cc.typ.String()), Status: corev1.ConditionStatus(cc.status.String()),
+			Reason: cc.reason.String(), Message: cc.message, LastTransitionTime: cc.lastTransitionTime})
+	}
+	if r := c.rare; r != nil {
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = r.deletionTimestamp, r.deletionGracePeriodSeconds
+		p.Spec.ActiveDeadlineSeconds = r.activeDeadlineSeconds
+		for _, g := range r.schedulingGates {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g.String()})
+		}
+		p.Status.Reason, p.Status.Message = r.reason.String(), r.message
+	}
+	return p
+}
+
+// key is the pod's cache key, namespace/name.
+func (c *cachedPod) key() string {
+	if ns := c.namespace.String(); ns != "" {
+		return ns + "/" + c.name
+	}
+	return c.name
+}
+
+// run is the pod's task.LabelRun label ("" when it has none).
+func (c *cachedPod) run() string { return c.own[ownRun] }
+
+// interned is a string that equal ones share (the namespace, node,
+// container names, images, reasons and the like are the same for many
+// pods), in 8 bytes. Its zero value is "". The Handle keeps the shared
+// copy alive; a string taken from it (String) alone would not keep it in
+// the unique map, and later equal strings would get a copy of their own.
+type interned struct{ h unique.Handle[string] }
+
+func intern(s string) interned {
+	if s == "" {
+		return interned{}
+	}
+	return interned{unique.Make(s)}
+}
+
+func (s interned) String() string {
+	if s == (interned{}) {
+		return ""
+	}
+	return s.h.Value()
+}
+
+// share returns s, or an equal string that the pods compacted since about
+// the last garbage collection share: for strings kept in corev1 structs,
+// which cannot hold an interned. Without a Handle the unique map lets go of
+// its copy at a collection (the pods keep theirs), so equal strings share
+// one copy per collection cycle rather than one in all.
+func share(s string) string { return intern(s).String() }
+
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
