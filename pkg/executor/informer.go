@@ -109,6 +109,10 @@ func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 			e.cfg.Logger.Info("pod watch ended, relisting", "namespace", ns, "kind", kind, "err", err)
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 		},
+		OnExpired: func() {
+			e.metrics.watchErrors.WithLabelValues("expired").Inc()
+			e.cfg.Logger.Info("pod watch expired, relisting", "namespace", ns)
+		},
 		Blind:  e.metrics.podCacheBlind.WithLabelValues(ns),
 		Clock:  e.cfg.Clock,
 		Logger: e.cfg.Logger,

@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kubetask_pod_watches_total", Help: "WATCH requests of the pod caches that resume from a resourceVersion (each restart of a watch), by result.",
 		}, []string{"result"}),
 		watchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_watch_errors_total", Help: "Failed list-and-watch cycles of the pod caches, by kind (expired, other). A watch that ends with 410 Expired is not counted here: the cache relists after its back-off (see kubetask_pod_lists_total).",
+			Name: "kubetask_watch_errors_total", Help: "Failed list-and-watch cycles of the pod caches and watches the API server ended with 410 Expired, by kind (expired: a request or a watch stream answered 410 Expired or Gone; other). Each is followed by a relist (kubetask_pod_lists_total) after the back-off.",
 		}, []string{"kind"}),
 		podCacheBlind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kubetask_pod_cache_blind", Help: "Pod caches, by namespace (\"\": all namespaces), that failed to list or watch since their last successful LIST or WATCH request: 1 while the executor's cache of that namespace cannot see the API server (summed over the executors sharing the registry).",

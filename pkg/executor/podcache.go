@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,7 +46,11 @@ const backoffReset = 10 * time.Second
 //     connection, an API server restart) the Reflector lists and watches
 //     again after the back-off: its first step, then doubling (by Factor),
 //     never longer than Cap, jitter included. The back-off starts again from
-//     its first step after a cycle that stayed up for backoffReset. The
+//     its first step after a cycle that stayed up for backoffReset, and
+//     after a live one, whose watch delivered a change after its list: so a
+//     410 storm costs each ended watch one relist after the first step, not
+//     after the cap, while a server that fails or ends every watch before
+//     it delivers anything is listed ever less often. The
 //     Reflector's own retries of a refused WATCH (within a cycle) take the
 //     same steps, started again by client-go every 2 minutes.
 //   - The cache is blind from the first failed LIST, WATCH request or
@@ -91,6 +97,10 @@ type podCacheOptions struct {
 	// OnWatchError, when set, is called with each failed list-and-watch
 	// cycle's error, before the back-off.
 	OnWatchError func(ctx context.Context, r *cache.Reflector, err error)
+	// OnExpired, when set, is called for each watch the server ends with
+	// 410 Expired (or Gone) in its stream: client-go's Reflector ends the
+	// cycle without an error then, so OnWatchError does not see it.
+	OnExpired func()
 	// Blind counts the cache while it is blind.
 	Blind prometheus.Gauge
 	// Clock times blindness (the executor's, injected in tests).
@@ -123,7 +133,11 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			w, err := lw.WatchWithContext(ctx, opts)
 			c.observe(ctx, err)
-			return w, err
+			if err != nil {
+				return w, err
+			}
+			streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			return watch.Filter(w, c.watchEvents(streaming)), nil
 		},
 		DisableChunking: lw.DisableChunking,
 	}
@@ -207,6 +221,31 @@ func (c *podCache) observe(ctx context.Context, err error) {
 		c.succeed()
 	case ctx.Err() == nil: // not a request the end of Run cancelled
 		c.fail(err)
+	}
+}
+
+// watchEvents returns the filter of one watch's events: it notes a change
+// delivered after the list (for a streaming list, after its
+// initial-events-end bookmark), which makes the cycle a live one for the
+// back-off, and reports a 410 in the stream.
+func (c *podCache) watchEvents(streaming bool) watch.FilterFunc {
+	listed := !streaming
+	return func(ev watch.Event) (watch.Event, bool) {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			if listed {
+				c.delay.live.Store(true)
+			}
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				listed = true
+			}
+		case watch.Error:
+			if err := apierrors.FromObject(ev.Object); (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && c.opts.OnExpired != nil {
+				c.opts.OnExpired()
+			}
+		}
+		return ev, true
 	}
 }
 
@@ -317,17 +356,22 @@ func resourceVersion(obj any) (string, bool) {
 }
 
 // relistDelay is the back-off between list-and-watch cycles: the steps of
-// initial, started again once a cycle stayed up for backoffReset. Only the
-// goroutine of Run calls next.
+// initial, started again after a live cycle (one whose watch delivered a
+// change after its list: the server ended a watch that worked, as in a 410
+// storm or an API server's rollout, so the next list is not hammering a
+// failing server) or one that stayed up for backoffReset. Only the goroutine
+// of Run calls next.
 type relistDelay struct {
 	clock            clock.Clock
 	initial, current wait.Backoff
-	cycleStart       time.Time // when the cycle after the last delay started
+	cycleStart       time.Time   // when the cycle after the last delay started
+	live             atomic.Bool // set by the cycle's watch on a change
 }
 
 func (d *relistDelay) next() time.Duration {
 	now := d.clock.Now()
-	if !d.cycleStart.IsZero() && now.Sub(d.cycleStart) >= backoffReset {
+	live := d.live.Swap(false)
+	if live || !d.cycleStart.IsZero() && now.Sub(d.cycleStart) >= backoffReset {
 		d.current = d.initial
 	}
 	delay := d.current.Step()

@@ -304,7 +304,8 @@ func TestPodCacheRelistsWithinTheBackoff(t *testing.T) {
 				fw.Error(&expired.ErrStatus)
 				return fw, nil
 			},
-			wantLists: failures + 1, wantWats: failures + 1, // not a failed cycle: not counted
+			// Not a failed cycle, but an expired watch: counted as one.
+			wantLists: failures + 1, wantWats: failures + 1, wantExpired: failures,
 		},
 		{
 			name:      "watch request fails",
@@ -370,7 +371,8 @@ func failFirst(n int, err error) error {
 
 // TestRelistDelay: the delay grows from Duration by Factor, never exceeds
 // Cap with its jitter, and starts again from Duration only after a cycle
-// that stayed up for backoffReset.
+// that stayed up for backoffReset or a live one (its watch delivered a
+// change).
 func TestRelistDelay(t *testing.T) {
 	b := newFx(t, nil).ex.cfg.WatchBackoff // the default
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
@@ -378,19 +380,25 @@ func TestRelistDelay(t *testing.T) {
 	ms := time.Millisecond
 	for i, tc := range []struct {
 		cycle    time.Duration // how long the cycle before this delay stayed up
+		live     bool          // its watch delivered a change
 		min, max time.Duration
 	}{
-		{0, 100 * ms, 150 * ms},
-		{0, 200 * ms, 300 * ms},
-		{0, 400 * ms, 600 * ms},
-		{time.Second, 800 * ms, 1200 * ms},
-		{0, 1333 * ms, 2000 * ms}, // capped: 2 s with the jitter
-		{5 * time.Second, 1333 * ms, 2000 * ms},
-		{0, 1333 * ms, 2000 * ms},
-		{backoffReset, 100 * ms, 150 * ms}, // a cycle that stayed up: from the start
-		{0, 200 * ms, 300 * ms},
+		{0, false, 100 * ms, 150 * ms},
+		{0, false, 200 * ms, 300 * ms},
+		{0, false, 400 * ms, 600 * ms},
+		{time.Second, false, 800 * ms, 1200 * ms},
+		{0, false, 1333 * ms, 2000 * ms}, // capped: 2 s with the jitter
+		{5 * time.Second, false, 1333 * ms, 2000 * ms},
+		{0, false, 1333 * ms, 2000 * ms},
+		{backoffReset, false, 100 * ms, 150 * ms}, // a cycle that stayed up: from the start
+		{0, false, 200 * ms, 300 * ms},
+		{0, false, 400 * ms, 600 * ms},
+		{2 * time.Second, true, 100 * ms, 150 * ms}, // a live cycle (a 410 storm): from the start
+		{2 * time.Second, true, 100 * ms, 150 * ms},
+		{0, false, 200 * ms, 300 * ms}, // the live mark is spent
 	} {
 		clk.Step(tc.cycle)
+		d.live.Store(tc.live)
 		got := d.next()
 		if got < tc.min || got > tc.max {
 			t.Errorf("delay %d after a %s cycle = %s, want %s to %s", i, tc.cycle, got, tc.min, tc.max)
@@ -594,5 +602,51 @@ func TestPodCachesFeedTheExecutor(t *testing.T) {
 	}
 	if got, _ := changed.Load().(string); got != "ns/p" {
 		t.Errorf("OnPodChange saw %q, want ns/p", got)
+	}
+}
+
+// TestWatchEventsMarkLiveAndExpired: a change after the list makes the
+// cycle live (for a streaming list, only after its initial-events-end
+// bookmark); a 410 Expired or Gone in the stream is reported, another error
+// is not.
+func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	endOfList := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	expired := apierrors.NewResourceExpired("too old resource version")
+	status := func(err *apierrors.StatusError) runtime.Object { s := err.Status(); return &s }
+	for _, tc := range []struct {
+		name        string
+		streaming   bool
+		events      []watch.Event
+		wantLive    bool
+		wantExpired int
+	}{
+		{name: "a change", events: []watch.Event{{Type: watch.Modified, Object: pod}}, wantLive: true},
+		{name: "a deletion", events: []watch.Event{{Type: watch.Deleted, Object: pod}}, wantLive: true},
+		{name: "bookmarks only", events: []watch.Event{{Type: watch.Bookmark, Object: pod}}},
+		{name: "nothing"},
+		{name: "streaming list, its items only", streaming: true, events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Bookmark, Object: endOfList}}},
+		{name: "streaming list, then a change", streaming: true, events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Bookmark, Object: endOfList}, {Type: watch.Modified, Object: pod}}, wantLive: true},
+		{name: "410 Expired", events: []watch.Event{{Type: watch.Error, Object: status(expired)}}, wantExpired: 1},
+		{name: "410 Gone", events: []watch.Event{{Type: watch.Error, Object: status(apierrors.NewGone("gone"))}}, wantExpired: 1},
+		{name: "another error", events: []watch.Event{{Type: watch.Error, Object: status(apierrors.NewInternalError(errors.New("boom")))}}},
+		{name: "a change, then 410", events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Error, Object: status(expired)}}, wantLive: true, wantExpired: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			c := &podCache{opts: podCacheOptions{OnExpired: func() { n++ }}}
+			f := c.watchEvents(tc.streaming)
+			for _, ev := range tc.events {
+				if got, keep := f(ev); !keep || got.Type != ev.Type {
+					t.Errorf("event %s changed to %s (kept %v)", ev.Type, got.Type, keep)
+				}
+			}
+			if got := c.delay.live.Load(); got != tc.wantLive {
+				t.Errorf("live %v, want %v", got, tc.wantLive)
+			}
+			if n != tc.wantExpired {
+				t.Errorf("OnExpired called %d times, want %d", n, tc.wantExpired)
+			}
+		})
 	}
 }

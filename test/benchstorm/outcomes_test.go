@@ -1,0 +1,73 @@
+package benchstorm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kubetask/kubetask/pkg/executor"
+)
+
+// outcomes collects the terminal AttemptFinished events of every executor
+// of a run (it is their Config.OnEvent).
+type outcomes struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced at every terminal event
+	by      map[string][]executor.Event
+}
+
+func newOutcomes() *outcomes {
+	return &outcomes{changed: make(chan struct{}), by: map[string][]executor.Event{}}
+}
+
+// Add is an executor.Config.OnEvent.
+func (o *outcomes) Add(ev executor.Event) {
+	if !ev.Terminal {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.by[ev.ID] = append(o.by[ev.ID], ev)
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// Of returns the terminal events of id.
+func (o *outcomes) Of(id string) []executor.Event {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]executor.Event(nil), o.by[id]...)
+}
+
+// RecordedAt is when the first terminal outcome of id was recorded.
+func (o *outcomes) RecordedAt(id string) (time.Time, bool) {
+	evs := o.Of(id)
+	if len(evs) == 0 {
+		return time.Time{}, false
+	}
+	return evs[0].Time, true
+}
+
+// Wait waits until every id has a terminal event, or ctx ends.
+func (o *outcomes) Wait(ctx context.Context, ids []string) error {
+	for {
+		o.mu.Lock()
+		missing := 0
+		for _, id := range ids {
+			if len(o.by[id]) == 0 {
+				missing++
+			}
+		}
+		changed := o.changed
+		o.mu.Unlock()
+		if missing == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d tasks without an outcome: %w", missing, len(ids), context.Cause(ctx))
+		case <-changed:
+		}
+	}
+}
