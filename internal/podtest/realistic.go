@@ -217,7 +217,7 @@ func managedFields(manager, subresource string, at metav1.Time, pod *corev1.Pod,
 		panic(err)
 	}
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-		Time: &at, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}, Subresource: subresource}
+		Time: &at, FieldsType: "FieldsV1", FieldsV1: fieldsV1(raw), Subresource: subresource}
 }
 
 // listKeys are the keys of the associative lists of a pod, by field name.
@@ -280,4 +280,10 @@ func hashOf(s string, n int) string {
 func uuidOf(n int) string {
 	h := hashOf("uid", n)
 	return h[0:8] + "-" + h[8:12] + "-4" + h[13:16] + "-8" + h[17:20] + "-" + h[20:32]
+}
+
+func fieldsV1(raw []byte) *metav1.FieldsV1 {
+	var f metav1.FieldsV1
+	f.SetRawBytes(raw)
+	return &f
 }

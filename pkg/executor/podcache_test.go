@@ -628,7 +628,7 @@ func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
 		{name: "streaming list, its items only", streaming: true, events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Bookmark, Object: endOfList}}},
 		{name: "streaming list, then a change", streaming: true, events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Bookmark, Object: endOfList}, {Type: watch.Modified, Object: pod}}, wantLive: true},
 		{name: "410 Expired", events: []watch.Event{{Type: watch.Error, Object: status(expired)}}, wantExpired: 1},
-		{name: "410 Gone", events: []watch.Event{{Type: watch.Error, Object: status(apierrors.NewGone("gone"))}}, wantExpired: 1},
+		{name: "410 Gone", events: []watch.Event{{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}}, wantExpired: 1},
 		{name: "another error", events: []watch.Event{{Type: watch.Error, Object: status(apierrors.NewInternalError(errors.New("boom")))}}},
 		{name: "a change, then 410", events: []watch.Event{{Type: watch.Added, Object: pod}, {Type: watch.Error, Object: status(expired)}}, wantLive: true, wantExpired: 1},
 	} {

@@ -54,7 +54,6 @@ type tracker struct {
 
 	mu         sync.Mutex
 	created    int
-	lastCreate time.Time
 	terminated map[string]time.Time
 	deleted    int
 	lastDelete time.Time
@@ -89,7 +88,6 @@ func (tr *tracker) start(ctx context.Context, tb testing.TB, client kubernetes.I
 		AddFunc: func(obj any) {
 			tr.mu.Lock()
 			tr.created++
-			tr.lastCreate = time.Now()
 			tr.mu.Unlock()
 			tr.observe(obj)
 		},
@@ -105,13 +103,6 @@ func (tr *tracker) start(ctx context.Context, tb testing.TB, client kubernetes.I
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		tb.Fatal("tracker informer did not sync")
 	}
-}
-
-// lastCreateAfter is when the last pod appeared, counted from start.
-func (tr *tracker) lastCreateAfter(start time.Time) time.Duration {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.lastCreate.Sub(start)
 }
 
 func (tr *tracker) counts() (created, deleted int, last time.Time) {

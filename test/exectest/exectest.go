@@ -208,10 +208,10 @@ func Record(t *testing.T, st store.Store, id string) store.Record {
 
 // RemoveTaskPods strips kubetask's finalizer from every task pod left in
 // env's namespace (an executor stopped with its tasks running, on purpose),
-// deletes them at once and waits until they are gone.
+// deletes them (grace period 0) and waits until they are gone.
 func RemoveTaskPods(t testing.TB, env *clustertest.Env) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pods := env.Client.CoreV1().Pods(env.Namespace)
 	sel := metav1.ListOptions{LabelSelector: task.ManagedSelector().String()}
@@ -220,29 +220,32 @@ func RemoveTaskPods(t testing.TB, env *clustertest.Env) {
 		t.Errorf("listing pods to remove: %v", err)
 		return
 	}
-	names := make(chan string)
+	// One pod at a time from 16 workers: a DeleteCollection of thousands of
+	// pods outlasts the API server's request timeout.
+	zero := int64(0)
+	names := make(chan corev1.Pod)
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			for name := range names {
-				_, err := pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			for p := range names {
+				if len(p.Finalizers) > 0 {
+					_, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+					if err != nil && !apierrors.IsNotFound(err) {
+						t.Errorf("removing finalizers of %s: %v", p.Name, err)
+					}
+				}
+				err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 				if err != nil && !apierrors.IsNotFound(err) {
-					t.Errorf("removing finalizers of %s: %v", name, err)
+					t.Errorf("deleting %s: %v", p.Name, err)
 				}
 			}
 		})
 	}
 	for _, p := range list.Items {
-		if len(p.Finalizers) > 0 {
-			names <- p.Name
-		}
+		names <- p
 	}
 	close(names)
 	wg.Wait()
-	zero := int64(0)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil {
-		t.Errorf("deleting pods: %v", err)
-	}
 	WaitNoTaskPods(t, env, 5*time.Minute)
 }
 
