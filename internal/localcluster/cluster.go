@@ -55,8 +55,10 @@ type Config struct {
 	// APIServerPort is the apiserver's port on 127.0.0.1; 0 picks a free one.
 	APIServerPort int
 	// OnDemandExpiry turns the pods watch cache and etcd's automatic
-	// compaction off, so that CompactEtcd makes every older pod watch fail
-	// with 410 Expired at once.
+	// compaction off, so that after CompactEtcd every pod watch started or
+	// resumed from an older resourceVersion fails with 410 Expired (a watch
+	// that is up and current goes on: etcd cancels only watchers behind the
+	// compaction).
 	OnDemandExpiry bool
 	// LocalNodes is the number of local process nodes (kubetask node run) to start.
 	LocalNodes int

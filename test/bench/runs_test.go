@@ -62,6 +62,7 @@ type row struct {
 	clientCPU, kcmCPU, apiCPU float64
 	cores                     float64 // the whole machine's busy cores during the run
 	heap                      float64 // bytes per pod (memory rows)
+	store                     bool    // a store row: tasks are writes
 	note                      string
 }
 

@@ -27,13 +27,15 @@ type suiteSize struct {
 	scale int
 	// memory: running realistic pods tracked at once.
 	memory int
+	// storeFor: how long each SQLite write measurement runs.
+	storeFor time.Duration
 }
 
 // fullSize is `make bench`: about 15 minutes on a 2-core machine.
-var fullSize = suiteSize{base: 2000, cmp: 1000, slow: 500, jobDefaults: 200, scale: 10000, memory: 10000}
+var fullSize = suiteSize{base: 2000, cmp: 1000, slow: 500, jobDefaults: 200, scale: 10000, memory: 10000, storeFor: 5 * time.Second}
 
 // tinySize is CI's run of the same code (TestBenchTiny).
-var tinySize = suiteSize{base: 20, cmp: 20, slow: 10, jobDefaults: 6, scale: 40, memory: 30}
+var tinySize = suiteSize{base: 20, cmp: 20, slow: 10, jobDefaults: 6, scale: 40, memory: 30, storeFor: 200 * time.Millisecond}
 
 // sizeFromEnv is fullSize with KUBETASK_BENCH_<PART> overrides (BASE, CMP,
 // SLOW, JOB_DEFAULTS, SCALE, MEMORY), or tinySize for KUBETASK_BENCH_SIZE=tiny.
@@ -62,7 +64,8 @@ func sizeFromEnv() suiteSize {
 //     the same client limits) and at its defaults;
 //   - the executor at scale (10,000 tasks), against its 2,000-task figure;
 //   - memory per tracked pod with 10,000 realistic running pods: the
-//     executor, a plain informer, kube-controller-manager.
+//     executor, a plain informer, kube-controller-manager;
+//   - the SQLite store's durable outcome writes, from 1 and 64 writers.
 //
 // Run it with:
 //
@@ -90,6 +93,10 @@ func TestBenchTiny(t *testing.T) {
 	t.Log("\n" + table(rows))
 	for _, r := range rows {
 		switch {
+		case r.store:
+			if r.tasksPerSecond() <= 0 {
+				t.Errorf("%s: %v writes/s", r.name, r.tasksPerSecond())
+			}
 		case r.heap != 0:
 			if r.heap < 0 || math.IsNaN(r.heap) {
 				t.Errorf("%s: heap per pod %v", r.name, r.heap)
@@ -137,6 +144,9 @@ func runSuite(tb testing.TB, sz suiteSize) []row {
 	scale.note = fmt.Sprintf("Parallelism %d; %.2fx the tasks/s of %d tasks", sz.base, scale.tasksPerSecond()/base.tasksPerSecond(), base.tasks)
 	add(scale, "")
 	rows = append(rows, memoryRun(tb, sz.memory)...)
+	one := add(storeRun(tb, 1, sz.storeFor), "")
+	many := add(storeRun(tb, 64, sz.storeFor), "")
+	rows[len(rows)-1].note += fmt.Sprintf("; %.1fx one writer", many.tasksPerSecond()/one.tasksPerSecond())
 	return rows
 }
 
@@ -172,6 +182,10 @@ func table(rows []row) string {
 	for _, r := range rows {
 		if r.heap != 0 {
 			fmt.Fprintf(&b, "| %s | | %d | | | | | | | | | %s | %s |\n", r.name, r.tasks, bytesString(r.heap), r.note)
+			continue
+		}
+		if r.store {
+			fmt.Fprintf(&b, "| %s | | %d | %.0f | | | | | | | | | %s |\n", r.name, r.tasks, r.tasksPerSecond(), r.note)
 			continue
 		}
 		vsJob := "-"

@@ -16,6 +16,7 @@ func TestTable(t *testing.T) {
 		{name: "Job controller", limit: "unlimited", tasks: 30, elapsed: time.Second, clientReq: math.NaN(), allReq: 20, p99: 3 * time.Second},
 		{name: "kubetask", limit: "50", tasks: 10, elapsed: time.Second},
 		{name: "memory: plain client-go informer", tasks: 10, heap: 20480, note: "per pod"},
+		{name: "SQLite outcome writes, 64 writers", tasks: 5000, elapsed: time.Second, store: true, note: "writes/s"},
 	}
 	got := strings.Split(strings.TrimSpace(table(rows)), "\n")
 	if len(got) != 2+len(rows) {
@@ -27,6 +28,7 @@ func TestTable(t *testing.T) {
 		{"| 30.0 | 0.30x | - | - | 20.00 |", "/ 3.0 s"},
 		{"| 10.0 | 0.10x | - |"}, // no Job row at QPS 50
 		{"| 20.0 KiB | per pod |"},
+		{"| 5000 | 5000 | | | | | | | | | writes/s |"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(got[2+i], w) {
