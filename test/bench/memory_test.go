@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,6 +50,7 @@ func memoryRun(tb testing.TB, n int) []row {
 	st := store.NewMemory()
 	kcm0 := rssOf("kube-controller-manager")
 
+	g0 := runtime.NumGoroutine()
 	h0 := heapAfterGC()
 	ex, stop := exectest.StartExecutor(tb, env, executor.Config{InstanceID: "bench", Store: st, OnEvent: out.add, Parallelism: n, QPS: executor.Unlimited})
 	defer stop()
@@ -83,6 +85,13 @@ func memoryRun(tb testing.TB, n int) []row {
 	plain = nil
 
 	stop()
+	// Start has returned, but the caches' and the plain informer's
+	// goroutines end on their own: the executor is gone from the heap
+	// only once they have.
+	waitFor(tb, time.Minute, "memory: the executor's goroutines ended", func() (bool, string) {
+		n := runtime.NumGoroutine()
+		return n <= g0+2, fmt.Sprintf("%d goroutines, %d before the executor started", n, g0)
+	})
 	h3 := heapAfterGC() // the store's records are still referenced by st
 	_, _ = st.Get(ctx, "m00000")
 

@@ -324,13 +324,14 @@ const floorExecutor = "floor"
 
 // floorRun measures S0, the ceiling: the same pods (task.BuildPod of the
 // same quick task, with kubetask's finalizer) and the same requests per
-// pod as the executor's (create; once main has terminated, the finalizer
-// released with one JSON patch, attempt.ReleaseSeen; attempt.Delete), sent
-// by a minimal client: no client-side rate limit, no informer cache, no
-// store, no state; one plain watch of the namespace (client-go's
-// RetryWatcher, which resumes from the last resourceVersion) tells it that
-// main ended. 16 goroutines create and 16 release and delete.
-func floorRun(tb testing.TB, n int) row {
+// pod as the executor's, in its order (create; once main has terminated,
+// attempt.Delete, then the finalizer released with one JSON patch,
+// attempt.ReleaseSeen; with releaseFirst the other way round), sent by a
+// minimal client: no client-side rate limit, no informer cache, no store,
+// no state; one plain watch of the namespace (client-go's RetryWatcher,
+// which resumes from the last resourceVersion) tells it that main ended.
+// 16 goroutines create and 16 delete and release.
+func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 	tb.Helper()
 	env := clustertest.New(tb)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -417,11 +418,17 @@ func floorRun(tb testing.TB, n int) row {
 				case <-ctx.Done():
 					return
 				case p := <-done:
-					if err := attempt.ReleaseSeen(ctx, client, p, false); err != nil {
-						errs <- err
+					steps := []func() error{
+						func() error { return attempt.Delete(ctx, client, p.Namespace, p.Name) },
+						func() error { return attempt.ReleaseSeen(ctx, client, p, false) },
 					}
-					if err := attempt.Delete(ctx, client, p.Namespace, p.Name); err != nil {
-						errs <- err
+					if releaseFirst {
+						steps[0], steps[1] = steps[1], steps[0]
+					}
+					for _, step := range steps {
+						if err := step(); err != nil {
+							errs <- err
+						}
 					}
 				}
 			}
@@ -442,6 +449,10 @@ func floorRun(tb testing.TB, n int) row {
 	})
 	_, _, lastDelete := tr.counts()
 	r := row{name: "S0 floor client", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start)}
+	if releaseFirst {
+		r.name = "S0, release before delete"
+		r.note = "the other order of the last two requests"
+	}
 	r.clientReq = float64(requests.n()-reqs0) / float64(n)
 	m.finish(ctx, env, &r)
 	cancel()

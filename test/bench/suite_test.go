@@ -80,7 +80,7 @@ func BenchmarkExecutor(b *testing.B) {
 				b.ReportMetric(r.heap, "B/pod:"+metricName(r.name))
 			}
 		}
-		if s0, ex := rows[0], rows[1]; s0.tasksPerSecond() > 0 {
+		if s0, ex := rows[0], rows[2]; s0.tasksPerSecond() > 0 {
 			b.ReportMetric(ex.tasksPerSecond()/s0.tasksPerSecond(), "executor/S0")
 		}
 	}
@@ -98,7 +98,10 @@ func TestBenchTiny(t *testing.T) {
 				t.Errorf("%s: %v writes/s", r.name, r.tasksPerSecond())
 			}
 		case r.heap != 0:
-			if r.heap < 0 || math.IsNaN(r.heap) {
+			// A few pods are within the heap's noise (the executor's own
+			// rows may even come out negative); a plain informer's whole
+			// pods are not.
+			if math.IsNaN(r.heap) || strings.Contains(r.name, "plain") && r.heap <= 0 {
 				t.Errorf("%s: heap per pod %v", r.name, r.heap)
 			}
 		case r.tasksPerSecond() <= 0 || r.lags == 0 || r.allReq <= 0 || math.IsNaN(r.clientReq) || r.clientReq <= 0:
@@ -124,7 +127,8 @@ func runSuite(tb testing.TB, sz suiteSize) []row {
 		rows = append(rows, r)
 		return r
 	}
-	add(floorRun(tb, sz.base), "unlimited")
+	add(floorRun(tb, sz.base, false), "unlimited")
+	add(floorRun(tb, sz.base, true), "")
 	base := add(executorRun(tb, "kubetask", "unlimited", cfg(sz.base, executor.Unlimited, 0), sz.base), "unlimited")
 	add(executorRun(tb, "kubetask", "200/400", cfg(sz.cmp, 200, 400), sz.cmp), "200")
 	add(executorRun(tb, "kubetask", "50/100", cfg(sz.slow, 50, 100), sz.slow), "50")
@@ -141,8 +145,15 @@ func runSuite(tb testing.TB, sz suiteSize) []row {
 	// pod on the backlog (measured: 0.79x), which is the cluster's cost,
 	// not the executor's.
 	scale := executorRun(tb, "kubetask at scale", "unlimited", cfg(sz.base, executor.Unlimited, 0), sz.scale)
-	scale.note = fmt.Sprintf("Parallelism %d; %.2fx the tasks/s of %d tasks", sz.base, scale.tasksPerSecond()/base.tasksPerSecond(), base.tasks)
+	// The base run again, on the cluster as the scale run left it: the
+	// cluster's own cost per task grows with what its etcd and watch
+	// caches have been through (events, history), which is not the
+	// executor's.
+	again := executorRun(tb, "kubetask, again after it", "unlimited", cfg(sz.base, executor.Unlimited, 0), sz.base)
+	scale.note = fmt.Sprintf("Parallelism %d; %.2fx the tasks/s of the %d-task run before it, %.2fx of the one after it",
+		sz.base, scale.tasksPerSecond()/base.tasksPerSecond(), base.tasks, scale.tasksPerSecond()/again.tasksPerSecond())
 	add(scale, "")
+	add(again, "")
 	rows = append(rows, memoryRun(tb, sz.memory)...)
 	one := add(storeRun(tb, 1, sz.storeFor), "")
 	many := add(storeRun(tb, 64, sz.storeFor), "")
@@ -157,8 +168,8 @@ func table(rows []row) string {
 	var s0 float64
 	job := map[string]float64{}
 	for _, r := range rows {
-		if strings.HasPrefix(r.name, "S0") {
-			s0 = r.tasksPerSecond()
+		if strings.HasPrefix(r.name, "S0") && s0 == 0 {
+			s0 = r.tasksPerSecond() // the first S0 row
 		}
 		if strings.HasPrefix(r.name, "Job controller") {
 			job[r.limit] = r.tasksPerSecond()

@@ -95,7 +95,28 @@ func run(m *testing.M, opts Options) int {
 	shared = c
 	// Code that loads the default kubeconfig (examples, kubectl) reaches the test cluster.
 	_ = os.Setenv("KUBECONFIG", c.Kubeconfig())
+	// An interrupt or SIGTERM while the tests run stops the cluster and
+	// exits, instead of being swallowed by ctx (which only start-up reads).
+	testsDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "clustertest: interrupted: stopping the cluster")
+			stopCtx, stopCancel := context.WithTimeout(context.Background(), time.Minute)
+			defer stopCancel()
+			_ = c.Stop(stopCtx)
+			if !keep {
+				_ = os.RemoveAll(dir)
+				if cfg.EtcdDataDir != "" {
+					_ = os.RemoveAll(cfg.EtcdDataDir)
+				}
+			}
+			os.Exit(1)
+		case <-testsDone:
+		}
+	}()
 	code := m.Run()
+	close(testsDone)
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stopCancel()
 	if err := c.Stop(stopCtx); err != nil {
