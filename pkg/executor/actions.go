@@ -25,6 +25,11 @@ const (
 	actDelete  actionKind = "delete"
 	actStop    actionKind = "stop"
 	actRelease actionKind = "release"
+	// actDeleteRelease deletes a pod that has stopped and releases it at
+	// once: nothing runs in it and nothing is left to read, and a pod that
+	// is deleting and still held makes its kubelet (or kwok) retry its final
+	// delete until the finalizer goes, a write and a watch event each time.
+	actDeleteRelease actionKind = "delete+release"
 )
 
 // actionSettle bounds how long a done action waits for the cache to show
@@ -56,6 +61,8 @@ func (a *podAction) reflected(pod *corev1.Pod) bool {
 	switch a.kind {
 	case actDelete:
 		return pod.DeletionTimestamp != nil
+	case actDeleteRelease:
+		return pod.DeletionTimestamp != nil && !hasFinalizer(pod)
 	case actStop:
 		secs, ok := podstate.StopDeadlineSeconds(a.pod, a.at)
 		return pod.DeletionTimestamp != nil || podstate.Stopped(pod) ||
@@ -134,6 +141,10 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	switch act.kind {
 	case actDelete:
 		err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name)
+	case actDeleteRelease:
+		if err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name); err == nil {
+			err = attempt.ReleaseSeen(ctx, e.client, pod, false)
+		}
 	case actStop:
 		err = attempt.Stop(ctx, e.client, pod, act.at)
 	case actRelease:

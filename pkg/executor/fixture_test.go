@@ -200,11 +200,17 @@ func (f *fx) sync(id string) (time.Duration, []string, error) {
 	f.client.ClearActions()
 	d, err := f.ex.sync(f.ctx, id)
 	f.drainCleanups()
+	return d, f.actionVerbs(), err
+}
+
+// actionVerbs are the API requests made since the client's actions were
+// last cleared, as "verb resource".
+func (f *fx) actionVerbs() []string {
 	var verbs []string
 	for _, a := range f.client.Actions() {
 		verbs = append(verbs, a.GetVerb()+" "+a.GetResource().Resource)
 	}
-	return d, verbs, err
+	return verbs
 }
 
 // drainCleanups performs the queued clean-up calls (delete, stop,

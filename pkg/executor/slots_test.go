@@ -313,7 +313,8 @@ func TestAdoptedTaskLeavesTheLine(t *testing.T) {
 }
 
 // TestCleanupRunsOffTheWorkers: the pass that records an outcome makes no
-// API request itself; the clean-up it decides runs on a cleaner, and the
+// API request itself; the clean-up it decides runs on a cleaner (for a pod
+// that has finished, the delete and the release in one action), and the
 // release is reported once, by the next pass, also when the pod is gone.
 func TestCleanupRunsOffTheWorkers(t *testing.T) {
 	f := newFx(t, nil)
@@ -332,19 +333,15 @@ func TestCleanupRunsOffTheWorkers(t *testing.T) {
 	if r := f.record("a"); !r.Terminal {
 		t.Fatal("outcome not recorded")
 	}
-	f.drainCleanups() // the delete
-	// The cache shows the deletion; the pod has stopped: release.
-	name := task.PodName(identOf(f, "a"), 0)
-	deleting := f.podOf("a", 0, w.Deleted(0))
-	f.cache(deleting)
-	f.server(deleting)
-	if _, _, err := f.sync("a"); err != nil {
-		t.Fatal(err)
+	f.drainCleanups() // the delete and the release
+	if got := f.actionVerbs(); !slices.Equal(got, []string{"delete pods", "patch pods"}) {
+		t.Fatalf("clean-up requests %v, want the delete, then the release", got)
 	}
+	name := task.PodName(identOf(f, "a"), 0)
 	if p := f.serverPod(name); p != nil && hasFinalizer(p) {
 		t.Fatal("not released")
 	}
-	f.uncache(deleting) // gone
+	f.uncache(f.podOf("a", 0, w)) // gone
 	for range 2 {
 		if _, _, err := f.sync("a"); err != nil {
 			t.Fatal(err)

@@ -460,7 +460,11 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 	switch {
 	case del && pod.DeletionTimestamp == nil:
 		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodDeleting, Pod: name, Time: now})
-		e.startAction(&podAction{kind: actDelete, id: id, attempt: out.Attempt, pod: pod, at: now})
+		a := &podAction{kind: actDelete, id: id, attempt: out.Attempt, pod: pod, at: now}
+		if podFinished(pod) && hasFinalizer(pod) && e.capturesDone(e.captureCtx(), t, id, out.Attempt, pod) {
+			a.kind, a.held = actDeleteRelease, true // nothing runs, nothing left to read: released with the delete
+		}
+		e.startAction(a)
 		return 0, nil
 	case !del && pod.DeletionTimestamp == nil && !podstate.Stopped(pod):
 		policy := t.Policy()
@@ -487,6 +491,12 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 	return 0, nil
 }
 
+// podFinished reports whether pod's phase is Succeeded or Failed, which the
+// kubelet sets only once every container has terminated for good.
+func podFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
 // reportReleases emits PodReleased for the releases of task id that are
 // done, once, whether or not the pod is still there (a deleted pod goes as
 // soon as its finalizer is off), and forgets the actions on pods that are
@@ -506,7 +516,7 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
 		if a.id != id || !a.done {
 			continue
 		}
-		if a.kind == actRelease && a.err == nil && a.held && !a.reported {
+		if (a.kind == actRelease || a.kind == actDeleteRelease) && a.err == nil && a.held && !a.reported {
 			a.reported = true
 			reports = append(reports, report{key, *a})
 		}

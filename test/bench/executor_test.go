@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,21 +194,43 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (boo
 // apiserverRequests sums apiserver_request_total over every client, from
 // the API server's own metrics.
 func apiserverRequests(ctx context.Context, client kubernetes.Interface) float64 {
+	sum := 0.0
+	for _, v := range apiserverRequestsBy(ctx, client) {
+		sum += v
+	}
+	return sum
+}
+
+var requestLabel = regexp.MustCompile(`(verb|resource|subresource)="([^"]*)"`)
+
+// apiserverRequestsBy is apiserver_request_total over every client by
+// "VERB resource[/subresource]".
+func apiserverRequestsBy(ctx context.Context, client kubernetes.Interface) map[string]float64 {
 	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0
+		return nil
 	}
-	sum := 0.0
+	by := map[string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
 		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
 		}
+		l := map[string]string{}
+		for _, m := range requestLabel.FindAllStringSubmatch(line, -1) {
+			l[m[1]] = m[2]
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		by[key] += v
 	}
-	return sum
+	return by
 }
 
 func quickJob(name string) *batchv1.Job {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,11 +79,11 @@ func (r row) tasksPerSecond() float64 {
 type measure struct {
 	start    time.Time
 	cpu      cpuSample
-	requests float64
+	requests map[string]float64
 }
 
 func startMeasure(ctx context.Context, env *clustertest.Env) measure {
-	return measure{start: time.Now(), cpu: sampleCPU(env.Cluster), requests: apiserverRequests(ctx, env.Client)}
+	return measure{start: time.Now(), cpu: sampleCPU(env.Cluster), requests: apiserverRequestsBy(ctx, env.Client)}
 }
 
 // finish fills r's per-task request and CPU figures from m to now.
@@ -95,8 +97,27 @@ func (m measure) finish(ctx context.Context, env *clustertest.Env, r *row) {
 		total += d - m.cpu[name]
 	}
 	r.cores = total.Seconds() / wall.Seconds()
-	r.allReq = (apiserverRequests(ctx, env.Client) - m.requests) / float64(r.tasks)
-	fmt.Fprintf(os.Stderr, "  %s: %d tasks in %.1f s (%.1f tasks/s); CPU during the run:\n%s", r.name, r.tasks, r.elapsed.Seconds(), r.tasksPerSecond(), cpuReport(m.cpu, cpu, wall))
+	type verb struct {
+		key string
+		n   float64
+	}
+	var verbs []verb
+	for k, v := range apiserverRequestsBy(ctx, env.Client) {
+		if d := v - m.requests[k]; d > 0 {
+			verbs = append(verbs, verb{k, d / float64(r.tasks)})
+			r.allReq += d / float64(r.tasks)
+		}
+	}
+	slices.SortFunc(verbs, func(a, b verb) int { return cmp.Compare(b.n, a.n) })
+	var top strings.Builder
+	for i, v := range verbs {
+		if i == 12 || v.n < 0.01 {
+			break
+		}
+		fmt.Fprintf(&top, " %s %.2f;", v.key, v.n)
+	}
+	fmt.Fprintf(os.Stderr, "  %s: %d tasks in %.1f s (%.1f tasks/s); apiserver requests per task:%s\n  CPU during the run:\n%s",
+		r.name, r.tasks, r.elapsed.Seconds(), r.tasksPerSecond(), top.String(), cpuReport(m.cpu, cpu, wall))
 }
 
 // lagsOf returns, for every key outcome has, outcome minus seen.
