@@ -457,3 +457,38 @@ func TestCreationBackoff(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// TestCleanupOfAFinishedPod: a pod whose phase is final (every container
+// terminated for good) is deleted and released by one clean-up action; a
+// pod that may still run something (a sidecar) is deleted only, and
+// released once the cache shows it stopped.
+func TestCleanupOfAFinishedPod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *podtest.PodWrapper
+		want []string
+	}{
+		{"succeeded", mainExited(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded), []string{"delete pods", "patch pods"}},
+		{"failed", mainExited(3).On("envoy").Terminated(0).Phase(corev1.PodFailed), []string{"delete pods", "patch pods"}},
+		{"sidecar still running", mainExited(0), []string{"delete pods"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFx(t, nil)
+			f.submit("a", newTask())
+			f.update("a", func(r *store.Record) { r.PodCreated = true })
+			f.both(f.podOf("a", 0, tc.pod))
+			f.clk.SetTime(tc.pod.Now())
+			if _, err := f.ex.sync(f.ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if !f.record("a").Terminal {
+				t.Fatal("outcome not recorded")
+			}
+			f.client.ClearActions()
+			f.drainCleanups()
+			if got := f.actionVerbs(); !slices.Equal(got, tc.want) {
+				t.Errorf("clean-up requests %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
