@@ -98,9 +98,12 @@ func run(m *testing.M, opts Options) int {
 	// An interrupt or SIGTERM while the tests run stops the cluster and
 	// exits, instead of being swallowed by ctx (which only start-up reads).
 	testsDone := make(chan struct{})
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(interrupted)
 	go func() {
 		select {
-		case <-ctx.Done():
+		case <-interrupted:
 			fmt.Fprintln(os.Stderr, "clustertest: interrupted: stopping the cluster")
 			stopCtx, stopCancel := context.WithTimeout(context.Background(), time.Minute)
 			defer stopCancel()
