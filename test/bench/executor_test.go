@@ -191,16 +191,6 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (boo
 	}
 }
 
-// apiserverRequests sums apiserver_request_total over every client, from
-// the API server's own metrics.
-func apiserverRequests(ctx context.Context, client kubernetes.Interface) float64 {
-	sum := 0.0
-	for _, v := range apiserverRequestsBy(ctx, client) {
-		sum += v
-	}
-	return sum
-}
-
 var requestLabel = regexp.MustCompile(`(verb|resource|subresource)="([^"]*)"`)
 
 // apiserverRequestsBy is apiserver_request_total over every client by
