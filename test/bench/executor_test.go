@@ -69,16 +69,14 @@ func (tr *tracker) observe(obj any) {
 	if !ok {
 		return
 	}
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == "main" && st.State.Terminated != nil {
-			now := time.Now()
-			k := tr.key(pod)
-			tr.mu.Lock()
-			if _, seen := tr.terminated[k]; !seen {
-				tr.terminated[k] = now
-			}
-			tr.mu.Unlock()
+	if terminated(pod) {
+		now := time.Now()
+		k := tr.key(pod)
+		tr.mu.Lock()
+		if _, seen := tr.terminated[k]; !seen {
+			tr.terminated[k] = now
 		}
+		tr.mu.Unlock()
 	}
 }
 

@@ -22,8 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -360,13 +358,14 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 	tr := newTracker(func(p *corev1.Pod) string { return p.Labels[task.LabelRun] })
 	tr.start(ctx, tb, env.Client, env.Namespace, task.ManagedSelector().String())
 
-	var requests countedRequests
-	rc := requests.wrap(env.Config)
-	rc.QPS = executor.Unlimited
-	client, err := kubernetes.NewForConfig(rc)
+	// The executor's client constructor, for its request counter
+	// (kubetask_api_requests_total in reg); no rate limit.
+	reg := prometheus.NewRegistry()
+	client, err := executor.NewClient(env.Config, executor.Unlimited, 0, reg)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	requests := func() float64 { return exectest.MetricSum(reg, "kubetask_api_requests_total") }
 	pods := client.CoreV1().Pods(env.Namespace)
 	selector := task.LabelExecutor + "=" + floorExecutor
 	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -397,7 +396,7 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 			tb.Fatal(err)
 		}
 	}
-	reqs0 := requests.n()
+	reqs0 := requests()
 	m := startMeasure(ctx, env)
 
 	done := make(chan *corev1.Pod, n)
@@ -474,7 +473,7 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 		r.name = "S0, release before delete"
 		r.note = "the other order of the last two requests"
 	}
-	r.clientReq = float64(requests.n()-reqs0) / float64(n)
+	r.clientReq = (requests() - reqs0) / float64(n)
 	m.finish(ctx, env, &r)
 	cancel()
 	wg.Wait()
@@ -495,35 +494,6 @@ func terminated(pod *corev1.Pod) bool {
 	}
 	return false
 }
-
-// countedRequests counts the requests of the clients made from wrap's configs.
-type countedRequests struct {
-	mu    sync.Mutex
-	count int64
-}
-
-func (c *countedRequests) n() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.count
-}
-
-func (c *countedRequests) wrap(rc *rest.Config) *rest.Config {
-	rc = rest.CopyConfig(rc)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			c.mu.Lock()
-			c.count++
-			c.mu.Unlock()
-			return rt.RoundTrip(r)
-		})
-	})
-	return rc
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // simNodesFor is how many kwok nodes hold n running pods, with room to spare.
 func simNodesFor(n int) int {
