@@ -345,12 +345,13 @@ const floorExecutor = "floor"
 // same quick task, with kubetask's finalizer) and the same requests per
 // pod as the executor's, in its order (create; once main has terminated,
 // attempt.Delete, then the finalizer released with one JSON patch,
-// attempt.ReleaseSeen; with releaseFirst the other way round), sent by a
-// minimal client: no client-side rate limit, no informer cache, no store,
-// no state; one plain watch of the namespace (client-go's RetryWatcher,
-// which resumes from the last resourceVersion) tells it that main ended.
-// 16 goroutines create and 16 delete and release.
-func floorRun(tb testing.TB, n int, releaseFirst bool) row {
+// attempt.ReleaseSeen), sent by a minimal client: no client-side rate
+// limit, no informer cache, no store, no state; one plain watch of the
+// namespace (client-go's RetryWatcher, which resumes from the last
+// resourceVersion) tells it that main ended. 16 goroutines create and 16 delete and release. With inFlight > 0 it
+// keeps at most that many pods at once, as the executor's Parallelism
+// does: a pod is created only once an earlier one is gone.
+func floorRun(tb testing.TB, n, inFlight int) row {
 	tb.Helper()
 	env := clustertest.New(tb)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -402,10 +403,20 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 	done := make(chan *corev1.Pod, n)
 	decided := map[string]time.Time{}
 	var mu sync.Mutex
+	var slots chan struct{} // a pod takes a slot; its deletion frees it
+	if inFlight > 0 {
+		slots = make(chan struct{}, inFlight)
+	}
 	go func() {
 		for ev := range w.ResultChan() {
 			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted {
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				if slots != nil {
+					<-slots
+				}
 				continue
 			}
 			if terminated(pod) {
@@ -427,6 +438,13 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 	for range 16 {
 		wg.Go(func() {
 			for p := range next {
+				if slots != nil {
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+				}
 				if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 					errs <- fmt.Errorf("creating %s: %w", p.Name, err)
 				}
@@ -438,17 +456,11 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 				case <-ctx.Done():
 					return
 				case p := <-done:
-					steps := []func() error{
-						func() error { return attempt.Delete(ctx, client, p.Namespace, p.Name) },
-						func() error { return attempt.ReleaseSeen(ctx, client, p, false) },
+					if err := attempt.Delete(ctx, client, p.Namespace, p.Name); err != nil {
+						errs <- err
 					}
-					if releaseFirst {
-						steps[0], steps[1] = steps[1], steps[0]
-					}
-					for _, step := range steps {
-						if err := step(); err != nil {
-							errs <- err
-						}
+					if err := attempt.ReleaseSeen(ctx, client, p, false); err != nil {
+						errs <- err
 					}
 				}
 			}
@@ -469,9 +481,9 @@ func floorRun(tb testing.TB, n int, releaseFirst bool) row {
 	})
 	_, _, lastDelete := tr.counts()
 	r := row{name: "S0 floor client", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start)}
-	if releaseFirst {
-		r.name = "S0, release before delete"
-		r.note = "the other order of the last two requests"
+	if inFlight > 0 && inFlight < n {
+		r.name = "S0 at scale"
+		r.note = fmt.Sprintf("at most %d pods at once", inFlight)
 	}
 	r.clientReq = (requests() - reqs0) / float64(n)
 	m.finish(ctx, env, &r)
