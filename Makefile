@@ -43,7 +43,7 @@ importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/
 test: fmt vet importcheck components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 15 min on 2 cores
+bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 19 min on 2 cores
 	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
 
 lint: ## golangci-lint with the pinned version and .golangci.yml

@@ -31,7 +31,7 @@ type suiteSize struct {
 	storeFor time.Duration
 }
 
-// fullSize is `make bench`: about 15 minutes on a 2-core machine.
+// fullSize is `make bench`: about 19 minutes on a 2-core machine.
 var fullSize = suiteSize{base: 2000, cmp: 1000, slow: 500, jobDefaults: 200, scale: 10000, memory: 10000, storeFor: 5 * time.Second}
 
 // tinySize is CI's run of the same code (TestBenchTiny).
