@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,36 +186,14 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() (boo
 	}
 }
 
-var requestLabel = regexp.MustCompile(`(verb|resource|subresource)="([^"]*)"`)
-
 // apiserverRequestsBy is apiserver_request_total over every client by
-// "VERB resource[/subresource]".
+// "VERB resource[/subresource]"; nil when the metrics cannot be read.
 func apiserverRequestsBy(ctx context.Context, client kubernetes.Interface) map[string]float64 {
 	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil
 	}
-	by := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		l := map[string]string{}
-		for _, m := range requestLabel.FindAllStringSubmatch(line, -1) {
-			l[m[1]] = m[2]
-		}
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		by[key] += v
-	}
-	return by
+	return requestsByVerb(string(raw))
 }
 
 func quickJob(name string) *batchv1.Job {

@@ -10,13 +10,13 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -259,25 +259,18 @@ func jobRun(tb testing.TB, name, qps string, kcmQPS, kcmBurst, n int) row {
 	}
 	kcmReqs0 := controllerManagerRequests(ctx, env)
 	m := startMeasure(ctx, env)
-	names := make(chan string)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for name := range names {
-				if _, err := jobs.Create(ctx, quickJob(name), metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("creating job %s: %w", name, err)
-				}
+	var creators errgroup.Group
+	creators.SetLimit(16)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("j%05d", i)
+		creators.Go(func() error {
+			if _, err := jobs.Create(ctx, quickJob(name), metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating job %s: %w", name, err)
 			}
+			return nil
 		})
 	}
-	for i := 0; i < n; i++ {
-		names <- fmt.Sprintf("j%05d", i)
-	}
-	close(names)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := creators.Wait(); err != nil {
 		tb.Fatal(err)
 	}
 	waitFor(tb, 30*time.Minute, name, func() (bool, string) {
@@ -321,21 +314,6 @@ func controllerManagerRequests(ctx context.Context, env *clustertest.Env) float6
 		return math.NaN()
 	}
 	return sumSeries(string(raw), "rest_client_requests_total")
-}
-
-// sumSeries sums the samples of metric name in a Prometheus text exposition.
-func sumSeries(text, name string) float64 {
-	sum := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // floorExecutor is the executor label of the floor client's pods.
@@ -434,22 +412,7 @@ func floorRun(tb testing.TB, n, inFlight int) row {
 	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
-	next := make(chan *corev1.Pod)
 	for range 16 {
-		wg.Go(func() {
-			for p := range next {
-				if slots != nil {
-					select {
-					case slots <- struct{}{}:
-					case <-ctx.Done():
-						return
-					}
-				}
-				if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("creating %s: %w", p.Name, err)
-				}
-			}
-		})
 		wg.Go(func() {
 			for {
 				select {
@@ -466,10 +429,26 @@ func floorRun(tb testing.TB, n, inFlight int) row {
 			}
 		})
 	}
+	var creators errgroup.Group
+	creators.SetLimit(16)
 	for _, p := range built {
-		next <- p
+		creators.Go(func() error {
+			if slots != nil {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating %s: %w", p.Name, err)
+			}
+			return nil
+		})
 	}
-	close(next)
+	if err := creators.Wait(); err != nil {
+		tb.Fatal(err)
+	}
 	waitFor(tb, 20*time.Minute, "floor", func() (bool, string) {
 		select {
 		case err := <-errs:

@@ -39,8 +39,25 @@ func TestTable(t *testing.T) {
 }
 
 func TestSumSeries(t *testing.T) {
-	text := "# HELP x\nrest_client_requests_total{code=\"200\",method=\"GET\"} 10\nrest_client_requests_total{code=\"201\"} 2.5\nrest_client_requests_total_other 100\nother 1\n"
+	text := "# HELP x\n# TYPE rest_client_requests_total counter\nrest_client_requests_total{code=\"200\",method=\"GET\"} 10\nrest_client_requests_total{code=\"201\"} 2.5\nrest_client_requests_total_other 100\nother 1\n"
 	if got := sumSeries(text, "rest_client_requests_total"); got != 12.5 {
 		t.Errorf("sumSeries = %v, want 12.5", got)
+	}
+	if got := sumSeries("not { an exposition", "x"); got != 0 {
+		t.Errorf("sumSeries of garbage = %v, want 0", got)
+	}
+}
+
+func TestRequestsByVerb(t *testing.T) {
+	text := `# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",resource="pods",subresource="",verb="POST"} 7
+apiserver_request_total{code="409",component="apiserver",resource="pods",subresource="",verb="POST"} 1
+apiserver_request_total{code="200",component="apiserver",resource="pods",subresource="status",verb="PATCH"} 4
+apiserver_request_duration_seconds_count{resource="pods",verb="POST"} 99
+`
+	got := requestsByVerb(text)
+	want := map[string]float64{"POST pods": 8, "PATCH pods/status": 4}
+	if len(got) != len(want) || got["POST pods"] != 8 || got["PATCH pods/status"] != 4 {
+		t.Errorf("requestsByVerb = %v, want %v", got, want)
 	}
 }

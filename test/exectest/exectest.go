@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -223,29 +224,24 @@ func RemoveTaskPods(t testing.TB, env *clustertest.Env) {
 	// One pod at a time from 16 workers: a DeleteCollection of thousands of
 	// pods outlasts the API server's request timeout.
 	zero := int64(0)
-	names := make(chan corev1.Pod)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for p := range names {
-				if len(p.Finalizers) > 0 {
-					_, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-					if err != nil && !apierrors.IsNotFound(err) {
-						t.Errorf("removing finalizers of %s: %v", p.Name, err)
-					}
-				}
-				err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, p := range list.Items {
+		g.Go(func() error {
+			if len(p.Finalizers) > 0 {
+				_, err := pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
-					t.Errorf("deleting %s: %v", p.Name, err)
+					t.Errorf("removing finalizers of %s: %v", p.Name, err)
 				}
 			}
+			err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", p.Name, err)
+			}
+			return nil // each pod's error is reported; the rest go on
 		})
 	}
-	for _, p := range list.Items {
-		names <- p
-	}
-	close(names)
-	wg.Wait()
+	_ = g.Wait()
 	WaitNoTaskPods(t, env, 5*time.Minute)
 }
 
