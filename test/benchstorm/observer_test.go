@@ -193,26 +193,20 @@ func (o *observer) stats() (relists, fromList int, blindMax time.Duration) {
 // Wait waits until every id has been seen in the state of which (running,
 // terminated, deleting), or ctx ends.
 func (o *observer) Wait(ctx context.Context, which string, ids []string) error {
-	for {
-		o.mu.Lock()
+	missing, err := waitUntil(ctx, &o.mu, &o.changed, func() int {
 		m := map[string]map[string]time.Time{"running": o.running, "terminated": o.terminated, "deleting": o.deleting}[which]
-		missing := 0
+		n := 0
 		for _, id := range ids {
 			if _, ok := m[id]; !ok {
-				missing++
+				n++
 			}
 		}
-		changed := o.changed
-		o.mu.Unlock()
-		if missing == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d tasks not seen %s: %w", missing, len(ids), which, context.Cause(ctx))
-		case <-changed:
-		}
+		return n
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d tasks not seen %s: %w", missing, len(ids), which, err)
 	}
+	return nil
 }
 
 // pause waits a little before a request is tried again, so that an API

@@ -51,23 +51,37 @@ func (o *outcomes) RecordedAt(id string) (time.Time, bool) {
 
 // Wait waits until every id has a terminal event, or ctx ends.
 func (o *outcomes) Wait(ctx context.Context, ids []string) error {
-	for {
-		o.mu.Lock()
-		missing := 0
+	missing, err := waitUntil(ctx, &o.mu, &o.changed, func() int {
+		n := 0
 		for _, id := range ids {
 			if len(o.by[id]) == 0 {
-				missing++
+				n++
 			}
 		}
-		changed := o.changed
-		o.mu.Unlock()
-		if missing == 0 {
-			return nil
+		return n
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d tasks without an outcome: %w", missing, len(ids), err)
+	}
+	return nil
+}
+
+// waitUntil evaluates missing with mu held until it returns 0, waiting
+// between evaluations for *changed, a channel the holder of mu closes and
+// replaces at every change. It returns missing's last count, and ctx's
+// cause if ctx ends first.
+func waitUntil(ctx context.Context, mu *sync.Mutex, changed *chan struct{}, missing func() int) (int, error) {
+	for {
+		mu.Lock()
+		n, ch := missing(), *changed
+		mu.Unlock()
+		if n == 0 {
+			return 0, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d tasks without an outcome: %w", missing, len(ids), context.Cause(ctx))
-		case <-changed:
+			return n, context.Cause(ctx)
+		case <-ch:
 		}
 	}
 }
