@@ -2,13 +2,16 @@ package e2eweb
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,4 +124,97 @@ func TestWebListTaskPageCancelRerun(t *testing.T) {
 		}
 		s.waitTask(id, time.Minute, "the rerun to end", func(tk api.Task) bool { return tk.Terminal })
 	})
+}
+
+// An event that reaches the list while its first read of a new task is in
+// flight is not lost: the read's answer predates the event, so the list
+// reads the task again. The test holds the answer to that first read in
+// the browser (the Fetch domain, at the response stage: the server has
+// answered Pending) until the page has taken the task's Running event
+// (its counts say so), then lets it through: the row must end up Running.
+// Deterministic: with one parallelism slot, held by a gated task, the new
+// task cannot start before its first read is held.
+func TestWebListEventDuringFirstRead(t *testing.T) {
+	env := clustertest.New(t)
+	s := startService(t, env, "--parallelism", "1")
+	b := newBrowser(t, s.URL, 1280, 900)
+	b.signIn(s.Token)
+
+	dir := t.TempDir()
+	gateA, gateB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	gated := func(name, gate string) []byte {
+		return shTask(name, "", fmt.Sprintf(`echo started; while [ ! -e %s ]; do sleep 0.1; done; echo done`, gate))
+	}
+	first := s.submit(gated("first", gateA))
+	b.wait(time.Minute, "the first task Running in the list", fmt.Sprintf(`%s?.dataset.phase === 'Running'`, row(first.ID)))
+
+	// Hold the page's first read of the second task (its ID chosen here,
+	// so that the pattern matches nothing else).
+	id := "held-" + env.Namespace
+	paused := chromedp.Events(b.ctx, fetch.RequestPaused)
+	if _, err := chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+		{URLPattern: "*" + api.Prefix + "/tasks/" + id, RequestStage: fetch.RequestStageResponse},
+	}}); err != nil {
+		t.Fatalf("enabling the Fetch domain: %v", err)
+	}
+	held := make(chan *fetch.EventRequestPaused, 1)
+	pctx, stopPaused := context.WithCancel(b.ctx)
+	defer stopPaused()
+	go func() {
+		n := 0
+		for ev, err := range paused {
+			if err != nil || pctx.Err() != nil {
+				return
+			}
+			if n++; n == 1 {
+				held <- &ev
+				continue
+			}
+			_, _ = chromedp.Call(pctx, fetch.ContinueResponse, fetch.ContinueResponseParams{RequestID: ev.RequestID})
+		}
+	}()
+
+	resp, body := s.do(s.Token, http.MethodPost, api.Prefix+"/namespaces/"+env.Namespace+"/tasks?id="+id, "application/yaml", gated("second", gateB))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: %s\n%s", resp.Status, body)
+	}
+	var ev *fetch.EventRequestPaused
+	select {
+	case ev = <-held:
+	case <-time.After(time.Minute):
+		b.fatalf("the page never read the new task %s", id)
+	}
+	answer, err := chromedp.Call(b.ctx, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: ev.RequestID})
+	if err != nil {
+		t.Fatalf("reading the held answer: %v", err)
+	}
+	var was api.Task
+	if err := json.Unmarshal(answer.Body, &was); err != nil {
+		t.Fatalf("the held answer: %v\n%s", err, answer.Body)
+	}
+	if was.Phase != "Pending" {
+		t.Fatalf("the held answer is %s/%s, want Pending (the task must wait for the slot)", was.Phase, was.Reason)
+	}
+	if eval[bool](b, "!!"+row(id)) {
+		b.fatalf("the new task has a row before its first read returned")
+	}
+
+	// Free the slot: the second task starts, and its Running event reaches
+	// the page while the read is held.
+	if err := os.WriteFile(gateA, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTask(id, time.Minute, "the second task Running", func(tk api.Task) bool { return tk.Phase == "Running" })
+	b.wait(time.Minute, "the page to take the Running event (counts: 1 running, 0 pending)", fmt.Sprintf(`%s === '1' && %s === '0'`, count("Running"), count("Pending")))
+
+	if _, err := chromedp.Call(b.ctx, fetch.ContinueResponse, fetch.ContinueResponseParams{RequestID: ev.RequestID}); err != nil {
+		t.Fatalf("releasing the held answer: %v", err)
+	}
+	b.wait(20*time.Second, "the second task's row Running (the held answer said Pending)", fmt.Sprintf(`%s?.dataset.phase === 'Running'`, row(id)))
+	b.notReloaded()
+
+	if err := os.WriteFile(gateB, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTask(id, time.Minute, "the second task to end", func(tk api.Task) bool { return tk.Terminal })
 }
