@@ -178,6 +178,13 @@ export function mount(main, {query: q, navigate}) {
       flash(r.tr);
       return;
     }
+    // A task whose first read is still in flight has no row yet: its
+    // answer may predate this event, so read it again when it lands (an
+    // event dropped here left the row showing a stale phase for good).
+    if (inflight.has(id)) {
+      refresh(id);
+      return;
+    }
     if (cont) return; // only the first page takes new tasks
     if (ev.type === 'Submitted' || ((f.phase || f.reason) && ev.phase && matches(ev))) refresh(id);
   }
