@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up demo down test unit importcheck lint vet fmt bench clean
+.PHONY: help build components up demo down test test-repeat unit importcheck lint vet fmt bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,17 @@ importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/
 
 test: fmt vet importcheck components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+N ?= 5
+test-repeat: fmt vet components ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed
+	@mkdir -p /tmp/kubetask-test-repeat; fails=0; \
+	for i in $$(seq 1 $(N)); do \
+	  log=/tmp/kubetask-test-repeat/run-$$i.log; start=$$(date +%s); \
+	  if $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... >$$log 2>&1; then r=ok; else r=FAILED; fails=$$((fails+1)); fi; \
+	  echo "run $$i of $(N): $$r in $$(( $$(date +%s) - start )) s ($$log)"; \
+	  grep -E '^(--- FAIL|FAIL)' $$log || true; \
+	done; \
+	echo "$$(( $(N) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
 
 bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 19 min on 2 cores
 	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
