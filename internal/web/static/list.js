@@ -66,9 +66,9 @@ export function mount(main, {query: q, navigate}) {
   const newest = h('button', {type: 'button', disabled: !cont, onclick: () => navigate('/' + query(f))}, 'Newest');
   const older = h('button', {type: 'button', disabled: true, onclick: () => navigate('/' + query({...f, continue: nextToken}))}, 'Older ›');
 
-  replace(main,
-    h('div', {class: 'heading'}, h('h1', {tabindex: -1}, 'Tasks'), liveEl),
-    countsEl, form, errorEl,
+  // The table and the pager appear with the first page, not before: what
+  // is on screen never moves when the data arrives.
+  const results = h('div', {hidden: true},
     h('div', {class: 'table-wrap'},
       h('table', {class: 'tasks'},
         h('caption', {class: 'sr-only'}, 'Tasks, newest first'),
@@ -76,6 +76,10 @@ export function mount(main, {query: q, navigate}) {
         tbody)),
     empty,
     h('nav', {class: 'pager', 'aria-label': 'Pages'}, newer, newest, older));
+  replace(main,
+    h('div', {class: 'heading'}, h('h1', {tabindex: -1}, 'Tasks'), liveEl),
+    countsEl, form, errorEl,
+    results);
 
   // --- rows ---
   function cells(t) {
@@ -189,6 +193,7 @@ export function mount(main, {query: q, navigate}) {
     if (ev.type === 'Submitted' || ((f.phase || f.reason) && ev.phase && matches(ev))) refresh(id);
   }
 
+  let counted = false; // until the first count, the numbers show as –
   function showCounts() {
     let running = 0, pending = 0, failed = 0;
     for (const s of track.values()) {
@@ -197,8 +202,9 @@ export function mount(main, {query: q, navigate}) {
       else if (s.phase === 'Pending') pending++;
     }
     const more = (c) => (c ? '+' : '');
+    const num = (n, c) => (counted ? `${n}${more(c)}` : '–');
     const link = (phase, n, text) => h('a', {href: '/' + query({...f, phase, reason: '', continue: ''}), class: `count ph-${phase.toLowerCase()}`, dataset: {count: phase}},
-      h('strong', {}, `${n}${more(phase === 'Failed' ? capped.failed : capped.unfinished)}`), ' ', text);
+      h('strong', {}, num(n, phase === 'Failed' ? capped.failed : capped.unfinished)), ' ', text);
     replace(countsEl, link('Running', running, 'running'), link('Pending', pending, 'pending'), link('Failed', failed, 'failed in the last 24 hours'));
   }
 
@@ -217,6 +223,7 @@ export function mount(main, {query: q, navigate}) {
     const l = await json('/tasks' + query({...base, phase: 'Failed', terminal: 'true', createdAfter: since, limit: 1000}), {signal});
     for (const t of l.items) track.set(t.id, {phase: t.phase, terminal: true});
     capped.failed = !!l.continue;
+    counted = true;
     showCounts();
   }
 
@@ -247,6 +254,7 @@ export function mount(main, {query: q, navigate}) {
     }
     empty.hidden = page.items.length > 0;
     empty.textContent = Object.values(f).some(Boolean) ? 'No task matches these filters.' : 'No tasks yet: submit one with kubetask submit -f task.yaml.';
+    results.hidden = false;
     main.dataset.loaded = 'true';
     watch('/watch' + query({namespace: f.namespace, namePrefix: f.name, labels: f.labels}), {
       cursor: page.cursor, signal, onEvent,
@@ -280,6 +288,7 @@ export function mount(main, {query: q, navigate}) {
     }
   }, 1000);
 
+  showCounts(); // their space, before the first count
   load();
   return {unmount() { ctl.abort(); streamCtl?.abort(); clearInterval(ticker); delete main.dataset.loaded; }};
 }

@@ -42,9 +42,9 @@ export function mount(main, {params, navigate}) {
     h('p', {}, 'Its pod is stopped and the task ends Failed/Cancelled, unless its main container has already finished. It is not retried.'),
     h('div', {class: 'buttons'}, confirmBtn, h('button', {type: 'button', onclick: () => dialog.close()}, 'Keep it running')));
 
-  replace(main,
-    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '/'}, 'Tasks'), ' › ', h('span', {class: 'crumb-here'}, id)),
-    h('div', {class: 'heading'}, title, stateEl, liveEl),
+  // Everything the task's data fills appears with its first read, not
+  // before: what is on screen never moves when the data arrives.
+  const body = h('div', {hidden: true},
     h('div', {class: 'actions'}, cancelBtn, rerunBtn, actionState),
     summary, pendingEl,
     h('section', {class: 'card', 'aria-labelledby': 'att-h'}, h('h2', {id: 'att-h'}, 'Attempts'), timeline),
@@ -52,8 +52,11 @@ export function mount(main, {params, navigate}) {
     h('section', {class: 'card logs', 'aria-labelledby': 'log-h'},
       h('div', {class: 'logs-head'}, h('h2', {id: 'log-h'}, 'Log'), tabs, containerField),
       view.el),
-    h('details', {class: 'card'}, h('summary', {}, 'Task document'), docEl),
-    dialog);
+    h('details', {class: 'card'}, h('summary', {}, 'Task document'), docEl));
+  replace(main,
+    h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '/'}, 'Tasks'), ' › ', h('span', {class: 'crumb-here'}, id)),
+    h('div', {class: 'heading'}, title, stateEl, liveEl),
+    body, dialog);
 
   async function load() {
     let resp;
@@ -67,6 +70,7 @@ export function mount(main, {params, navigate}) {
         return;
       }
       summary.replaceChildren(h('p', {class: 'error', role: 'alert'}, err.message));
+      body.hidden = false;
       return;
     }
     const cursor = resp.headers.get('X-Kubetask-Cursor') || '';
@@ -118,6 +122,7 @@ export function mount(main, {params, navigate}) {
     main.dataset.phase = t.phase;
     main.dataset.terminal = String(t.terminal);
     cancelBtn.hidden = t.terminal;
+    body.hidden = false;
     rerunBtn.hidden = !t.terminal;
     for (const e of t.events || []) note(t.attempt, {time: e.lastSeen, type: e.type, reason: e.reason, message: e.message, count: e.count, kube: true});
     drawSummary();
