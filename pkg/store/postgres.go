@@ -176,6 +176,20 @@ var postgresMigrations = []string{
 	CREATE TRIGGER tasks_cancelled AFTER UPDATE OF cancelled_at ON tasks
 		FOR EACH ROW WHEN (OLD.cancelled_at IS DISTINCT FROM NEW.cancelled_at)
 		EXECUTE FUNCTION kubetask_notify_task();`,
+	// Migration 3: the fence (docs/executor.md). Each executor instance's
+	// term epoch, raised by BeginTerm; a record's nonce, the epoch of its
+	// last fenced write, and its current attempt's pod (UID and creating
+	// epoch).
+	`ALTER TABLE tasks
+		ADD COLUMN nonce bytea NOT NULL DEFAULT ''::bytea,
+		ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
+		ADD COLUMN pod_uid bytea NOT NULL DEFAULT ''::bytea,
+		ADD COLUMN pod_epoch bigint NOT NULL DEFAULT 0;
+	CREATE TABLE kubetask_terms (
+		instance   text COLLATE "C" NOT NULL PRIMARY KEY,
+		epoch      bigint NOT NULL,
+		started_at bigint NOT NULL
+	);`,
 }
 
 var _ Store = (*postgresStore)(nil)
@@ -300,22 +314,23 @@ func (s *postgresStore) migrate(ctx context.Context, migrations []string) error 
 // scanPostgresRecord's order.
 const postgresColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version, labels, origin`
+	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch`
 
 // postgresSQL are the statements of the record paths.
 var postgresSQL = struct {
-	create, update, get, version string
+	create, update, get, version, beginTerm, epoch string
 }{
 	// One statement, so one transaction: the task, and its labels as rows
 	// unless the ID exists. It returns a row only when it created the task.
 	create: `WITH t AS (
 			INSERT INTO tasks (` + postgresColumns + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+				$23, $24, $25, $26)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id, created_at
 		), l AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
-			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($23::bytea[], $24::bytea[]) AS x (k, v)
+			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($27::bytea[], $28::bytea[]) AS x (k, v)
 		)
 		SELECT created_at FROM t`,
 	// The version check is part of the UPDATE: of concurrent updates from
@@ -325,14 +340,20 @@ var postgresSQL = struct {
 	// labels changed (the stored JSON, canonical since json.Marshal sorts
 	// the keys, differs): keys no longer there are deleted, new ones
 	// inserted, changed ones updated; a label that stays is not touched.
+	// A fenced write ($25, the epoch, not 0) also requires the epoch to be
+	// its instance's current one, read under a share lock of the instance's
+	// term row: BeginTerm's update of that row waits for the write to
+	// commit, and a write that comes after it reads the new epoch.
 	update: `WITH u AS (
 			UPDATE tasks AS t SET
 				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
 				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
 				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
-				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21
+				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21,
+				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27
 			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
 			WHERE t.id = $1 AND t.version = $2
+				AND ($25 = 0 OR $25 = (SELECT epoch FROM kubetask_terms WHERE instance = $28::text FOR SHARE))
 			RETURNING t.id, t.created_at, old.labels IS DISTINCT FROM $20::json::text AS relabel
 		), d AS (
 			DELETE FROM task_labels AS l USING u
@@ -346,6 +367,10 @@ var postgresSQL = struct {
 		SELECT created_at FROM u`,
 	get:     `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
 	version: `SELECT version FROM tasks WHERE id = $1`,
+	beginTerm: `INSERT INTO kubetask_terms (instance, epoch, started_at) VALUES ($1, 1, $2)
+		ON CONFLICT (instance) DO UPDATE SET epoch = kubetask_terms.epoch + 1, started_at = excluded.started_at
+		RETURNING epoch`,
+	epoch: `SELECT epoch FROM kubetask_terms WHERE instance = $1`,
 }
 
 // errBadID reports an ID that PostgreSQL's text cannot hold.
@@ -484,6 +509,9 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 			case err != nil:
 				return err
 			}
+			if stored == expected {
+				return fmt.Errorf("epoch %d of %s: %w", rec.Epoch, rec.Executor, ErrFenced)
+			}
 			return fmt.Errorf("version %d, stored %d: %w", expected, stored, ErrConflict)
 		}
 		if err != nil {
@@ -496,6 +524,30 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
 	}
 	return rec, nil
+}
+
+func (s *postgresStore) BeginTerm(ctx context.Context, instance string) (int64, error) {
+	var epoch int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, postgresSQL.beginTerm, instance, s.clock.Now().UnixNano()).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("term of %s: %w", instance, err)
+	}
+	return epoch, nil
+}
+
+func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, error) {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	defer c.Release()
+	var epoch int64
+	if err := c.QueryRow(ctx, postgresSQL.epoch, instance).Scan(&epoch); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	return epoch, nil
 }
 
 func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
@@ -573,7 +625,7 @@ func postgresArgs(rec Record) ([]any, error) {
 		bytesOf(rec.Phase), bytesOf(rec.Reason), bytesOf(rec.Message), rec.ExitCode, rec.Retryable, rec.Result,
 		rec.Terminal, nanosOrNil(rec.CancelledAt), nanosOrNil(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
-		labels, bytesOf(rec.Origin),
+		labels, bytesOf(rec.Origin), bytesOf(rec.Nonce), rec.Epoch, bytesOf(rec.PodUID), rec.PodEpoch,
 	}, nil
 }
 
@@ -590,8 +642,9 @@ func postgresCreateArgs(rec Record) ([]any, error) {
 
 // postgresUpdateArgs returns postgresSQL.update's arguments: the ID, the
 // expected version, the columns from namespace to attempts, updated_at,
-// labels, origin, and the labels as arrays. created_at is not written and
-// the new version is computed.
+// labels, origin, the labels as arrays, nonce, epoch, pod_uid, pod_epoch and
+// the executor as text (for the fence). created_at is not written and the
+// new version is computed.
 func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	a, err := postgresArgs(rec) // in postgresColumns order
 	if err != nil {
@@ -599,7 +652,7 @@ func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	}
 	keys, values := labelArrays(rec.Labels)
 	args := append([]any{a[0], expected}, a[1:17]...)
-	return append(args, a[18], a[20], a[21], keys, values), nil
+	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor), nil
 }
 
 // bytesOf returns s as a non-nil byte slice (an empty string is an empty
@@ -632,6 +685,7 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 	var (
 		rec                                                   Record
 		namespace, name, executor, phase, reason, msg, origin []byte
+		nonce, podUID                                         []byte
 		attempt                                               int32
 		cancelledAt, nextAttemptAt                            *int64
 		attempts, labels                                      []byte
@@ -640,9 +694,11 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 	if err := row.Scan(&rec.ID, &namespace, &name, &executor, &rec.Task, &attempt,
 		&phase, &reason, &msg, &rec.ExitCode, &rec.Retryable, &rec.Result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
-		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin); err != nil {
+		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin,
+		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch); err != nil {
 		return Record{}, err
 	}
+	rec.Nonce, rec.PodUID = string(nonce), string(podUID)
 	rec.Namespace, rec.Name, rec.Executor = string(namespace), string(name), string(executor)
 	rec.Phase, rec.Reason, rec.Message, rec.Origin = string(phase), string(reason), string(msg), string(origin)
 	rec.Attempt = int(attempt)
