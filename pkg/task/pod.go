@@ -52,6 +52,17 @@ const (
 	AnnotationMainContainer = Prefix + "main-container"
 	// AnnotationResultPath holds the result file's path for File results.
 	AnnotationResultPath = Prefix + "result-path"
+	// AnnotationNonce carries Identity.Nonce (when set): the nonce of the task
+	// record the pod belongs to.
+	AnnotationNonce = Prefix + "nonce"
+	// AnnotationEpoch carries the fencing epoch of the executor term that
+	// created the pod (decimal); see FenceGate.
+	AnnotationEpoch = Prefix + "epoch"
+	// FenceGate is the scheduling gate an executor creates its pods with and
+	// removes only once its store has recorded the pod as its attempt's: a
+	// pod created by a stale term (an executor process paused past its Lease)
+	// is never scheduled, so its containers never run.
+	FenceGate = Prefix + "fence"
 
 	// Finalizer keeps a pod object until kubetask has recorded its outcome, so that a pod
 	// deleted by someone else (or garbage-collected) cannot take its exit code with it.
@@ -87,6 +98,11 @@ type Identity struct {
 	// Executor names the executor instance that owns the pod; a valid label value.
 	// Required.
 	Executor string
+	// Nonce, when set, is the nonce of the task record (store.Record.Nonce):
+	// it is part of the pod's name and annotations, so that the pods of an
+	// earlier record with the same RunID are never taken for this one's.
+	// Optional: a record written before it existed has none.
+	Nonce string
 }
 
 func (id Identity) validate() error {
@@ -111,11 +127,15 @@ func (id Identity) validate() error {
 }
 
 // PodName returns the name of the pod of attempt (0 for the first) of run id: the task
-// name made DNS-1123 safe and shortened, a hash of the namespace, name and run ID, and
+// name made DNS-1123 safe and shortened, a hash of the namespace, name, run ID and nonce (when set), and
 // the attempt, at most MaxPodNameLength characters: "etl-daily-k3j5x7q2ab-0". Equal
 // inputs give equal names; different runs differ in the hash.
 func PodName(id Identity, attempt int) string {
-	sum := sha256.Sum256([]byte(id.Namespace + "\x00" + id.Name + "\x00" + id.RunID))
+	key := id.Namespace + "\x00" + id.Name + "\x00" + id.RunID
+	if id.Nonce != "" {
+		key += "\x00" + id.Nonce
+	}
+	sum := sha256.Sum256([]byte(key))
 	hash := strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:10]
 	suffix := "-" + hash + "-" + strconv.Itoa(attempt)
 	return dnsPrefix(id.Name, MaxPodNameLength-len(suffix), "task") + suffix
@@ -188,7 +208,7 @@ func IdentityFromPod(pod *corev1.Pod) (Identity, int, error) {
 	if pod.Labels[LabelManagedBy] != ManagedByValue {
 		return Identity{}, 0, fmt.Errorf("pod %s/%s: not managed by kubetask", pod.Namespace, pod.Name)
 	}
-	id := Identity{Namespace: a[AnnotationTaskNamespace], Name: a[AnnotationTaskName], RunID: a[AnnotationRun], Executor: a[AnnotationExecutor]}
+	id := Identity{Namespace: a[AnnotationTaskNamespace], Name: a[AnnotationTaskName], RunID: a[AnnotationRun], Executor: a[AnnotationExecutor], Nonce: a[AnnotationNonce]}
 	attempt, err := strconv.Atoi(a[AnnotationAttempt])
 	if err != nil || attempt < 0 {
 		return Identity{}, 0, fmt.Errorf("pod %s/%s: bad %s annotation %q", pod.Namespace, pod.Name, AnnotationAttempt, a[AnnotationAttempt])
@@ -250,6 +270,9 @@ func BuildPod(t *Task, id Identity, attempt int) (*corev1.Pod, error) {
 		AnnotationMainContainer: t.Spec.MainContainer,
 	} {
 		pod.Annotations[k] = v
+	}
+	if id.Nonce != "" {
+		pod.Annotations[AnnotationNonce] = id.Nonce
 	}
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
