@@ -30,6 +30,11 @@ const (
 	// is deleting and still held makes its kubelet (or kwok) retry its final
 	// delete until the finalizer goes, a write and a watch event each time.
 	actDeleteRelease actionKind = "delete+release"
+	// actDiscard throws away a pod its record does not take, which never ran
+	// (attempt.Discard: delete and release, only while the name is its UID's).
+	actDiscard actionKind = "discard"
+	// actUngate removes the fence's gate of a recorded pod (attempt.Ungate).
+	actUngate actionKind = "ungate"
 )
 
 // actionSettle bounds how long a done action waits for the cache to show
@@ -63,6 +68,10 @@ func (a *podAction) reflected(pod *corev1.Pod) bool {
 		return pod.DeletionTimestamp != nil
 	case actDeleteRelease:
 		return pod.DeletionTimestamp != nil && !hasFinalizer(pod)
+	case actDiscard:
+		return pod.UID != a.pod.UID || pod.DeletionTimestamp != nil && !hasFinalizer(pod)
+	case actUngate:
+		return pod.UID != a.pod.UID || !attempt.Fenced(pod)
 	case actStop:
 		secs, ok := podstate.StopDeadlineSeconds(a.pod, a.at)
 		return pod.DeletionTimestamp != nil || podstate.Stopped(pod) ||
@@ -149,6 +158,12 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 		err = attempt.Stop(ctx, e.client, pod, act.at)
 	case actRelease:
 		err = attempt.ReleaseSeen(ctx, e.client, pod, act.mark)
+	case actDiscard:
+		err = attempt.Discard(ctx, e.client, pod)
+	case actUngate:
+		if err = attempt.Ungate(ctx, e.client, pod); err == nil {
+			e.noteUngated(act.id, pod.UID)
+		}
 	default:
 		err = fmt.Errorf("unknown pod action %q", act.kind)
 	}

@@ -46,7 +46,7 @@ func TestCachedPodView(t *testing.T) {
 	ann := func(k string) string { return full.Annotations[k] }
 	want := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: "data", Name: full.Name, ResourceVersion: full.ResourceVersion,
+			Namespace: "data", Name: full.Name, UID: full.UID, ResourceVersion: full.ResourceVersion,
 			CreationTimestamp: full.CreationTimestamp, Finalizers: []string{task.Finalizer},
 			Labels: task.PodLabels(realisticIdent, 0),
 			Annotations: map[string]string{
