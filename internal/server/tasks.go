@@ -323,7 +323,7 @@ func (in *listInput) pageOptions() (store.PageOptions, error) {
 // --- conversions ---
 
 func podName(rec store.Record, attempt int) string {
-	return task.PodName(task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: rec.Executor}, attempt)
+	return task.PodName(task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: rec.Executor, Nonce: rec.Nonce}, attempt)
 }
 
 // toAPI is the API's view of a record; full adds the document (get).

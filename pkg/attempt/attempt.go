@@ -304,8 +304,8 @@ func Ungate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) e
 		if i < 0 {
 			return nil
 		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"}]`,
-			pod.UID, i, task.FenceGate, i)
+		patch := fmt.Sprintf(`[%s{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"}]`,
+			uidTest(pod.UID), i, task.FenceGate, i)
 		_, err := client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
@@ -334,7 +334,11 @@ func Ungate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) e
 // is thrown away without an outcome. A pod that is gone is not an error.
 func Discard(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
 	uid := pod.UID
-	err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	var pre *metav1.Preconditions
+	if uid != "" {
+		pre = &metav1.Preconditions{UID: &uid}
+	}
+	err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err): // gone, or another pod now
 		return nil
@@ -345,8 +349,8 @@ func Discard(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) 
 	if i < 0 {
 		return nil
 	}
-	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-		uid, i, task.Finalizer, i)
+	patch := fmt.Sprintf(`[%s{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+		uidTest(uid), i, task.Finalizer, i)
 	_, err = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
@@ -363,4 +367,13 @@ func Discard(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) 
 	default:
 		return fmt.Errorf("discarding pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+}
+
+// uidTest is a JSON patch's test that the pod is the one of UID uid (none
+// for an empty UID: a pod the API server returned always has one).
+func uidTest(uid types.UID) string {
+	if uid == "" {
+		return ""
+	}
+	return fmt.Sprintf(`{"op":"test","path":"/metadata/uid","value":%q},`, uid)
 }
