@@ -240,7 +240,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
 		expired := r.expiredShards(leases.Lister(), observedShards, live, now)
 		for _, k := range want {
-			if l := expired[k]; l != nil && !r.runs(k) {
+			// Also when this replica's executor of k already runs: it
+			// waits in leaderelection, which judges expiry from its own
+			// first sight of the Lease, a whole lease duration more
+			// (takeovers took two leases when the member's Lease expired
+			// before the shard's).
+			if l := expired[k]; l != nil {
 				r.freeShard(ctx, l)
 			}
 		}
@@ -256,12 +261,6 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	r.leave(member)
 	return nil
-}
-
-func (r *Replica) runs(k int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running[k] != nil
 }
 
 // rebalance starts the executors of the shards in want that do not run and

@@ -216,6 +216,13 @@ func TestReplicasFailOver(t *testing.T) {
 	if takeover > lease+2*time.Second {
 		t.Logf("NOTE: takeover %s is above the goal of lease + 2 s", takeover.Round(time.Millisecond))
 	}
+	// A survivor frees a gone replica's shard Leases once they expired, even
+	// when its executor of the shard already waits for them: one lease
+	// duration, never two (the executor's leaderelection alone waits a
+	// whole duration more from its own first sight of the Lease).
+	if takeover >= lease*3/2+2*time.Second {
+		t.Errorf("takeover took %s: a second lease duration (%s) was waited", takeover.Round(time.Millisecond), lease)
+	}
 
 	// Later, SIGTERM the survivor with the most shards: it hands over at once.
 	_, holders = g.waitBalanced(10*time.Second, survivors...)
