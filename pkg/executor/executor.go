@@ -607,6 +607,11 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 		e.enlist(rec)
 		e.observe(rec.ID, rec.Phase, false)
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		if rec.PodCreated { // AttachPod: the attempt's pod is the caller's
+			ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
+			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventPodAdopted, Pod: rec.Namespace + "/" + task.PodName(ident, rec.Attempt),
+				Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		}
 	}
 	e.queue.Add(id)
 	return rec, nil
