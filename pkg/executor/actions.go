@@ -99,6 +99,20 @@ func (e *Executor) startAction(a *podAction) {
 	}
 }
 
+// retryAction hands a over like startAction, unless the last action on
+// its pod failed: that one is forgotten and its error returned, for the
+// caller's pass to fail and be retried with the work queue's back-off (the
+// next pass hands a over again).
+func (e *Executor) retryAction(a *podAction) error {
+	key := a.pod.Namespace + "/" + a.pod.Name
+	if cur, ok := e.actionOf(key); ok && cur.done && cur.err != nil {
+		e.clearAction(key)
+		return fmt.Errorf("%s of pod %s: %w", cur.kind, key, cur.err)
+	}
+	e.startAction(a)
+	return nil
+}
+
 // actionOf returns a copy of the pending or done action on pod key.
 func (e *Executor) actionOf(key string) (podAction, bool) {
 	e.mu.Lock()

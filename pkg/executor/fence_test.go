@@ -492,3 +492,34 @@ func TestQueuedCreationAfterTheLeaseIsHeldAgain(t *testing.T) {
 		t.Errorf("%d creations of x's pod after the Lease was held again; its attempt has its outcome", n)
 	}
 }
+
+// A gate whose removal failed (the API server restarting) is removed by a
+// later pass: the failed action does not stay in the way (four tasks of
+// TestAPIServerRestartedTwiceWith200Tasks stayed gated for good).
+func TestFailedUngateIsRetried(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	var fails atomic.Int32
+	fails.Store(2) // the creator's removal and the first pass's
+	f.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fails.Add(-1) >= 0 {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	f.drainCreations()
+	name := task.PodName(identOf(f, "x"), 0)
+	if p := f.serverPod(name); p == nil || !attempt.Fenced(p) || f.record("x").PodUID != string(p.UID) {
+		t.Fatalf("want the pod recorded and still gated: %v", p)
+	}
+	for i := 0; i < 5 && attempt.Fenced(f.serverPod(name)); i++ {
+		f.cache(f.serverPod(name)) // as the cache shows it: still gated
+		_, _, _ = f.sync("x")      // a failed pass is retried by the work queue
+	}
+	if attempt.Fenced(f.serverPod(name)) {
+		t.Error("the recorded pod is still gated after its gate's removal failed")
+	}
+}

@@ -79,8 +79,9 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
 	pods, discard := e.fitPods(rec, ident)
+	var errs []error
 	for _, p := range discard {
-		e.startAction(&podAction{kind: actDiscard, id: rec.ID, attempt: rec.Attempt, pod: p, at: now})
+		errs = append(errs, e.retryAction(&podAction{kind: actDiscard, id: rec.ID, attempt: rec.Attempt, pod: p, at: now}))
 	}
 	for _, p := range pods {
 		if p.Labels[task.LabelExecutor] != e.cfg.InstanceID {
@@ -91,7 +92,6 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	}
 
 	var next requeue
-	var errs []error
 	// Pods of attempts whose outcome is recorded: stop, release, delete.
 	for n, p := range pods {
 		if out, ok := outcomeOf(rec, n); ok {
@@ -161,7 +161,9 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) {
 		// Recorded, and its gate left on (the creator's removal failed, or
 		// its process ended in between): it may run now.
-		e.startAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now})
+		if err := e.retryAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
+			return 0, err
+		}
 	}
 	e.unwait(rec.ID) // the attempt has (or had) its pod: no slot to wait for
 
