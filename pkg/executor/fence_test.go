@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -521,5 +522,56 @@ func TestFailedUngateIsRetried(t *testing.T) {
 	}
 	if attempt.Fenced(f.serverPod(name)) {
 		t.Error("the recorded pod is still gated after its gate's removal failed")
+	}
+}
+
+// Two attempts' finished pods deleted in the same pass: each is reported
+// deleting and released once, though the cache shows one deletion before
+// the other (the first pod's finish forgot the second's done deletion,
+// which was then decided, reported and done again).
+func TestTwoCleanupsReportedOnceEach(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask(func(t *task.Task) {
+		one := int32(1)
+		t.Spec.Retries.Limit, t.Spec.Retries.RetryOn = &one, []string{"ExitCode"}
+	}))
+	p0 := f.podOf("a", 0, mainExited(3).On("envoy").Terminated(0).Phase(corev1.PodFailed))
+	p1 := f.podOf("a", 1, mainExited(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded))
+	p1.UID = "uid-p1"
+	zero, three := int32(0), int32(3)
+	f.update("a", func(r *store.Record) {
+		r.Attempt, r.Terminal, r.Phase, r.Reason, r.ExitCode = 1, true, "Succeeded", "Completed", &zero
+		r.PodCreated, r.PodUID = true, string(p1.UID)
+		r.Attempts = []store.AttemptOutcome{
+			{Attempt: 0, Pod: p0.Name, PodUID: string(p0.UID), Phase: "Failed", Reason: "ExitCode", ExitCode: &three, Retryable: true},
+			{Attempt: 1, Pod: p1.Name, PodUID: string(p1.UID), Phase: "Succeeded", Reason: "Completed", ExitCode: &zero},
+		}
+	})
+	f.both(p0)
+	f.both(p1)
+	f.clk.SetTime(mainExited(0).Now())
+	if _, _, err := f.sync("a"); err != nil { // deletes and releases both
+		t.Fatal(err)
+	}
+	// The cache shows p0 deleted and released; p1 not yet.
+	gone := p0.DeepCopy()
+	now := metav1.NewTime(f.clk.Now())
+	gone.DeletionTimestamp, gone.Finalizers = &now, nil
+	f.cache(gone)
+	for range 3 {
+		if _, _, err := f.sync("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := map[string]int{}
+	for _, ev := range f.events {
+		if ev.Type == EventPodDeleting || ev.Type == EventPodReleased {
+			count[fmt.Sprintf("%s %d", ev.Type, ev.Attempt)]++
+		}
+	}
+	for _, k := range []string{"PodDeleting 0", "PodDeleting 1", "PodReleased 0", "PodReleased 1"} {
+		if count[k] != 1 {
+			t.Errorf("%s reported %d times, want once: %v", k, count[k], count)
+		}
 	}
 }

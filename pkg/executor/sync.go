@@ -468,7 +468,7 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		case !a.reflected(pod) && now.Sub(a.doneAt) < actionSettle:
 			return 0, nil // the cache will show it
 		}
-		e.reportReleases(id, map[int]*corev1.Pod{}) // a done release is reported before it is forgotten
+		e.reportDone(id, func(k string) bool { return k == key }) // this pod's done release is reported before it is forgotten
 	}
 	phase := podstate.Phase(out.Phase)
 	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase})
@@ -522,6 +522,14 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
 	for _, p := range pods {
 		present[p.Namespace+"/"+p.Name] = true
 	}
+	e.reportDone(id, func(key string) bool { return !present[key] })
+}
+
+// reportDone emits PodReleased for the done releases of task id not yet
+// reported, and forgets the done actions on the pods forget names (and only
+// those: an action forgotten while its pod is still there is decided again,
+// and reported again).
+func (e *Executor) reportDone(id string, forget func(key string) bool) {
 	type report struct {
 		key string
 		a   podAction
@@ -536,7 +544,7 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
 			a.reported = true
 			reports = append(reports, report{key, *a})
 		}
-		if !present[key] {
+		if forget(key) {
 			delete(e.actions, key)
 		}
 	}
