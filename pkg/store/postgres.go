@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -76,7 +77,24 @@ type postgresOptions struct {
 	migrations []string
 	// retentionLogBytes replaces postgresRetentionLogBytes when positive.
 	retentionLogBytes int64
+	// callTimeout and listenCheck replace postgresCallTimeout and
+	// postgresListenCheck when positive.
+	callTimeout, listenCheck time.Duration
 }
+
+// postgresCallTimeout bounds every call on the server, reads and writes,
+// whatever the caller's context: a server cut off without a word (a
+// partition, a host paused) would otherwise hold a call, and whoever waits
+// on it (a gate closing, a replica leaving, a SIGTERM hand-over), until the
+// kernel gives up on the connection, about 15 minutes. A write that runs out
+// of it may or may not have been applied, as with any lost connection: its
+// error says so, and a caller reads the record again.
+const postgresCallTimeout = 30 * time.Second
+
+// postgresKeepAlive probes an idle connection (a LISTEN one waits for
+// notifications for as long as none come): a peer that stopped answering
+// is noticed after Idle + Count x Interval.
+var postgresKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
 
 // postgresDefaultConns is the pool size when the URL sets no pool_max_conns:
 // enough concurrent transactions for their commits to share WAL flushes
@@ -200,6 +218,8 @@ type postgresStore struct {
 	retentionLogBytes int64
 	pool              *pgxpool.Pool
 	closed            atomic.Bool
+	callTimeout       time.Duration
+	listenCheck       time.Duration
 }
 
 func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *postgresStore, err error) {
@@ -217,10 +237,20 @@ func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *pos
 	if _, ok := params["synchronous_commit"]; !ok {
 		cfg.AfterConnect = ensureSynchronousCommit
 	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: postgresKeepAlive}
+	cfg.ConnConfig.DialFunc = dialer.DialContext
 	s := &postgresStore{
 		clock:             opts.clock(),
 		maxLogSize:        opts.maxLogSize(),
 		retentionLogBytes: opts.retentionLogBytes,
+		callTimeout:       postgresCallTimeout,
+		listenCheck:       postgresListenCheck,
+	}
+	if opts.callTimeout > 0 {
+		s.callTimeout = opts.callTimeout
+	}
+	if opts.listenCheck > 0 {
+		s.listenCheck = opts.listenCheck
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("database open: %w", err)
@@ -408,6 +438,8 @@ func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
 // cancellation does not interrupt: once a write is sent, it runs to its end,
 // so that its error says whether it was applied.
 func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return err
@@ -416,7 +448,20 @@ func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fn(context.WithoutCancel(ctx), c)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout)
+	defer cancel()
+	if err := fn(wctx, c); err != nil {
+		if wctx.Err() != nil {
+			return fmt.Errorf("no answer from the server within %s; the write may or may not be applied: %w", s.callTimeout, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// bound is ctx ending at the latest callTimeout from now: a read's context.
+func (s *postgresStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.callTimeout)
 }
 
 func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
@@ -468,6 +513,8 @@ func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, e
 }
 
 func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return Record{}, fmt.Errorf("task record %s: %w", id, err)
@@ -538,6 +585,8 @@ func (s *postgresStore) BeginTerm(ctx context.Context, instance string) (int64, 
 }
 
 func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
@@ -551,6 +600,8 @@ func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, erro
 }
 
 func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("task record list: %w", err)

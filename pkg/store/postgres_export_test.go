@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -99,4 +100,10 @@ func PostgresInsertBeforeFence(ctx context.Context, c *pgx.Conn, rec Record) err
 	}
 	_, err = c.Exec(ctx, "INSERT INTO tasks ("+strings.Join(cols, ",")+") VALUES ("+strings.Join(marks, ",")+")", args[:22]...)
 	return err
+}
+
+// OpenPostgresTimeouts opens a PostgreSQL store whose calls time out after
+// call and whose LISTEN connections check the server after a quiet listen.
+func OpenPostgresTimeouts(ctx context.Context, url string, call, listen time.Duration) (Store, error) {
+	return openPostgres(ctx, url, postgresOptions{callTimeout: call, listenCheck: listen})
 }

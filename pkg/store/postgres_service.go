@@ -28,6 +28,8 @@ func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", err)
@@ -317,6 +319,8 @@ func (s *postgresStore) ReadLog(ctx context.Context, key LogKey, offset int64, l
 }
 
 func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, LogInfo{}, err
@@ -382,6 +386,8 @@ func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, l
 }
 
 func (s *postgresStore) LogKeys(ctx context.Context, taskID string) ([]LogKey, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
