@@ -25,11 +25,13 @@ import (
 )
 
 // Executor is what the server needs of the executor; *executor.Executor is
-// one. Submit must be idempotent by ID (return the existing record for an ID
-// it knows), Get must return an error wrapping store.ErrNotFound for an
-// unknown ID, and Cancel must do nothing for a finished task.
+// one. SubmitCreated must be idempotent by ID (return the existing record
+// for an ID it knows) and report whether this call created the record,
+// decided atomically (of concurrent calls with one ID exactly one is told
+// true); Get must return an error wrapping store.ErrNotFound for an unknown
+// ID, and Cancel must do nothing for a finished task.
 type Executor interface {
-	Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error)
+	SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error)
 	Get(ctx context.Context, id string) (store.Record, error)
 	Cancel(ctx context.Context, id string) error
 	// Healthy is the liveness of /healthz.

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -233,8 +234,9 @@ func normalized(doc []byte) ([]byte, error) {
 }
 
 // submitTask submits t under id (a new server ID when empty), idempotently:
-// an existing task with the same document (and origin) is returned with 200,
-// one with another document is a 409.
+// the call that creates the task answers 201; one that finds it (a retry,
+// or a concurrent submission that lost the store's race) answers 200 for
+// the same document (and origin), 409 for another.
 func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin string) (*taskOutput, error) {
 	doc, err := json.Marshal(t)
 	if err != nil {
@@ -246,6 +248,8 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if id == "" {
 		id = s.cfg.NewID()
 	} else {
+		// A retry finds its task with a read, and the store is not asked
+		// to write.
 		rec, err := s.cfg.Executor.Get(ctx, id)
 		switch {
 		case err == nil:
@@ -259,7 +263,7 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 		opts = append(opts, executor.Origin(origin))
 	}
 	cursor := s.ring.headCursor()
-	rec, err := s.cfg.Executor.Submit(ctx, id, t, opts...)
+	rec, created, err := s.cfg.Executor.SubmitCreated(ctx, id, t, opts...)
 	if errors.Is(err, executor.ErrInvalidTask) {
 		var inv *task.InvalidError
 		if errors.As(err, &inv) {
@@ -271,13 +275,12 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if err != nil {
 		return nil, s.internal("submitting task "+id, err)
 	}
-	if !s.same(rec, doc, origin) {
-		// A concurrent submission with the same ID and another document
-		// was first.
-		return nil, conflict(id)
+	if !created {
+		// A concurrent submission of the ID created it first.
+		return s.existing(ctx, rec, doc, origin)
 	}
 	out := s.toAPI(rec, false)
-	return &taskOutput{Status: http.StatusCreated, Location: api.Prefix + "/tasks/" + id, Cursor: cursor, Body: &out}, nil
+	return &taskOutput{Status: http.StatusCreated, Location: taskURL(id), Cursor: cursor, Body: &out}, nil
 }
 
 func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, origin string) (*taskOutput, error) {
@@ -289,7 +292,7 @@ func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, ori
 		rec = cur
 	}
 	out := s.toAPI(rec, false)
-	return &taskOutput{Status: http.StatusOK, Location: api.Prefix + "/tasks/" + rec.ID, Cursor: cursor, Body: &out}, nil
+	return &taskOutput{Status: http.StatusOK, Location: taskURL(rec.ID), Cursor: cursor, Body: &out}, nil
 }
 
 func (s *Server) same(rec store.Record, doc []byte, origin string) bool {
@@ -305,3 +308,6 @@ func conflict(id string) error {
 	return huma.Error409Conflict(fmt.Sprintf("task ID %q is taken by a different document: choose another ID, or send the same document to get the existing task", id),
 		&huma.ErrorDetail{Location: "query.id", Value: id, Message: "exists with another document"})
 }
+
+// taskURL is the path of task id, the ID escaped as a path segment.
+func taskURL(id string) string { return api.Prefix + "/tasks/" + url.PathEscape(id) }
