@@ -201,6 +201,33 @@ func TestBadInputChangesNothing(t *testing.T) {
 			method: http.MethodGet, path: api.Prefix + "/tasks/taken/logs?container=envoy", hdr: bearer(admin),
 			status: http.StatusNotFound, detail: `keeps no log of container "envoy"`, location: "query.container",
 		},
+		"number too large for any field, in JSON": {
+			method: http.MethodPost, path: submitPath, hdr: jsonCT,
+			body: `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"x"},"spec":{"retries":{"limit":1e400},` +
+				`"template":{"spec":{"containers":[{"name":"main","image":"busybox:1.37"}]}}}}`,
+			status: http.StatusUnprocessableEntity, detail: "whole number", location: "body.spec.retries.limit",
+		},
+		"number too large for any field, in YAML": {
+			method: http.MethodPost, path: submitPath, hdr: yaml,
+			body:   strings.Replace(taskDoc("x"), "  template:", "  retries: {limit: 1e400}\n  template:", 1),
+			status: http.StatusUnprocessableEntity, detail: "whole number", location: "body.spec.retries.limit",
+		},
+		"raw .. in the task path": {
+			method: http.MethodGet, path: api.Prefix + "/tasks/../x", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"raw . in the task path": {
+			method: http.MethodPost, path: api.Prefix + "/tasks/./taken/cancel", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"raw .. as the task ID": {
+			method: http.MethodGet, path: api.Prefix + "/tasks/..", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"repeated slash in the path": {
+			method: http.MethodGet, path: api.Prefix + "//tasks", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "repeated '/'", location: "path",
+		},
 		"unknown endpoint": {
 			method: http.MethodGet, path: api.Prefix + "/taks", hdr: bearer(admin),
 			status: http.StatusNotFound, detail: "no endpoint GET /api/v1/taks",

@@ -118,7 +118,10 @@ func (h *harness) do(method, path string, body []byte, hdr ...string) (*http.Res
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := h.ts.Client().Do(req)
+	hc := *h.ts.Client()
+	// The API never redirects: a redirect is answered, not followed.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -185,6 +186,43 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
 	})
+}
+
+// refuseUncleanPaths answers 400 for a path with '.' or '..' segments or a
+// repeated '/', which the router would otherwise redirect (307, text/html)
+// to another path: a client that sent them did not mean that other path (a
+// task ID "..", sent unescaped, would become the parent's URL), so it is told
+// what is wrong instead. The server never redirects.
+func (s *Server) refuseUncleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if r.Method == http.MethodConnect || p == cleanPath(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		detail, msg := "the path has '.' or '..' segments: send the path itself (task IDs are never '.' or '..'; escape an ID as a path segment)", "has '.' or '..' segments"
+		if !strings.Contains("/"+p+"/", "/./") && !strings.Contains("/"+p+"/", "/../") {
+			detail, msg = "the path has a repeated '/': send it with single slashes (task IDs never contain '/')", "has a repeated '/'"
+		}
+		writeProblem(w, http.StatusBadRequest, detail, api.ProblemDetail{Location: "path", Value: p, Message: msg})
+	})
+}
+
+// cleanPath is the path the router serves for p (net/http's cleaning):
+// rooted, without '.' and '..' segments or repeated slashes, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // limitBody reads request bodies up to MaxBodyBytes and answers 413 beyond,

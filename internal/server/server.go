@@ -213,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.authenticate(s.limitBody(mux))))
+	s.handler = s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux)))))
 	return s, nil
 }
 

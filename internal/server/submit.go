@@ -167,8 +167,9 @@ func decodeSubmit(contentType string, body []byte, ns string) (*task.Task, error
 			&huma.ErrorDetail{Location: "body", Message: "the document is empty"})
 	}
 	if mt == "application/json" {
-		var v any
-		if err := json.Unmarshal(body, &v); err != nil {
+		// Syntax only: a number no Go type holds (1e400) is the task
+		// decoder's to report, with its field.
+		if err := json.Unmarshal(body, new(json.RawMessage)); err != nil {
 			msg := err.Error()
 			var se *json.SyntaxError
 			if errors.As(err, &se) {
