@@ -307,6 +307,11 @@ func writeProblem(w http.ResponseWriter, status int, detail string, errs ...api.
 	b, _ := json.Marshal(api.Problem{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusServiceUnavailable {
+		for k, v := range retryAfterHeader() {
+			w.Header()[k] = v
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
