@@ -93,9 +93,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 			method: http.MethodPost, path: submitPath, body: taskDoc("x"),
 			status: http.StatusUnsupportedMediaType, location: "header.Content-Type",
 		},
-		"bad task ID": {
-			method: http.MethodPost, path: submitPath + "?id=Not%20a%20label", body: taskDoc("x"), hdr: yaml,
-			status: http.StatusBadRequest, detail: "label value", location: "query.id",
+		"task ID with a slash": {
+			method: http.MethodPost, path: submitPath + "?id=a%2Fb", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "has a '/'", location: "query.id",
+		},
+		"task ID with a control character": {
+			method: http.MethodPost, path: submitPath + "?id=a%0Ab", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "control character", location: "query.id",
+		},
+		"task ID too long": {
+			method: http.MethodPost, path: submitPath + "?id=" + strings.Repeat("k", 513), body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "longer than 512", location: "query.id",
+		},
+		"task ID with white space at its end": {
+			method: http.MethodPost, path: submitPath + "?id=a%20", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "white space", location: "query.id",
+		},
+		"task ID ..": {
+			method: http.MethodPost, path: submitPath, body: taskDoc("x"), hdr: append([]string{"Idempotency-Key", ".."}, yaml...),
+			status: http.StatusBadRequest, detail: "relative path segment", location: "header.Idempotency-Key",
 		},
 		"id and Idempotency-Key differ": {
 			method: http.MethodPost, path: submitPath + "?id=a", body: taskDoc("x"), hdr: append([]string{"Idempotency-Key", "b"}, yaml...),

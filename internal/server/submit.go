@@ -25,8 +25,8 @@ import (
 
 type submitInput struct {
 	Namespace      string `path:"ns" doc:"The namespace the task runs in." example:"default"`
-	ID             string `query:"id" doc:"The task ID (a label value: at most 63 letters, digits, '-', '_', '.'); default: one the server makes."`
-	IdempotencyKey string `header:"Idempotency-Key" doc:"The task ID, as a header (like id; give one of them, or both equal)."`
+	ID             string `query:"id" doc:"The task ID: printable text of at most 512 bytes of UTF-8, without '/', control characters or white space at either end, and neither '.' nor '..' (an Airflow task-instance key will do); default: one the server makes."`
+	IdempotencyKey string `header:"Idempotency-Key" doc:"The task ID, as a header (like id; give one of them, or both equal). Non-ASCII IDs are safer in id."`
 	ContentType    string `header:"Content-Type" doc:"application/json, application/yaml or text/yaml."`
 	RawBody        []byte `contentType:"application/json"`
 }
@@ -145,9 +145,9 @@ func requestedID(query, header string) (string, error) {
 	if id == "" {
 		return "", nil
 	}
-	if msgs := validation.IsValidLabelValue(id); len(msgs) > 0 {
-		return "", huma.Error400BadRequest("bad task ID: it must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
-			&huma.ErrorDetail{Location: loc, Value: id, Message: strings.Join(msgs, "; ")})
+	if err := task.ValidateID(id); err != nil {
+		return "", huma.Error400BadRequest(fmt.Sprintf("bad task ID: %v (an ID is printable text of at most %d bytes, without '/')", err, task.MaxIDLength),
+			&huma.ErrorDetail{Location: loc, Value: id, Message: err.Error()})
 	}
 	return id, nil
 }

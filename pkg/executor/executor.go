@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -425,8 +424,10 @@ func Origin(id string) SubmitOption {
 }
 
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
-// again returns the existing record and does not start another run. id must
-// be a valid label value. The task is validated before anything is stored.
+// again returns the existing record and does not start another run. id is
+// any ID task.ValidateID accepts (its pods carry it exactly in an annotation,
+// and a label-safe value derived from it in their labels). The task is
+// validated before anything is stored.
 // Submit may be called before Start; the task then runs once Start holds the
 // instance Lease.
 func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, error) {
@@ -440,8 +441,8 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 // stored (whose document may differ from theirs: compare to tell a retry
 // from a conflict).
 func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, bool, error) {
-	if msgs := validation.IsValidLabelValue(id); id == "" || len(msgs) > 0 {
-		return Status{}, false, fmt.Errorf("%w: task ID %q must be a non-empty label value (letters, digits, '-', '_', '.', at most 63): %v", ErrInvalidTask, id, msgs)
+	if err := task.ValidateID(id); err != nil {
+		return Status{}, false, fmt.Errorf("%w: task ID %q: %w", ErrInvalidTask, id, err)
 	}
 	t = t.DeepCopy() // the caller's task is never modified
 	if t.Namespace == "" {

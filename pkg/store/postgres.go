@@ -34,9 +34,9 @@ import (
 // back in UTC; non-zero times must lie within the range of time.UnixNano.
 // Every string but the ID is stored as its bytes (bytea), so any Go string
 // round-trips, NUL bytes and invalid UTF-8 included, and compares in byte
-// order whatever the database's collation; the ID, a label value by
-// contract, is text in the "C" collation and must be valid UTF-8 without NUL
-// (Create refuses another). nil and empty Task, Result, Labels and Attempts
+// order whatever the database's collation; the ID (printable text by
+// contract, task.ValidateID) is text in the "C" collation and must be valid
+// UTF-8 without NUL (Create refuses another). nil and empty Task, Result, Labels and Attempts
 // stay distinct.
 //
 // Concurrency: the store holds a pool of connections (pool_max_conns in url,

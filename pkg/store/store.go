@@ -48,7 +48,9 @@ type AttemptOutcome struct {
 
 // Record is the durable state of one task.
 type Record struct {
-	// ID is the caller's task ID, unique per store; a valid label value.
+	// ID is the caller's task ID, unique per store: any text
+	// task.ValidateID accepts (printable UTF-8, up to 512 bytes), kept
+	// exact.
 	ID string
 	// Namespace and Name are where and as what the task's pods run.
 	Namespace, Name string
