@@ -26,6 +26,9 @@ type metrics struct {
 	streams  *prometheus.GaugeVec
 	expired  prometheus.Counter
 	events   prometheus.Counter
+	// submitSteps times the steps of a submission: the API server's dry
+	// run (validate) and the store's write (store).
+	submitSteps *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,8 +52,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubetask_watch_events_published_total", Help: "Task events published to watches.",
 		}),
+		submitSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (the API server's dry run, client rate limiter included), store (the task's record written).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"step"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -91,7 +92,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
+		start := time.Now()
 		err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace)
+		s.metrics.submitSteps.WithLabelValues("validate").Observe(time.Since(start).Seconds())
 		var status apierrors.APIStatus
 		switch {
 		case errors.As(err, &inv):
@@ -264,7 +267,9 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 		opts = append(opts, executor.Origin(origin))
 	}
 	cursor := s.ring.headCursor()
+	start := time.Now()
 	rec, created, err := s.cfg.Executor.SubmitCreated(ctx, id, t, opts...)
+	s.metrics.submitSteps.WithLabelValues("store").Observe(time.Since(start).Seconds())
 	if errors.Is(err, executor.ErrInvalidTask) {
 		var inv *task.InvalidError
 		if errors.As(err, &inv) {
