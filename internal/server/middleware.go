@@ -29,6 +29,9 @@ type metrics struct {
 	// submitSteps times the steps of a submission: the API server's dry
 	// run (validate) and the store's write (store).
 	submitSteps *prometheus.HistogramVec
+	// validationsCached counts the submissions whose spec the API server
+	// had accepted within Config.ValidationTTL (no dry run).
+	validationsCached prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,11 +56,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kubetask_watch_events_published_total", Help: "Task events published to watches.",
 		}),
 		submitSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (the API server's dry run, client rate limiter included), store (the task's record written).",
+			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (the API server's dry run, client rate limiter included; not counted when the verdict was cached), store (the task's record written).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"step"}),
+		validationsCached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubetask_submit_validations_cached_total", Help: "Submissions not dry-run on the API server: their spec was accepted in their namespace within the validation TTL.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validationsCached} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

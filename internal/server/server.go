@@ -57,6 +57,11 @@ type Config struct {
 	// creation of its pod (task.ValidateOnServer) before accepting it: an
 	// invalid pod spec is a 422 at submission instead of a failed task.
 	ValidateOnServer bool
+	// ValidationTTL is how long the API server's acceptance of a task spec
+	// in a namespace stands for later submissions of the same spec there
+	// (under any name), so that each distinct spec is dry-run once per TTL.
+	// Default 1m; negative: every submission is dry-run.
+	ValidationTTL time.Duration
 	// Auth authenticates callers (NewTokenAuth, NewKubernetesAuth). Nil: no
 	// authentication, every caller may do everything (CheckListen allows
 	// that on loopback only).
@@ -147,6 +152,7 @@ func (c *Config) defaults() error {
 	setDuration(&c.LogPollInterval, time.Second)
 	setDuration(&c.LogWait, 30*time.Second)
 	setDuration(&c.ShutdownTimeout, 10*time.Second)
+	setDuration(&c.ValidationTTL, time.Minute)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -175,6 +181,7 @@ type Server struct {
 	handler http.Handler
 	ring    *ring
 	meta    *metaCache
+	valid   *validations
 	logWake *wakers
 
 	stopOnce sync.Once
@@ -197,6 +204,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  m,
 		ring:     newRing(cfg.EventBuffer),
 		meta:     newMetaCache(10000),
+		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
 		logWake:  newWakers(),
 		stopping: make(chan struct{}),
 	}

@@ -93,8 +93,12 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
 		start := time.Now()
-		err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace)
-		s.metrics.submitSteps.WithLabelValues("validate").Observe(time.Since(start).Seconds())
+		cached, err := s.valid.validate(ctx, t, in.Namespace)
+		if cached {
+			s.metrics.validationsCached.Inc()
+		} else {
+			s.metrics.submitSteps.WithLabelValues("validate").Observe(time.Since(start).Seconds())
+		}
 		var status apierrors.APIStatus
 		switch {
 		case errors.As(err, &inv):
