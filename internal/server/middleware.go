@@ -29,9 +29,9 @@ type metrics struct {
 	// submitSteps times the steps of a submission: the API server's dry
 	// run (validate) and the store's write (store).
 	submitSteps *prometheus.HistogramVec
-	// validationsCached counts the submissions whose spec the API server
-	// had accepted within Config.ValidationTTL (no dry run).
-	validationsCached prometheus.Counter
+	// validations counts the submissions validated on the API server by
+	// where the verdict came from: dry-run, shared, cached.
+	validations *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,14 +56,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kubetask_watch_events_published_total", Help: "Task events published to watches.",
 		}),
 		submitSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (the API server's dry run, client rate limiter included; not counted when the verdict was cached), store (the task's record written).",
+			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (each dry run on the API server, client rate limiter included), store (the task's record written).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 		}, []string{"step"}),
-		validationsCached: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kubetask_submit_validations_cached_total", Help: "Submissions not dry-run on the API server: their spec was accepted in their namespace within the validation TTL.",
-		}),
+		validations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_submit_validations_total",
+			Help: "Submissions validated on the API server, by where the verdict came from: dry-run (their own), shared (a concurrent submission's of the same spec), cached (the spec was accepted in the namespace within the validation TTL).",
+		}, []string{"source"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validationsCached} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -209,6 +209,7 @@ func New(cfg Config) (*Server, error) {
 		stopping: make(chan struct{}),
 	}
 	mux := routeMux{http.NewServeMux()}
+	s.valid.observe = func(d time.Duration) { m.submitSteps.WithLabelValues("validate").Observe(d.Seconds()) }
 	s.api = huma.NewAPI(apiConfig(), humago.NewAdapter(mux, ""))
 	s.register()
 	mux.HandleFunc("GET /healthz", s.healthz)

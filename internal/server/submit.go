@@ -92,13 +92,8 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
-		start := time.Now()
-		cached, err := s.valid.validate(ctx, t, in.Namespace)
-		if cached {
-			s.metrics.validationsCached.Inc()
-		} else {
-			s.metrics.submitSteps.WithLabelValues("validate").Observe(time.Since(start).Seconds())
-		}
+		source, err := s.valid.validate(ctx, t, in.Namespace)
+		s.metrics.validations.WithLabelValues(source).Inc()
 		var status apierrors.APIStatus
 		switch {
 		case errors.As(err, &inv):

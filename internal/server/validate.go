@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -33,6 +34,8 @@ type validations struct {
 	clock  clock.PassiveClock
 	ttl    time.Duration // <= 0: every submission is asked about
 	max    int
+	// observe, when set, gets the time of each dry run.
+	observe func(time.Duration)
 
 	mu       sync.Mutex
 	accepted map[[sha256.Size]byte]time.Time // key -> when the acceptance expires
@@ -47,42 +50,67 @@ func newValidations(client kubernetes.Interface, clk clock.PassiveClock, ttl tim
 	return &validations{client: client, clock: clk, ttl: ttl, max: maxEntries, accepted: map[[sha256.Size]byte]time.Time{}}
 }
 
+// Where a submission's verdict came from (validate's source).
+const (
+	verdictDryRun = "dry-run" // this call's own dry run
+	verdictShared = "shared"  // the dry run of a concurrent call with the same spec
+	verdictCached = "cached"  // an acceptance within the TTL
+)
+
 // validate returns what t.ValidateOnServer returns for t in namespace ns
 // (an *task.InvalidError for a refusal, another error when the API server
 // could not say), from the cache when t's spec was accepted in ns within the
-// TTL (cached: no dry run was made or awaited for this call). A call that
-// finds a dry run of the same spec in flight waits for its verdict; that dry
-// run goes on when the call that started it ends.
-func (v *validations) validate(ctx context.Context, t *task.Task, ns string) (cached bool, err error) {
+// TTL, and where the verdict came from. A call that finds a dry run of the
+// same spec in flight waits for its verdict; that dry run goes on when the
+// call that started it ends. observe, when set, gets the time of each dry
+// run.
+func (v *validations) validate(ctx context.Context, t *task.Task, ns string) (source string, err error) {
 	if v.ttl <= 0 {
-		return false, t.ValidateOnServer(ctx, v.client, ns)
+		return verdictDryRun, v.dryRun(ctx, t, ns)
 	}
 	key, err := validationKey(t, ns)
 	if err != nil {
-		return false, t.ValidateOnServer(ctx, v.client, ns)
+		return verdictDryRun, v.dryRun(ctx, t, ns)
 	}
 	if v.known(key) {
-		return true, nil
+		return verdictCached, nil
 	}
+	var ran atomic.Bool // set by the flight's function, in the goroutine of the call that runs it
 	ch := v.flight.DoChan(string(key[:]), func() (any, error) {
 		if v.known(key) { // accepted by a flight that ended since
-			return true, nil
+			return nil, nil
 		}
+		ran.Store(true)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), validateTimeout)
 		defer cancel()
-		err := t.ValidateOnServer(dctx, v.client, ns)
+		err := v.dryRun(dctx, t, ns)
 		if err == nil {
 			v.remember(key, v.clock.Now().Add(v.ttl))
 		}
-		return false, err
+		return nil, err
 	})
 	select {
 	case r := <-ch:
-		known, _ := r.Val.(bool)
-		return known, r.Err
+		switch {
+		case ran.Load():
+			return verdictDryRun, r.Err
+		case r.Err == nil && !r.Shared:
+			return verdictCached, nil
+		}
+		return verdictShared, r.Err
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return verdictShared, ctx.Err()
 	}
+}
+
+// dryRun asks the API server, timing it.
+func (v *validations) dryRun(ctx context.Context, t *task.Task, ns string) error {
+	start := time.Now()
+	err := t.ValidateOnServer(ctx, v.client, ns)
+	if v.observe != nil {
+		v.observe(time.Since(start))
+	}
+	return err
 }
 
 // known reports whether an acceptance of key stands.

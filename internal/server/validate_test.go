@@ -74,10 +74,14 @@ func TestValidationsAskOncePerSpec(t *testing.T) {
 	v := newValidations(d.client, clk, time.Minute, 100)
 	step := func(what string, tk *task.Task, ns string, wantCached bool, wantAsked int32, wantInvalid bool) {
 		t.Helper()
-		cached, err := v.validate(ctx, tk, ns)
+		source, err := v.validate(ctx, tk, ns)
 		var inv *task.InvalidError
-		if cached != wantCached || d.n.Load() != wantAsked || errors.As(err, &inv) != wantInvalid {
-			t.Fatalf("%s: cached %v, %d dry runs, err %v; want cached %v, %d, invalid %v", what, cached, d.n.Load(), err, wantCached, wantAsked, wantInvalid)
+		want := verdictDryRun
+		if wantCached {
+			want = verdictCached
+		}
+		if source != want || d.n.Load() != wantAsked || errors.As(err, &inv) != wantInvalid {
+			t.Fatalf("%s: verdict %s, %d dry runs, err %v; want %s, %d, invalid %v", what, source, d.n.Load(), err, want, wantAsked, wantInvalid)
 		}
 	}
 	step("first", validTask(t, "a", "busybox"), "ns", false, 1, false)
@@ -101,8 +105,8 @@ func TestValidationsAskOncePerSpec(t *testing.T) {
 
 	off := newValidations(d.client, clk, -1, 100)
 	for range 2 {
-		if cached, err := off.validate(ctx, validTask(t, "a", "busybox"), "ns"); cached || err != nil {
-			t.Fatalf("TTL off: cached %v, %v", cached, err)
+		if source, err := off.validate(ctx, validTask(t, "a", "busybox"), "ns"); source != verdictDryRun || err != nil {
+			t.Fatalf("TTL off: %s, %v", source, err)
 		}
 	}
 	if n := d.n.Load(); n != 10 {
@@ -125,8 +129,9 @@ func TestValidationsShareADryRun(t *testing.T) {
 	waitFor(t, "the first dry run", func() bool { return d.n.Load() == 1 })
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
+	sources := make([]string, 8)
 	for i := range errs {
-		wg.Go(func() { _, errs[i] = v.validate(context.Background(), validTask(t, "other", "busybox"), "ns") })
+		wg.Go(func() { sources[i], errs[i] = v.validate(context.Background(), validTask(t, "other", "busybox"), "ns") })
 	}
 	cancelFirst() // the first submission's client goes away
 	if err := <-firstDone; !errors.Is(err, context.Canceled) {
@@ -135,8 +140,8 @@ func TestValidationsShareADryRun(t *testing.T) {
 	close(hold)
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil {
-			t.Errorf("submission %d: %v", i, err)
+		if err != nil || sources[i] == verdictDryRun {
+			t.Errorf("submission %d: %s, %v; want a shared or cached verdict", i, sources[i], err)
 		}
 	}
 	// Those that joined the flight sent nothing; any that came after it
