@@ -650,3 +650,114 @@ func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
 		})
 	}
 }
+
+// streamingLW is an API server that serves streaming lists (client-go's
+// watch-list: a WATCH with sendInitialEvents, the cache's pods as ADDED
+// events, then the initial-events-end bookmark) as well as LISTs, and lets
+// a test hold every WATCH request it has not answered yet.
+type streamingLW struct {
+	mu      sync.Mutex
+	pods    []corev1.Pod
+	rv      int
+	lists   int
+	streams int           // streaming lists asked for
+	hold    chan struct{} // while not nil, WATCH requests wait until it is closed
+	// watching are the watchers handed out, as they are.
+	watching chan *watch.FakeWatcher
+}
+
+func (s *streamingLW) lw() *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(_ context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.lists++
+			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: fmt.Sprint(s.rv)}}
+			for _, p := range s.pods {
+				list.Items = append(list.Items, *p.DeepCopy())
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			s.mu.Lock()
+			hold := s.hold
+			streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			if streaming {
+				s.streams++
+			}
+			s.mu.Unlock()
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			fw := watch.NewFakeWithChanSize(len(s.pods)+1, false)
+			if streaming {
+				for i := range s.pods {
+					fw.Add(s.pods[i].DeepCopy())
+				}
+				fw.Action(watch.Bookmark, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: fmt.Sprint(s.rv),
+					Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+			}
+			s.watching <- fw
+			return fw, nil
+		},
+	}
+}
+
+// TestRelistedPodsReachTheHandlerWhileWatchesHang: after a 410 the cache
+// relists with a LIST and hands what changed meanwhile (here a pod that
+// finished while the watch was down) to the handler at once, even while
+// every WATCH request goes unanswered (an API server slow to answer
+// watches, a connection cut again and again). A relist by streaming list is
+// a WATCH: it hands nothing over before its initial-events-end bookmark, so
+// the finished pod waited for the watch (issue 19's harsh storm). The first
+// list may stream.
+func TestRelistedPodsReachTheHandlerWhileWatchesHang(t *testing.T) {
+	running, finished := testPod("a", "1"), testPod("a", "2")
+	running.Status.Phase, finished.Status.Phase = corev1.PodRunning, corev1.PodSucceeded
+	s := &streamingLW{pods: []corev1.Pod{running}, rv: 1, watching: make(chan *watch.FakeWatcher, 100)}
+	rec := &recorder{}
+	opts := testCacheOptions(rec)
+	opts.Client = nil // a client that streams lists
+	c := newPodCache(s.lw(), opts)
+	runCache(t, c)
+	waitFor(t, "the cache synced", c.HasSynced)
+	if got := rec.take(); !slices.Equal(got, []string{"add ns/a 1"}) {
+		t.Fatalf("first list: handler calls %q", got)
+	}
+	s.mu.Lock()
+	streams0, lists0 := s.streams, s.lists
+	s.pods, s.rv = []corev1.Pod{finished}, 2 // the pod finishes while the watch is down
+	s.hold = make(chan struct{})             // and no WATCH request is answered from now on
+	s.mu.Unlock()
+	t.Cleanup(func() { close(s.hold) })
+	if streams0 != 1 || lists0 != 0 {
+		t.Errorf("the first list was not a streaming list: %d streaming lists, %d LISTs", streams0, lists0)
+	}
+	expired := apierrors.NewResourceExpired("too old resource version").Status()
+	(<-s.watching).Error(&expired)
+
+	var got []string
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		got = rec.take()
+	}
+	s.mu.Lock()
+	lists, streams := s.lists, s.streams
+	s.mu.Unlock()
+	if !slices.Equal(got, []string{"update ns/a 2"}) {
+		t.Fatalf("handler calls %q within 5 s of the 410 while WATCH requests hang, want [update ns/a 2] (%d LISTs, %d streaming lists asked for)", got, lists, streams)
+	}
+	if lists != 1 {
+		t.Errorf("%d LISTs after the 410, want 1", lists)
+	}
+	if p, ok, _ := c.Indexer().GetByKey("ns/a"); !ok || p.(*corev1.Pod).Status.Phase != corev1.PodSucceeded {
+		t.Errorf("cached pod %v, want it Succeeded", p)
+	}
+}
