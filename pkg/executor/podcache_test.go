@@ -761,3 +761,62 @@ func TestRelistedPodsReachTheHandlerWhileWatchesHang(t *testing.T) {
 		t.Errorf("cached pod %v, want it Succeeded", p)
 	}
 }
+
+// TestRelistDelayAfterListsWithNews: a LIST that brings news (a pod new to
+// the cache, changed or gone) makes its cycle live, so the next relist
+// comes after the back-off's first step even when the cycle's watch
+// expired before it delivered anything (issue 19's harsh storm: every watch
+// was answered after the next compaction, and the back-off grew to its cap
+// while the LISTs kept finding finished pods); a LIST that brings nothing
+// new lets the back-off grow.
+func TestRelistDelayAfterListsWithNews(t *testing.T) {
+	ms := time.Millisecond
+	a1, a2, b5, c6 := testPod("a", "1"), testPod("a", "2"), testPod("b", "5"), testPod("c", "6")
+	fl := newFakeLW()
+	f := newFx(t, nil) // the default back-off: 100 ms doubling to 2 s, jitter 50 %
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	opts := f.ex.podCacheOptions("ns")
+	opts.ReflectorClock = clk
+	c := newPodCache(fl.lw(), opts)
+	for i, step := range []struct {
+		name     string
+		cached   []corev1.Pod // the cache before the LIST
+		listed   []corev1.Pod
+		page     bool // the LIST is a page of a longer list
+		min, max time.Duration
+	}{
+		{"a new pod", nil, []corev1.Pod{a1}, false, 100 * ms, 150 * ms},
+		{"nothing new", []corev1.Pod{a1}, []corev1.Pod{a1}, false, 200 * ms, 300 * ms},
+		{"nothing new again", []corev1.Pod{a1}, []corev1.Pod{a1}, false, 400 * ms, 600 * ms},
+		{"a changed pod", []corev1.Pod{a1}, []corev1.Pod{a2}, false, 100 * ms, 150 * ms},
+		{"nothing new after it", []corev1.Pod{a2}, []corev1.Pod{a2}, false, 200 * ms, 300 * ms},
+		{"a pod gone", []corev1.Pod{a2}, nil, false, 100 * ms, 150 * ms},
+		{"a pod gone and a new one", []corev1.Pod{a2}, []corev1.Pod{b5}, false, 100 * ms, 150 * ms},
+		{"a page without news", []corev1.Pod{b5, c6}, []corev1.Pod{b5}, true, 200 * ms, 300 * ms},
+	} {
+		for _, p := range c.Indexer().List() {
+			if err := c.Indexer().Delete(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range step.cached {
+			if err := c.Indexer().Add(p.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fl.setPods(step.listed...)
+		lo := metav1.ListOptions{}
+		if step.page {
+			lo.Continue = "next"
+		}
+		if _, err := c.lw.ListWithContext(f.ctx, lo); err != nil {
+			t.Fatal(err)
+		}
+		// The cycle's watch expires before it delivers anything.
+		got := c.delay.next()
+		if got < step.min || got > step.max {
+			t.Errorf("step %d (%s): next relist after %s, want %s to %s", i, step.name, got, step.min, step.max)
+		}
+		clk.Step(got)
+	}
+}
