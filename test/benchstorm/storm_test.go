@@ -13,7 +13,7 @@
 //	# KUBETASK_BENCH_STORM_COMPACT_EVERY=2s, KUBETASK_BENCH_STORM_RESTART_TASKS=200,
 //	# KUBETASK_BENCH_STORM_HARSH_TASKS=500, KUBETASK_BENCH_STORM_HARSH_COMPACT_EVERY=1s,
 //	# KUBETASK_BENCH_STORM_HARSH_WATCH_DELAY=500ms;
-//	# KUBETASK_BENCH_STORM_TIMELINE=file writes the harsh storm's timeline
+//	# KUBETASK_BENCH_STORM_TIMELINE=file writes each storm's timeline to file.s and file.h
 //	# (the executor's LISTs and WATCHes, drops, each task's end seen, cached, recorded)
 //
 // Without -bench, `go test ./test/benchstorm` runs the same code with 5 s
@@ -136,6 +136,10 @@ type phaseResult struct {
 	// event's Time) minus the moment the observer first saw the main
 	// container terminated.
 	lags []time.Duration
+	// unmeasured counts the tasks whose pod the reference watch saw gone
+	// before it saw the main container terminated (in its own blind time):
+	// their lag is not in lags.
+	unmeasured int
 	// delivered are, sorted, the moments the executor's pod cache first
 	// showed a task's main container terminated minus the observer's.
 	delivered []time.Duration
@@ -305,7 +309,7 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 	err := r.outs.Wait(wctx, ids)
 	if err == nil {
 		// The executor may see a pod's end a moment before the observer.
-		err = r.obs.Wait(wctx, "terminated", ids)
+		err = r.obs.Wait(wctx, "ended", ids)
 	}
 	cancel()
 	stopStorm()
@@ -313,8 +317,12 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 	r.client.SetWatchDelay(0)
 	end := time.Now()
 	res.samples = stopSampling()
+	if storm != nil {
+		r.writeTimeline(prefix, ids, start, end)
+	}
 	if err != nil {
-		r.tb.Fatalf("phase %s: %v", prefix, err)
+		relists, fromList, blind := r.obs.stats()
+		r.tb.Fatalf("phase %s: %v (reference watch: %d relists after 410, %d states first seen in a relist, longest without a watch %s)", prefix, err, relists, fromList, secs(blind))
 	}
 
 	res.tasks = len(ids)
@@ -327,8 +335,12 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 	for _, id := range ids {
 		ref, ok := r.obs.TerminatedAt(id)
 		rec, ok2 := r.outs.RecordedAt(id)
-		if !ok || !ok2 {
-			r.tb.Errorf("%s: main container terminated seen %v, outcome recorded %v", id, ok, ok2)
+		if !ok2 {
+			r.tb.Errorf("%s: no outcome recorded", id)
+			continue
+		}
+		if !ok { // the pod was gone before the reference saw it end
+			res.unmeasured++
 			continue
 		}
 		res.lags = append(res.lags, rec.Sub(ref))
@@ -340,9 +352,6 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 	slices.Sort(res.lags)
 	slices.Sort(res.delivered)
 	slices.SortFunc(res.recorded, time.Time.Compare)
-	if storm != nil && storm.watchDelay > 0 {
-		r.writeTimeline(ids, start, end)
-	}
 	exectest.WaitNoTaskPods(r.tb, r.env, 2*time.Minute)
 	return phaseRun{ids: ids, result: res}
 }
@@ -611,16 +620,16 @@ func (r stormResult) table(sz stormSize) string {
 		len(r.storm.blind), secs(total(r.storm.blind)), secs(r.storm.samples.gaugeBlind))
 	fmt.Fprintf(&b, "harsh storm: %d blind intervals, %s blind in all; kubetask_pod_cache_blind > 0 at most %s\n",
 		len(r.harsh.blind), secs(total(r.harsh.blind)), secs(r.harsh.samples.gaugeBlind))
-	b.WriteString("| phase | main container's end in the executor's cache, after the reference watch: p50 / p99 / max | longest gap between recorded outcomes | relists | between relists: median / longest |\n")
-	b.WriteString("| --- | --- | --- | --- | --- |\n")
+	b.WriteString("| phase | main container's end in the executor's cache, after the reference watch: p50 / p99 / max | longest gap between recorded outcomes | relists | between relists: median / longest | lags not measured (pod gone before the reference saw it end) |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range []struct {
 		name string
 		r    phaseResult
 	}{{"baseline", r.baseline}, {"storm", r.storm}, {"harsh storm", r.harsh}} {
 		med, longest := p.r.relistSpacing()
-		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s | %d | %s / %s |\n", p.name,
+		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s | %d | %s / %s | %d |\n", p.name,
 			secs(quantile(p.r.delivered, 0.5)), secs(quantile(p.r.delivered, 0.99)), secs(quantile(p.r.delivered, 1)),
-			secs(p.r.longestGap()), len(p.r.relists), secs(med), secs(longest))
+			secs(p.r.longestGap()), len(p.r.relists), secs(med), secs(longest), p.r.unmeasured)
 	}
 	fmt.Fprintf(&b, "restart: %d pods finished while the executor was down (%d of them deleted meanwhile, Terminating), %d recorded before it stopped; no task pod left %s after Start\n",
 		rs.tasks-rs.before, rs.deleted, rs.before, secs(rs.podsGone))
@@ -671,17 +680,19 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// writeTimeline writes, when KUBETASK_BENCH_STORM_TIMELINE names a file, the
-// timeline of a phase from start to end: the executor's LISTs and WATCHes
+// writeTimeline writes, when KUBETASK_BENCH_STORM_TIMELINE names a file, to
+// that file with "." and the phase's prefix added (.s the storm, .h the
+// harsh storm), the timeline of a phase from start to end: the executor's LISTs and WATCHes
 // and the storm's drops (the storm client's trace), and for each task when
 // the reference watch saw its main container terminated, when the
 // executor's cache showed it and when the outcome was recorded; times in
 // seconds from start.
-func (r *run) writeTimeline(ids []string, start, end time.Time) {
+func (r *run) writeTimeline(prefix string, ids []string, start, end time.Time) {
 	path := os.Getenv("KUBETASK_BENCH_STORM_TIMELINE")
 	if path == "" {
 		return
 	}
+	path += "." + prefix
 	steps := r.client.trace.timeline(start, end)
 	for _, id := range ids {
 		if at, ok := r.obs.TerminatedAt(id); ok {
@@ -692,6 +703,9 @@ func (r *run) writeTimeline(ids []string, start, end time.Time) {
 		}
 		if at, ok := r.outs.RecordedAt(id); ok {
 			steps = append(steps, step{at, id + " recorded"})
+		}
+		if at, ok := r.obs.GoneAt(id); ok {
+			steps = append(steps, step{at, id + " gone (reference watch)"})
 		}
 	}
 	slices.SortStableFunc(steps, func(a, b step) int { return a.at.Compare(b.at) })
