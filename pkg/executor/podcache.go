@@ -47,13 +47,13 @@ const backoffReset = 10 * time.Second
 //     again after the back-off: its first step, then doubling (by Factor),
 //     never longer than Cap, jitter included. The back-off starts again from
 //     its first step after a cycle that stayed up for backoffReset, and
-//     after a live one, whose LIST or watch brought news (a pod new to the
-//     cache, changed, or gone; for a watch, a change after its list): so a
-//     410 storm costs each ended watch one relist after the first step, not
-//     after the cap, also when no watch gets to deliver anything before it
-//     expires (the cache then sees through its LISTs only), while a server
-//     that fails, or ends every watch while nothing changes, is listed ever
-//     less often. The
+//     after a live one: its watch delivered a change after its list, or its
+//     LIST brought news (a pod new to the cache, changed, or gone) and no
+//     request of it failed. So a 410 storm costs each ended watch one relist
+//     after the first step, not after the cap, also when no watch gets to
+//     deliver anything before it expires (the cache then sees through its
+//     LISTs only), while a server that refuses requests, or ends every watch
+//     while nothing changes, is listed ever less often. The
 //     Reflector's own retries of a refused WATCH (within a cycle) take the
 //     same steps, started again by client-go every 2 minutes.
 //   - The first list of a cache may be a streaming list (client-go's
@@ -84,6 +84,8 @@ type podCache struct {
 	// relisting is set once the first list-and-watch cycle ended: from then
 	// on a streaming list is refused (errListInstead).
 	relisting atomic.Bool
+	// listNews is set by a LIST that brought news, until its cycle ends.
+	listNews atomic.Bool
 
 	mu       sync.Mutex
 	blindAt  time.Time // first failure since the last success; zero while it sees the API server
@@ -153,7 +155,7 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 			list, err := lw.ListWithContext(ctx, opts)
 			c.observe(ctx, err)
 			if err == nil && c.hasNews(opts, list) {
-				c.delay.live.Store(true)
+				c.listNews.Store(true)
 			}
 			return list, err
 		},
@@ -213,7 +215,7 @@ func (c *podCache) Run(ctx context.Context) {
 	// handler (a Reflector has no setter for either).
 	_ = wait.DelayFunc(c.delay.next).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		err := c.reflector.ListAndWatchWithContext(ctx)
-		c.relisting.Store(true)
+		c.endCycle(err)
 		if err != nil && ctx.Err() == nil {
 			c.fail(err)
 			if c.opts.OnWatchError != nil {
@@ -228,6 +230,16 @@ func (c *podCache) Run(ctx context.Context) {
 	if !c.blindAt.IsZero() { // a stopped cache is not counted blind
 		c.blindAt, c.blindErr = time.Time{}, nil
 		c.opts.Blind.Dec()
+	}
+}
+
+// endCycle notes the end of a list-and-watch cycle that returned err: later
+// lists are LISTs, and a cycle whose LIST brought news and none of whose
+// requests failed is live for the back-off.
+func (c *podCache) endCycle(err error) {
+	c.relisting.Store(true)
+	if c.listNews.Swap(false) && err == nil {
+		c.delay.live.Store(true)
 	}
 }
 

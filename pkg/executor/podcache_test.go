@@ -768,7 +768,7 @@ func TestRelistedPodsReachTheHandlerWhileWatchesHang(t *testing.T) {
 // expired before it delivered anything (issue 19's harsh storm: every watch
 // was answered after the next compaction, and the back-off grew to its cap
 // while the LISTs kept finding finished pods); a LIST that brings nothing
-// new lets the back-off grow.
+// new, or a cycle whose WATCH request failed, lets the back-off grow.
 func TestRelistDelayAfterListsWithNews(t *testing.T) {
 	ms := time.Millisecond
 	a1, a2, b5, c6 := testPod("a", "1"), testPod("a", "2"), testPod("b", "5"), testPod("c", "6")
@@ -782,17 +782,20 @@ func TestRelistDelayAfterListsWithNews(t *testing.T) {
 		name     string
 		cached   []corev1.Pod // the cache before the LIST
 		listed   []corev1.Pod
-		page     bool // the LIST is a page of a longer list
+		page     bool  // the LIST is a page of a longer list
+		err      error // how the cycle ended: nil when its watch expired
 		min, max time.Duration
 	}{
-		{"a new pod", nil, []corev1.Pod{a1}, false, 100 * ms, 150 * ms},
-		{"nothing new", []corev1.Pod{a1}, []corev1.Pod{a1}, false, 200 * ms, 300 * ms},
-		{"nothing new again", []corev1.Pod{a1}, []corev1.Pod{a1}, false, 400 * ms, 600 * ms},
-		{"a changed pod", []corev1.Pod{a1}, []corev1.Pod{a2}, false, 100 * ms, 150 * ms},
-		{"nothing new after it", []corev1.Pod{a2}, []corev1.Pod{a2}, false, 200 * ms, 300 * ms},
-		{"a pod gone", []corev1.Pod{a2}, nil, false, 100 * ms, 150 * ms},
-		{"a pod gone and a new one", []corev1.Pod{a2}, []corev1.Pod{b5}, false, 100 * ms, 150 * ms},
-		{"a page without news", []corev1.Pod{b5, c6}, []corev1.Pod{b5}, true, 200 * ms, 300 * ms},
+		{"a new pod", nil, []corev1.Pod{a1}, false, nil, 100 * ms, 150 * ms},
+		{"nothing new", []corev1.Pod{a1}, []corev1.Pod{a1}, false, nil, 200 * ms, 300 * ms},
+		{"nothing new again", []corev1.Pod{a1}, []corev1.Pod{a1}, false, nil, 400 * ms, 600 * ms},
+		{"a changed pod", []corev1.Pod{a1}, []corev1.Pod{a2}, false, nil, 100 * ms, 150 * ms},
+		{"nothing new after it", []corev1.Pod{a2}, []corev1.Pod{a2}, false, nil, 200 * ms, 300 * ms},
+		{"a pod gone", []corev1.Pod{a2}, nil, false, nil, 100 * ms, 150 * ms},
+		{"a pod gone and a new one", []corev1.Pod{a2}, []corev1.Pod{b5}, false, nil, 100 * ms, 150 * ms},
+		{"a page without news", []corev1.Pod{b5, c6}, []corev1.Pod{b5}, true, nil, 200 * ms, 300 * ms},
+		{"news, but the WATCH request failed", []corev1.Pod{b5}, []corev1.Pod{c6}, false, errors.New("internal error"), 400 * ms, 600 * ms},
+		{"news after it", []corev1.Pod{c6}, []corev1.Pod{a1}, false, nil, 100 * ms, 150 * ms},
 	} {
 		for _, p := range c.Indexer().List() {
 			if err := c.Indexer().Delete(p); err != nil {
@@ -812,7 +815,9 @@ func TestRelistDelayAfterListsWithNews(t *testing.T) {
 		if _, err := c.lw.ListWithContext(f.ctx, lo); err != nil {
 			t.Fatal(err)
 		}
-		// The cycle's watch expires before it delivers anything.
+		// The cycle's watch expires before it delivers anything, or its
+		// request fails.
+		c.endCycle(step.err)
 		got := c.delay.next()
 		if got < step.min || got > step.max {
 			t.Errorf("step %d (%s): next relist after %s, want %s to %s", i, step.name, got, step.min, step.max)
