@@ -143,8 +143,9 @@ type phaseResult struct {
 	// delivered are, sorted, the moments the executor's pod cache first
 	// showed a task's main container terminated minus the observer's.
 	delivered []time.Duration
-	// recorded are the outcomes' record times, sorted.
-	recorded []time.Time
+	// recorded are the outcomes' record times, sorted; ended the moments the
+	// reference watch saw the main containers end, sorted.
+	recorded, ended []time.Time
 	// relists are when the executor's successful LISTs and streaming lists
 	// ended.
 	relists     []time.Time
@@ -160,10 +161,13 @@ func (p phaseResult) lag(q float64) time.Duration { return quantile(p.lags, q) }
 
 // longestGap is the longest time between two outcomes recorded one after
 // the other.
-func (p phaseResult) longestGap() time.Duration {
+func (p phaseResult) longestGap() time.Duration { return longestGap(p.recorded) }
+
+// longestGap is the longest time between two of sorted one after the other.
+func longestGap(sorted []time.Time) time.Duration {
 	var d time.Duration
-	for i := 1; i < len(p.recorded); i++ {
-		d = max(d, p.recorded[i].Sub(p.recorded[i-1]))
+	for i := 1; i < len(sorted); i++ {
+		d = max(d, sorted[i].Sub(sorted[i-1]))
 	}
 	return d
 }
@@ -345,6 +349,7 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 		}
 		res.lags = append(res.lags, rec.Sub(ref))
 		res.recorded = append(res.recorded, rec)
+		res.ended = append(res.ended, ref)
 		if at, ok := r.dels.DeliveredAt(id); ok {
 			res.delivered = append(res.delivered, at.Sub(ref))
 		}
@@ -352,6 +357,7 @@ func (r *run) phase(prefix string, annotations map[string]string, every time.Dur
 	slices.Sort(res.lags)
 	slices.Sort(res.delivered)
 	slices.SortFunc(res.recorded, time.Time.Compare)
+	slices.SortFunc(res.ended, time.Time.Compare)
 	exectest.WaitNoTaskPods(r.tb, r.env, 2*time.Minute)
 	return phaseRun{ids: ids, result: res}
 }
@@ -620,16 +626,16 @@ func (r stormResult) table(sz stormSize) string {
 		len(r.storm.blind), secs(total(r.storm.blind)), secs(r.storm.samples.gaugeBlind))
 	fmt.Fprintf(&b, "harsh storm: %d blind intervals, %s blind in all; kubetask_pod_cache_blind > 0 at most %s\n",
 		len(r.harsh.blind), secs(total(r.harsh.blind)), secs(r.harsh.samples.gaugeBlind))
-	b.WriteString("| phase | main container's end in the executor's cache, after the reference watch: p50 / p99 / max | longest gap between recorded outcomes | relists | between relists: median / longest | lags not measured (pod gone before the reference saw it end) |\n")
+	b.WriteString("| phase | main container's end in the executor's cache, after the reference watch: p50 / p99 / max | longest gap between recorded outcomes (between ends the reference saw) | relists | between relists: median / longest | lags not measured (pod gone before the reference saw it end) |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range []struct {
 		name string
 		r    phaseResult
 	}{{"baseline", r.baseline}, {"storm", r.storm}, {"harsh storm", r.harsh}} {
 		med, longest := p.r.relistSpacing()
-		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s | %d | %s / %s | %d |\n", p.name,
+		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s (%s) | %d | %s / %s | %d |\n", p.name,
 			secs(quantile(p.r.delivered, 0.5)), secs(quantile(p.r.delivered, 0.99)), secs(quantile(p.r.delivered, 1)),
-			secs(p.r.longestGap()), len(p.r.relists), secs(med), secs(longest), p.r.unmeasured)
+			secs(p.r.longestGap()), secs(longestGap(p.r.ended)), len(p.r.relists), secs(med), secs(longest), p.r.unmeasured)
 	}
 	fmt.Fprintf(&b, "restart: %d pods finished while the executor was down (%d of them deleted meanwhile, Terminating), %d recorded before it stopped; no task pod left %s after Start\n",
 		rs.tasks-rs.before, rs.deleted, rs.before, secs(rs.podsGone))
