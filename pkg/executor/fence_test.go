@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kubetask/kubetask/internal/podtest"
 	"github.com/kubetask/kubetask/pkg/attempt"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
@@ -573,5 +574,36 @@ func TestTwoCleanupsReportedOnceEach(t *testing.T) {
 		if count[k] != 1 {
 			t.Errorf("%s reported %d times, want once: %v", k, count[k], count)
 		}
+	}
+}
+
+// The fence's gate is kubetask's own: a pod that still has it (its removal
+// failed) is waiting for the scheduler as far as its task goes, and its
+// schedule timeout counts from its creation; a gate of the task's (a queue's)
+// still holds the timeout back.
+func TestFenceGateIsNotTheTasks(t *testing.T) {
+	for name, tc := range map[string]struct {
+		gates []corev1.PodSchedulingGate
+		want  string
+	}{
+		"the fence's gate alone":   {[]corev1.PodSchedulingGate{{Name: task.FenceGate}}, "Failed/ScheduleTimeout"},
+		"a queue's gate beside it": {[]corev1.PodSchedulingGate{{Name: "example.com/queue"}, {Name: task.FenceGate}}, "Pending/Scheduling"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFx(t, nil)
+			f.submit("a", newTask())
+			p := f.podOf("a", 0, created())
+			p.Annotations[task.AnnotationEpoch] = strconv.FormatInt(f.ex.epoch.Load(), 10)
+			p.Spec.SchedulingGates = tc.gates
+			f.both(p)
+			f.update("a", func(r *store.Record) { r.PodCreated, r.PodUID, r.PodEpoch = true, string(p.UID), f.ex.epoch.Load() })
+			f.reactorError("patch", "pods", errors.New("connection refused")) // the gate stays
+			f.clk.SetTime(podtest.T0.Add(11 * time.Minute))                   // past the default schedule timeout (10m)
+			_, _, _ = f.sync("a")
+			_, _, _ = f.sync("a")
+			if s := f.state("a"); s != tc.want {
+				t.Errorf("state %s, want %s", s, tc.want)
+			}
+		})
 	}
 }

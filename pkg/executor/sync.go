@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -172,7 +173,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	policy := t.Policy()
 	policy.CancelledAt = rec.CancelledAt
 	policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
-	st := podstate.Derive(pod, policy, now)
+	st := podstate.Derive(withoutFenceGate(pod), policy, now)
 	if st.Terminal() && st.Timed && stale {
 		// The clock decided: confirm on a fresh read, so that a stalled watch
 		// never turns a running or finished pod into a timeout.
@@ -182,7 +183,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		}
 		pod = live
 		policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
-		st = podstate.Derive(pod, policy, now)
+		st = podstate.Derive(withoutFenceGate(pod), policy, now)
 	}
 	if !st.Terminal() {
 		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
@@ -728,10 +729,16 @@ func (e *Executor) setProgress(rec store.Record, phase, reason, message string, 
 // pod first seen ungated with the stale SchedulingGated condition, when it
 // first saw it). After a restart the earlier observations are lost and the
 // schedule timeout counts from the pod's creation or the first sighting.
+// The fence's gate (task.FenceGate), which kubetask removes a moment after
+// the creation, is not one: it delays no schedule timeout. Nor is the
+// SchedulingGated condition a sign of other gates on a pod the fence
+// created (every one was gated).
 func (e *Executor) ungatedAt(id string, attempt int, pod *corev1.Pod, now time.Time) time.Time {
 	if pod == nil {
 		return time.Time{}
 	}
+	fenced := pod.Annotations[task.AnnotationEpoch] != ""
+	pod = withoutFenceGate(pod)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.gates[id]
@@ -741,13 +748,28 @@ func (e *Executor) ungatedAt(id string, attempt int, pod *corev1.Pod, now time.T
 	switch {
 	case len(pod.Spec.SchedulingGates) > 0:
 		m.sawGated = true
-	case m.ungatedAt.IsZero() && (m.sawGated || gatedCondition(pod)):
+	case m.ungatedAt.IsZero() && (m.sawGated || !fenced && gatedCondition(pod)):
 		m.ungatedAt = now
 	}
 	if m.sawGated || !m.ungatedAt.IsZero() {
 		e.gates[id] = m
 	}
 	return m.ungatedAt
+}
+
+// withoutFenceGate is pod as its task sees it: without the fence's gate
+// (a copy when it has it), which is kubetask's and says nothing of the
+// task's progress.
+func withoutFenceGate(pod *corev1.Pod) *corev1.Pod {
+	if pod == nil || !attempt.Fenced(pod) {
+		return pod
+	}
+	p := *pod
+	p.Spec.SchedulingGates = slices.DeleteFunc(slices.Clone(pod.Spec.SchedulingGates), func(g corev1.PodSchedulingGate) bool { return g.Name == task.FenceGate })
+	if len(p.Spec.SchedulingGates) == 0 {
+		p.Spec.SchedulingGates = nil
+	}
+	return &p
 }
 
 func gatedCondition(pod *corev1.Pod) bool {
