@@ -127,6 +127,10 @@ type Executor struct {
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
 
+	// holder is this process's identity in the instance Lease (set once).
+	holder     string
+	holderOnce sync.Once
+
 	// epoch is the fencing epoch of the current term (store.BeginTerm), 0
 	// between terms: every store write of the term carries it, and every pod
 	// the term creates.
