@@ -198,7 +198,7 @@ var postgresMigrations = []string{
 	// Migration 3: the fence (docs/executor.md). Each executor instance's
 	// term epoch, raised by BeginTerm; a record's nonce, the epoch of its
 	// last fenced write, and its current attempt's pod (UID and creating
-	// epoch).
+	// epoch); the replicas of each group as they last said they run (Groups).
 	`ALTER TABLE tasks
 		ADD COLUMN nonce bytea NOT NULL DEFAULT ''::bytea,
 		ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
@@ -208,6 +208,13 @@ var postgresMigrations = []string{
 		instance   text COLLATE "C" NOT NULL PRIMARY KEY,
 		epoch      bigint NOT NULL,
 		started_at bigint NOT NULL
+	);
+	CREATE TABLE kubetask_members (
+		grp             text COLLATE "C" NOT NULL,
+		member          text COLLATE "C" NOT NULL,
+		lease_namespace text NOT NULL,
+		seen_at         timestamptz NOT NULL,
+		PRIMARY KEY (grp, member)
 	);`,
 }
 
