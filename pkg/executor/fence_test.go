@@ -90,6 +90,15 @@ func TestFitOf(t *testing.T) {
 		"this term's creation, not recorded yet":           {current, pod("u2", strconv.Itoa(epoch), true, "n"), 1, fitCreating},
 		"an earlier term's unrecorded pod":                 {current, pod("u2", "6", true, "n"), 1, fitDiscard},
 		"an unrecorded pod whose gate was removed by hand": {current, pod("u2", "6", false, "n"), 1, fitDiscard},
+		// A newer term elsewhere (this one is stale and does not know yet)
+		// may record its creation after this pass read the record: not
+		// this term's to judge (TestSplitBrainCreatesNoDuplicate: a stale
+		// term discarded 9 of 100 such pods after they were recorded).
+		"a newer term's creation, not recorded yet":        {current, pod("u2", "8", true, "n"), 1, fitNewer},
+		"a newer term's pod, ungated since this pass read": {current, pod("u2", "12", false, "n"), 1, fitNewer},
+		"a newer term's pod beside the recorded one":       {recorded, pod("u2", "8", true, "n"), 1, fitDiscard},
+		"a newer term's pod of a finished attempt":         {current, pod("u9", "8", true, "n"), 0, fitDiscard},
+		"a newer term's pod of an earlier record (nonce)":  {current, pod("u2", "8", true, "old"), 1, fitDiscard},
 		"an earlier record's pod (another nonce)":          {recorded, pod("u1", "5", false, "old"), 1, fitDiscard},
 		"a pod created before the fence, recorded":         {legacy, pod("u5", "", false, ""), 0, fitOwn},
 		"a pod created before the fence, not recorded":     {store.Record{}, pod("u5", "", false, ""), 0, fitOwn},

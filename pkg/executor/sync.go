@@ -79,7 +79,13 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	}
 	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
-	pods, discard := e.fitPods(rec, ident)
+	pods, discard, newer := e.fitPods(rec, ident)
+	if newer {
+		// A newer term of this instance runs elsewhere: this one is stale,
+		// and its next store write or Lease renewal ends it. Act on nothing
+		// meanwhile; look again in case that term is gone by then.
+		return e.cfg.RetryPeriod, nil
+	}
 	var errs []error
 	for _, p := range discard {
 		errs = append(errs, e.retryAction(&podAction{kind: actDiscard, id: rec.ID, attempt: rec.Attempt, pod: p, at: now}))
@@ -604,6 +610,11 @@ const (
 	// gated): created by a stale term, or of an earlier record with the same
 	// ID. It is discarded and never decides an outcome.
 	fitDiscard
+	// fitNewer: the current attempt's pod, not recorded, created by a newer
+	// term than this one: this term is stale (another process took the
+	// instance over) and the record it read may be older than that term's
+	// record of the pod. It neither acts on the pod nor discards it.
+	fitNewer
 )
 
 // fitOf says what pod, of attempt n of rec's run, is to rec while the
@@ -626,13 +637,19 @@ func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64) podFit {
 		return fitOwn
 	}
 	fenced, stamped := attempt.Fenced(pod), pod.Annotations[task.AnnotationEpoch] != ""
+	podEpoch, _ := strconv.ParseInt(pod.Annotations[task.AnnotationEpoch], 10, 64)
 	switch {
 	case rec.PodCreated && (rec.PodUID == "" || rec.PodUID == uid):
 		return fitOwn // recorded (before the fence: by identity)
 	case rec.PodCreated:
 		return fitDiscard
-	case fenced && pod.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10):
+	case fenced && podEpoch == epoch:
 		return fitCreating
+	case stamped && podEpoch > epoch:
+		// A newer term records its pod before it removes the gate, and its
+		// beginning fenced this term's writes; but this pass may have read
+		// the record before that term recorded the pod.
+		return fitNewer
 	case !stamped && !fenced:
 		return fitOwn // created before the fence existed, not recorded yet: adopted
 	}
@@ -640,13 +657,13 @@ func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64) podFit {
 }
 
 // fitPods returns the cached pods of rec's run by attempt that the
-// executor acts on, and those to discard (fitOf). Only pods whose identity
+// executor acts on, and those to discard (fitOf); newer is true when a
+// pod shows that a newer term of the instance runs elsewhere. Only pods whose identity
 // is the task's count (a pod of an instance in AdoptFrom is relabelled to
 // this one first); pods of the current term's creation in flight are in
 // neither.
-func (e *Executor) fitPods(rec store.Record, ident task.Identity) (map[int]*corev1.Pod, []*corev1.Pod) {
-	own := map[int]*corev1.Pod{}
-	var discard []*corev1.Pod
+func (e *Executor) fitPods(rec store.Record, ident task.Identity) (own map[int]*corev1.Pod, discard []*corev1.Pod, newer bool) {
+	own = map[int]*corev1.Pod{}
 	epoch := e.epoch.Load()
 	for _, p := range e.podsOfRun(ident.RunID) {
 		id, n, err := task.IdentityFromPod(p)
@@ -663,9 +680,11 @@ func (e *Executor) fitPods(rec store.Record, ident task.Identity) (map[int]*core
 					"attempt", n, "uid", p.UID, "epoch", p.Annotations[task.AnnotationEpoch])
 				discard = append(discard, p)
 			}
+		case fitNewer:
+			newer = true
 		}
 	}
-	return own, discard
+	return own, discard, newer
 }
 
 // readPod reads the pod of attempt n of rec (ident) from the API server:

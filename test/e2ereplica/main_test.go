@@ -246,12 +246,13 @@ func (s *syncBuffer) String() string {
 // seen.
 type podLog struct {
 	mu    sync.Mutex
-	uids  map[string]map[string]bool // "run/attempt" -> UIDs
+	uids  map[string]map[string]bool // "run/attempt" -> UIDs of its pods that were scheduled (ran)
+	gated map[string]map[string]bool // "run/attempt" -> UIDs of its pods never seen scheduled
 	first map[string]time.Time       // run -> first pod seen
 }
 
 func watchPods(t *testing.T, env *clustertest.Env) *podLog {
-	p := &podLog{uids: map[string]map[string]bool{}, first: map[string]time.Time{}}
+	p := &podLog{uids: map[string]map[string]bool{}, gated: map[string]map[string]bool{}, first: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(env.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = task.LabelManagedBy + "=" + task.ManagedByValue }))
 	inf := f.Core().V1().Pods().Informer()
@@ -263,15 +264,32 @@ func watchPods(t *testing.T, env *clustertest.Env) *podLog {
 		key := pod.Labels[task.LabelRun] + "/" + pod.Labels[task.LabelAttempt]
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.uids[key] == nil {
-			p.uids[key] = map[string]bool{}
+		// A pod runs only once it is scheduled; a creation the fence
+		// discarded (gated, never scheduled) never ran.
+		m := p.uids
+		if pod.Spec.NodeName == "" {
+			m = p.gated
+		} else {
+			delete(p.gated[key], string(pod.UID))
 		}
-		p.uids[key][string(pod.UID)] = true
+		if p.uids[key][string(pod.UID)] {
+			m = p.uids
+		}
+		if m[key] == nil {
+			m[key] = map[string]bool{}
+		}
+		m[key][string(pod.UID)] = true
 		if _, ok := p.first[pod.Labels[task.LabelRun]]; !ok {
 			p.first[pod.Labels[task.LabelRun]] = time.Now()
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			note(o)
+		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.Start(ctx.Done())
 	t.Cleanup(func() { cancel(); f.Shutdown() })
@@ -281,7 +299,20 @@ func watchPods(t *testing.T, env *clustertest.Env) *podLog {
 	return p
 }
 
-// duplicates returns the (run, attempt) keys that had more than one pod.
+// unrun counts the pods that were never scheduled (the fence discarded
+// them before they could run).
+func (p *podLog) unrun() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, u := range p.gated {
+		n += len(u)
+	}
+	return n
+}
+
+// duplicates returns the (run, attempt) keys that had more than one pod
+// that ran (was scheduled).
 func (p *podLog) duplicates() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -120,7 +120,7 @@ func TestSplitBrainCreatesNoDuplicate(t *testing.T) {
 	}
 	for _, r := range recs {
 		if r.Phase != "Succeeded" || len(r.Attempts) != 1 || r.Attempt != 0 {
-			t.Errorf("%s: %s/%s, attempt %d, %d outcomes: want Succeeded once", r.ID, r.Phase, r.Reason, r.Attempt, len(r.Attempts))
+			t.Errorf("%s: %s/%s, attempt %d, %d outcomes: want Succeeded once; outcomes: %+v", r.ID, r.Phase, r.Reason, r.Attempt, len(r.Attempts), r.Attempts)
 		}
 	}
 	if d := pods.duplicates(); len(d) > 0 {
@@ -139,7 +139,8 @@ func TestSplitBrainCreatesNoDuplicate(t *testing.T) {
 			both++
 		}
 	}
-	t.Logf("split brain: a acted on %d tasks, b on %d, both on %d; one pod per attempt, one outcome per task", len(actedBy["a"]), len(actedBy["b"]), both)
+	t.Logf("split brain: a acted on %d tasks, b on %d, both on %d; one pod ran per attempt (%d more created and discarded unrun by the fence), one outcome per task",
+		len(actedBy["a"]), len(actedBy["b"]), both, pods.unrun())
 	if len(actedBy["b"]) == 0 || len(actedBy["a"]) == 0 {
 		t.Errorf("one process never acted: the split brain was not forced (a %d, b %d)", len(actedBy["a"]), len(actedBy["b"]))
 	}
