@@ -656,6 +656,10 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 			return nil
 		}
 		rec.CancelledAt = e.cfg.Clock.Now()
+		// The user's write, not a term's: it carries no epoch, so whichever
+		// term last wrote the record does not refuse it (the version's
+		// compare-and-swap still orders it with the terms' writes).
+		rec.Epoch = 0
 		if _, err := e.store.Update(ctx, rec); errors.Is(err, store.ErrConflict) {
 			continue
 		} else if err != nil {

@@ -616,3 +616,33 @@ func TestFenceGateIsNotTheTasks(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelAfterATakeover: a cancellation is the user's write, not a
+// term's: it is applied whatever term last wrote the record (a replica's
+// API cancelled a task last written by the previous owner's term and got
+// ErrFenced, a 500, in TestGroupSettingsMustAgree), and it fences no term.
+func TestCancelAfterATakeover(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	rec := f.record("x")
+	rec.Message = "written by this term"
+	if _, err := f.ex.update(f.ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := f.ex.store.BeginTerm(f.ctx, "ex") // another process took the instance over
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := newFx(t, func(c *Config) { c.RecordOnly = true; c.Store = f.ex.store })
+	if err := api.ex.Cancel(f.ctx, "x"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if f.record("x").CancelledAt.IsZero() {
+		t.Fatal("CancelledAt not written")
+	}
+	if e, err := f.ex.store.Epoch(f.ctx, "ex"); err != nil || e != newer+1 {
+		// api's fixture began a term of its own (newer+1): the cancel did
+		// not begin or end any.
+		t.Fatalf("epoch %d (%v), want %d", e, err, newer+1)
+	}
+}
