@@ -1,16 +1,21 @@
 package server_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
 )
 
 // The tests of this file check that no caller learns anything of a task in
@@ -117,4 +122,99 @@ func TestListReadsOnlyTheCallersNamespaces(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A task ID names another record once retention deleted the first: the
+// events of a new team-c task with the ID of a deleted team-a task reach
+// team-c's watchers only, never team-a's. The watch metadata cache kept the
+// deleted task's namespace by ID, and published the new task's events as
+// team-a's (the first case failed before). The other cases are the new
+// record's Submitted event never arriving (created by another replica, its
+// event lost: PublishMissed says so) and an event that carries a pod of
+// another namespace than the cached one.
+func TestWatchEventsOfAReusedIDReachOnlyItsNamespace(t *testing.T) {
+	h := newHarness(t, func(c *server.Config) { c.Auth = isolationTokens(t) })
+	ctx := context.Background()
+	marker := h.mustSubmit("team-a", taskDoc("marker"), bearer("a")...)
+	// retire runs a team-a task with id to its end, its metadata cached,
+	// and lets retention delete it.
+	retire := func(id string) {
+		t.Helper()
+		old := h.mustSubmit("team-a", taskDoc("old"), append(bearer("a"), "Idempotency-Key", id)...)
+		h.publish(old.ID, "old event")
+		h.finish(old.ID, "Succeeded", "Completed")
+		if _, err := h.store.(store.Retention).DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.store.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("retention left %s: %v", id, err)
+		}
+	}
+	// check fails unless the next event of w that is not Expired is
+	// the marker's (nothing of team-c came before it), then publishes to
+	// team-c's task and checks that team-c's watcher gets it as team-c's.
+	check := func(name string, alice, carol *sseStream, id string, publish func()) {
+		t.Helper()
+		publish()
+		h.publish(marker.ID, "marker "+name)
+		for {
+			ev := alice.next()
+			if ev.Type == api.EventExpired {
+				continue
+			}
+			if ev.TaskID != marker.ID || ev.Message != "marker "+name {
+				t.Fatalf("%s: alice (team-a) receives %+v, want only the marker", name, ev)
+			}
+			break
+		}
+		for {
+			ev := carol.next()
+			if ev.Type == api.EventExpired || ev.Type == string(executor.EventSubmitted) {
+				continue
+			}
+			if ev.TaskID != id || ev.Namespace != "team-c" || ev.Name != "payroll-secret" {
+				t.Fatalf("%s: team-c's watcher receives %+v, want the event of team-c's %s", name, ev, id)
+			}
+			break
+		}
+	}
+	watchers := func() (*sseStream, *sseStream) {
+		alice := h.watch(api.Prefix+"/watch", bearer("a")...)
+		alice.next() // bookmark
+		carol := h.watch(api.Prefix+"/watch?namespace=team-c", bearer("root")...)
+		carol.next()
+		return alice, carol
+	}
+	secret := func(id string) func() {
+		return func() {
+			h.srv.Publish(executor.Event{ID: id, Type: executor.EventState, Phase: "Running", Reason: "Running", Message: "salary file s3://hr/salaries.csv processed", Time: time.Now()})
+		}
+	}
+
+	retire("nightly-1")
+	alice, carol := watchers()
+	h.mustSubmit("team-c", taskDoc("payroll-secret"), append(bearer("root"), "Idempotency-Key", "nightly-1")...)
+	check("submitted here", alice, carol, "nightly-1", secret("nightly-1"))
+
+	// created by another replica whose Submitted event was lost
+	direct := func(id string) {
+		t.Helper()
+		rec := store.Record{ID: id, Namespace: "team-c", Name: "payroll-secret", Executor: "srv", Task: []byte(`{}`), Phase: "Pending", Reason: "Submitted", Nonce: "n-" + id}
+		if _, created, err := h.store.Create(ctx, rec); err != nil || !created {
+			t.Fatalf("create %s: %v %v", id, created, err)
+		}
+	}
+	retire("nightly-2")
+	alice, carol = watchers()
+	direct("nightly-2")
+	h.srv.PublishMissed("another replica could not share some of its events")
+	check("submitted elsewhere, missed", alice, carol, "nightly-2", secret("nightly-2"))
+
+	retire("nightly-3")
+	alice, carol = watchers()
+	direct("nightly-3")
+	check("an event with a pod of another namespace", alice, carol, "nightly-3", func() {
+		h.srv.Publish(executor.Event{ID: "nightly-3", Type: executor.EventPodCreated, Pod: "team-c/payroll-secret-0", Time: time.Now()})
+	})
+	check("after it, without a pod", alice, carol, "nightly-3", secret("nightly-3"))
 }

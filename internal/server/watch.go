@@ -90,8 +90,20 @@ func (s *Server) registerStreams() {
 // ring at its own pace, and one that falls behind the ring gets Expired). It
 // reads the task's namespace, name and labels from the executor the first
 // time it sees a task (a small cache keeps them).
+//
+// A task ID can name another record later (retention deleted the task, and
+// a new one took its ID, in any namespace), so a cached entry is used only
+// while nothing says it may be another record's: a Submitted event (the
+// first of every record) reads the record again, so does an event whose pod
+// is in another namespace than the entry's, and PublishMissed, which says
+// that some events (a Submitted among them) never arrived, empties the cache.
+// Events are therefore published under their own record's namespace, name
+// and labels, and reach only the watchers that may see that namespace.
 func (s *Server) Publish(ev executor.Event) {
 	m, ok := s.meta.get(ev.ID)
+	if ok && !m.fits(ev) {
+		ok = false
+	}
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rec, err := s.cfg.Executor.Get(ctx, ev.ID)
@@ -119,6 +131,9 @@ func (s *Server) Publish(ev executor.Event) {
 // again. Call it when events published elsewhere (another replica's) may
 // have been lost on their way here.
 func (s *Server) PublishMissed(reason string) {
+	// A missed Submitted would leave a cached entry of an earlier record
+	// with the same ID in place: read every task again.
+	s.meta.clear()
 	s.ring.append(api.Event{
 		Type: api.EventExpired, Time: s.cfg.Clock.Now(),
 		Message: "events may have been missed (" + reason + "); list the tasks again and go on with this stream",
