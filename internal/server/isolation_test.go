@@ -12,6 +12,12 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -217,4 +223,78 @@ func TestWatchEventsOfAReusedIDReachOnlyItsNamespace(t *testing.T) {
 		h.srv.Publish(executor.Event{ID: "nightly-3", Type: executor.EventPodCreated, Pod: "team-c/payroll-secret-0", Time: time.Now()})
 	})
 	check("after it, without a pod", alice, carol, "nightly-3", secret("nightly-3"))
+}
+
+// A caller who may submit in a namespace but not read it (create pods
+// without get pods) resubmits a task's ID and document: 200, as for any
+// idempotent retry, with the task's identity only, never its state,
+// result, exit code or attempts, which a GET would not show it (404). It
+// answered 200 with all of them before. A caller who may read gets the
+// task as it is now; another document is 409 for both.
+func TestResubmissionShowsNothingACallerMayNotGet(t *testing.T) {
+	h := newHarness(t, func(c *server.Config) {
+		cs := c.Client.(*fake.Clientset)
+		cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: tr.Spec.Token}}
+			return true, tr, nil
+		})
+		cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+			ra := sar.Spec.ResourceAttributes
+			sar.Status.Allowed = ra != nil && ra.Namespace == "team-a" && (sar.Spec.User == "owner" || (sar.Spec.User == "creator" && ra.Verb == "create"))
+			return true, sar, nil
+		})
+		auth, err := server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: c.Client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Auth = auth
+	})
+	as := func(user string) []string {
+		return []string{"Authorization", "Bearer " + user, "Content-Type", "application/yaml", "Idempotency-Key", "report-7"}
+	}
+	if resp, b := h.do(http.MethodPost, api.Prefix+"/namespaces/team-a/tasks", []byte(taskDoc("report", "team", "finance")), as("owner")...); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("owner submits: %s %s", resp.Status, b)
+	}
+	h.finish("report-7", "Succeeded", "Completed")
+	ctx := context.Background()
+	rec, err := h.store.Get(ctx, "report-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Result, rec.Message = []byte("revenue: 1234567"), "main container exited with code 0"
+	if _, err := h.store.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := h.do(http.MethodGet, api.Prefix+"/tasks/report-7", nil, as("creator")...); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("creator gets the task: %s, want 404", resp.Status)
+	}
+
+	resp, b := h.do(http.MethodPost, api.Prefix+"/namespaces/team-a/tasks", []byte(taskDoc("report", "team", "finance")), as("creator")...)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Location") != api.Prefix+"/tasks/report-7" {
+		t.Fatalf("creator resubmits: %s %s, want 200 with the task's Location", resp.Status, b)
+	}
+	for _, secret := range []string{"Succeeded", "Completed", "revenue", "exited", `"exitCode"`, `"attempts"`, `"terminal":true`, "createdAt\":\"20"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("creator's resubmission shows %s: %s", secret, b)
+		}
+	}
+	var got api.Task
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "report-7" || got.Namespace != "team-a" || got.Name != "report" || got.Labels["team"] != "finance" || got.Phase != "" {
+		t.Errorf("creator's resubmission: %+v, want the task's identity only", got)
+	}
+
+	resp, b = h.do(http.MethodPost, api.Prefix+"/namespaces/team-a/tasks", []byte(taskDoc("report", "team", "finance")), as("owner")...)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"phase":"Succeeded"`) || !strings.Contains(string(b), "revenue") {
+		t.Errorf("owner resubmits: %s %s, want 200 with the task as it is", resp.Status, b)
+	}
+	for _, user := range []string{"creator", "owner"} {
+		if resp, b := h.do(http.MethodPost, api.Prefix+"/namespaces/team-a/tasks", []byte(taskDoc("other")), as(user)...); resp.StatusCode != http.StatusConflict || strings.Contains(string(b), "Succeeded") {
+			t.Errorf("%s submits another document under the ID: %s %s, want 409", user, resp.Status, b)
+		}
+	}
 }
