@@ -1,14 +1,17 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
@@ -296,5 +300,113 @@ func TestResubmissionShowsNothingACallerMayNotGet(t *testing.T) {
 		if resp, b := h.do(http.MethodPost, api.Prefix+"/namespaces/team-a/tasks", []byte(taskDoc("other")), as(user)...); resp.StatusCode != http.StatusConflict || strings.Contains(string(b), "Succeeded") {
 			t.Errorf("%s submits another document under the ID: %s %s, want 409", user, resp.Status, b)
 		}
+	}
+}
+
+// Open streams end once their caller may no longer do what opened them: a
+// watch of a namespace, a watch of one task and a log follow, opened by a
+// caller whose RoleBinding is then removed, end within AuthRecheck plus the
+// authenticator's cache (5 s + 10 s here, on the injected clock) rather
+// than at StreamTimeout (30 minutes); another caller's watch goes on. They
+// went on streaming before.
+func TestStreamsEndWhenAccessIsRevoked(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	var aliceAllowed atomic.Bool
+	aliceAllowed.Store(true)
+	h := newHarness(t, func(c *server.Config) {
+		c.Clock = clk
+		cs := c.Client.(*fake.Clientset)
+		cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: strings.TrimSuffix(tr.Spec.Token, "-token")}}
+			return true, tr, nil
+		})
+		cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+			ra := sar.Spec.ResourceAttributes
+			sar.Status.Allowed = ra != nil && ra.Namespace == "team-a" && (sar.Spec.User == "bob" || (sar.Spec.User == "alice" && aliceAllowed.Load()))
+			return true, sar, nil
+		})
+		auth, err := server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: c.Client, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Auth = auth
+	})
+	alice, bob := bearer("alice-token"), bearer("bob-token")
+	tk := h.mustSubmit("team-a", taskDoc("job"), alice...)
+	key := store.LogKey{TaskID: tk.ID, Container: "main"}
+	h.logs.append(t, key, "first line\n", false)
+
+	watch := h.watch(api.Prefix+"/watch?namespace=team-a", alice...)
+	watch.next()
+	taskWatch := h.watch(api.Prefix+"/tasks/"+tk.ID+"/watch", alice...)
+	taskWatch.next()
+	other := h.watch(api.Prefix+"/watch?namespace=team-a", bob...)
+	other.next()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.ts.URL+api.Prefix+"/tasks/"+tk.ID+"/logs?follow=true", nil)
+	req.Header.Set(alice[0], alice[1])
+	logResp, err := h.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logResp.Body.Close()
+	logBody := bufio.NewReader(logResp.Body)
+	if line, err := logBody.ReadString('\n'); err != nil || line != "first line\n" {
+		t.Fatalf("log follow: %q %v", line, err)
+	}
+
+	// While allowed, the checks keep every stream open.
+	for range 30 {
+		clk.Step(time.Second)
+	}
+	h.publish(tk.ID, "still allowed")
+	for _, w := range []*sseStream{watch, taskWatch, other} {
+		if ev := w.next(); ev.Message != "still allowed" {
+			t.Fatalf("after 30 s of checks: %+v", ev)
+		}
+	}
+	h.logs.append(t, key, "second line\n", false)
+	h.srv.NotifyLog(key)
+	if line, err := logBody.ReadString('\n'); err != nil || line != "second line\n" {
+		t.Fatalf("log follow after 30 s of checks: %q %v", line, err)
+	}
+
+	aliceAllowed.Store(false) // the RoleBinding is removed
+	ended := func(r io.Reader) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, r)
+			close(done)
+		}()
+		return done
+	}
+	streams := map[string]<-chan struct{}{"watch": ended(watch.r), "task watch": ended(taskWatch.r), "log follow": ended(logBody)}
+	revokedAt := clk.Now()
+	for name, done := range streams {
+		for open := true; open; {
+			select {
+			case <-done:
+				open = false
+			case <-time.After(200 * time.Millisecond):
+				if clk.Since(revokedAt) > time.Minute {
+					t.Fatalf("the %s is still open a minute after the revocation", name)
+				}
+				clk.Step(time.Second)
+			}
+		}
+		t.Logf("%s ended within %s of the revocation (injected clock)", name, clk.Since(revokedAt))
+	}
+	if got := logResp.Trailer.Get(api.HeaderLogResume); got != "true" {
+		t.Errorf("log follow trailer %s = %q, want true", api.HeaderLogResume, got)
+	}
+	h.publish(tk.ID, "after revocation")
+	if ev := other.next(); ev.Message != "after revocation" {
+		t.Errorf("another caller's watch: %+v", ev)
+	}
+	if resp, _ := h.do(http.MethodGet, api.Prefix+"/watch?namespace=team-a", nil, alice...); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a new watch after the revocation: %s, want 403", resp.Status)
 	}
 }
