@@ -227,7 +227,7 @@ func (p *fakePager) Page(ctx context.Context, o store.PageOptions) (store.Page, 
 		}
 		return recs[i].ID > recs[j].ID
 	})
-	filters := fmt.Sprint(o.Namespace, o.Phase, o.Reason, o.NamePrefix, o.Labels, o.CreatedAfter, o.CreatedBefore, o.Terminal)
+	filters := fmt.Sprint(o.Namespace, o.Namespaces, o.Phase, o.Reason, o.NamePrefix, o.Labels, o.CreatedAfter, o.CreatedBefore, o.Terminal)
 	var afterT time.Time
 	var afterID string
 	if o.Continue != "" {
@@ -250,7 +250,7 @@ func (p *fakePager) Page(ctx context.Context, o store.PageOptions) (store.Page, 
 		if o.Continue != "" && (r.CreatedAt.After(afterT) || (r.CreatedAt.Equal(afterT) && r.ID >= afterID)) {
 			continue
 		}
-		if (o.Namespace != "" && r.Namespace != o.Namespace) || (o.Phase != "" && r.Phase != o.Phase) || (o.Reason != "" && r.Reason != o.Reason) ||
+		if (o.Namespace != "" && r.Namespace != o.Namespace) || (len(o.Namespaces) > 0 && !slices.Contains(o.Namespaces, r.Namespace)) || (o.Phase != "" && r.Phase != o.Phase) || (o.Reason != "" && r.Reason != o.Reason) ||
 			!strings.HasPrefix(r.Name, o.NamePrefix) || (o.Terminal != nil && r.Terminal != *o.Terminal) ||
 			(!o.CreatedAfter.IsZero() && r.CreatedAt.Before(o.CreatedAfter)) || (!o.CreatedBefore.IsZero() && !r.CreatedAt.Before(o.CreatedBefore)) {
 			continue

@@ -126,8 +126,9 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 		return nil, huma.Error400BadRequest(fmt.Sprintf("offset %d is beyond the log's %d bytes", offset, info.Size),
 			&huma.ErrorDetail{Location: "query.offset", Value: in.Offset, Message: fmt.Sprintf("must be at most %d", info.Size)})
 	}
+	access := s.access(ctx, ActionLogs, rec.Namespace)
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {
-		s.streamLog(hctx, key, info, offset, limit, follow)
+		s.streamLog(hctx, access, key, info, offset, limit, follow)
 	}}, nil
 }
 
@@ -142,8 +143,9 @@ const (
 // streamLog writes the log from offset and, with follow, goes on until it is
 // complete; with a limit (0: none) it stops after that many bytes. The
 // archive is polled every LogPollInterval; NotifyLog wakes the follow
-// earlier.
-func (s *Server) streamLog(hctx huma.Context, key store.LogKey, info store.LogInfo, offset, limit int64, follow bool) {
+// earlier. A follow ends (to be resumed) once access is no longer allowed
+// (checked every AuthRecheck).
+func (s *Server) streamLog(hctx huma.Context, access *streamAccess, key store.LogKey, info store.LogInfo, offset, limit int64, follow bool) {
 	ctx := hctx.Context()
 	_, w := humago.Unwrap(hctx)
 	rc := http.NewResponseController(w)
@@ -159,7 +161,7 @@ func (s *Server) streamLog(hctx huma.Context, key store.LogKey, info store.LogIn
 		s.metrics.streams.WithLabelValues("logs").Inc()
 		defer s.metrics.streams.WithLabelValues("logs").Dec()
 	}
-	end, last := s.copyLog(ctx, w, rc, key, offset, limit, follow)
+	end, last := s.copyLog(ctx, w, rc, access, key, offset, limit, follow)
 	// Trailers: the archive as the response ends.
 	setLogHeaders(hctx.SetHeader, last)
 	hctx.SetHeader(api.HeaderLogResume, strconv.FormatBool(end == logResume))
@@ -171,11 +173,14 @@ func setLogHeaders(set func(string, string), info store.LogInfo) {
 	set(api.HeaderLogTruncated, strconv.FormatBool(info.Truncated))
 }
 
-func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseController, key store.LogKey, pos, limit int64, follow bool) (logEnd, store.LogInfo) {
+func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseController, access *streamAccess, key store.LogKey, pos, limit int64, follow bool) (logEnd, store.LogInfo) {
 	var info store.LogInfo
 	var wake <-chan struct{}
-	var pollC, endC <-chan time.Time
+	var pollC, endC, recheck <-chan time.Time
 	if follow {
+		var stopRecheck func()
+		recheck, stopRecheck = access.recheck()
+		defer stopRecheck()
 		poll := s.cfg.Clock.NewTicker(s.cfg.LogPollInterval)
 		defer poll.Stop()
 		end := s.cfg.Clock.NewTimer(s.cfg.StreamTimeout)
@@ -241,6 +246,10 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 		case <-pollC:
 		case <-endC:
 			return logResume, info
+		case <-recheck:
+			if !access.stillAllowed(ctx) {
+				return logResume, info // the client's next request is refused
+			}
 		case <-s.stopping:
 			return logResume, info
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
 )
 
 // ring keeps the most recent events, numbered from 1 in the order they were
@@ -130,6 +131,17 @@ type taskMeta struct {
 	labels          map[string]string
 }
 
+// fits reports whether m may describe the task of ev: not for ev's record's
+// first event (Submitted), which may be a new record with an ID used before,
+// nor for an event whose pod is in another namespace.
+func (m taskMeta) fits(ev executor.Event) bool {
+	if ev.Type == executor.EventSubmitted {
+		return false
+	}
+	ns, _, hasPod := strings.Cut(ev.Pod, "/")
+	return !hasPod || ns == m.namespace
+}
+
 // metaCache keeps the metadata of recently seen tasks (least recently used
 // out), so that publishing an event rarely reads the store.
 type metaCache struct {
@@ -158,6 +170,14 @@ func (c *metaCache) get(id string) (taskMeta, bool) {
 	}
 	c.order.MoveToFront(el)
 	return el.Value.(*metaItem).meta, true
+}
+
+// clear forgets every entry.
+func (c *metaCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.items)
+	c.order.Init()
 }
 
 func (c *metaCache) put(id string, m taskMeta) {

@@ -83,6 +83,12 @@ type Config struct {
 	// StreamTimeout ends a watch or a log follow after this long; the client
 	// resumes from its cursor or offset (and is authorized again). Default 30m.
 	StreamTimeout time.Duration
+	// AuthRecheck is how often an open watch or log follow asks Auth again
+	// whether its caller may still do what opened it (the token, and the
+	// action in the stream's namespaces); the stream ends once it may not.
+	// A revoked permission thus ends a stream within AuthRecheck plus the
+	// authenticator's cache (10s in kubernetes mode). Default 5s.
+	AuthRecheck time.Duration
 	// LogPollInterval is how often a log follow reads the archive when no
 	// NotifyLog woke it. Default 1s.
 	LogPollInterval time.Duration
@@ -122,6 +128,9 @@ func (c *Config) defaults() error {
 	if c.ValidateOnServer && c.Client == nil {
 		errs = append(errs, errors.New("ValidateOnServer needs Client"))
 	}
+	if c.AuthRecheck < 0 {
+		errs = append(errs, fmt.Errorf("AuthRecheck must not be negative (0 means the default), got %d", c.AuthRecheck))
+	}
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -153,6 +162,7 @@ func (c *Config) defaults() error {
 	setDuration(&c.LogWait, 30*time.Second)
 	setDuration(&c.ShutdownTimeout, 10*time.Second)
 	setDuration(&c.ValidationTTL, time.Minute)
+	setDuration(&c.AuthRecheck, 5*time.Second)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}

@@ -288,9 +288,22 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	return &taskOutput{Status: http.StatusCreated, Location: taskURL(id), Cursor: cursor, Body: &out}, nil
 }
 
+// existing answers a submission whose ID exists: 409 for another document;
+// for the same one 200 with the task as it is now, to a caller who may read
+// it (get in its namespace), and otherwise with the task's identity only
+// (what the caller sent: ID, namespace, name, labels, origin), so that
+// submitting is no way to read a task's state, result or attempts.
 func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, origin string) (*taskOutput, error) {
 	if !s.same(rec, doc, origin) {
 		return nil, conflict(rec.ID)
+	}
+	reads, err := s.allowed(ctx, CallerFrom(ctx), ActionGet, rec.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if !reads {
+		out := api.Task{ID: rec.ID, Namespace: rec.Namespace, Name: rec.Name, Labels: rec.Labels, Origin: rec.Origin}
+		return &taskOutput{Status: http.StatusOK, Location: taskURL(rec.ID), Body: &out}, nil
 	}
 	cursor := s.ring.headCursor()
 	if cur, err := s.cfg.Executor.Get(ctx, rec.ID); err == nil {

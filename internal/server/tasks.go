@@ -167,7 +167,9 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.Namespace = sc.namespace
+	// The store reads the caller's namespaces only: a page, and the
+	// continue token that carries its last task, holds nothing of the others.
+	opts.Namespace, opts.Namespaces = sc.namespace, sc.only
 	cursor := s.ring.headCursor()
 	page, err := s.cfg.Pager.Page(ctx, opts)
 	if errors.Is(err, store.ErrBadContinue) {
@@ -179,9 +181,13 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 	}
 	out := &api.TaskList{Items: []api.Task{}, Continue: page.Continue, Cursor: cursor}
 	for _, rec := range page.Records {
-		if sc.allows(rec.Namespace) {
-			out.Items = append(out.Items, s.toAPI(rec, false))
+		if !sc.allows(rec.Namespace) || (sc.namespace != "" && rec.Namespace != sc.namespace) {
+			// A Pager that ignored the scope: answer nothing rather than
+			// a page or token of another namespace.
+			s.log.Error("the store's page holds a task outside the caller's namespaces", "task", rec.ID, "namespace", rec.Namespace)
+			return nil, s.internal("listing tasks", errors.New("page outside the requested namespaces"))
 		}
+		out.Items = append(out.Items, s.toAPI(rec, false))
 	}
 	return &listOutput{Body: out}, nil
 }

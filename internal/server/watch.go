@@ -90,8 +90,20 @@ func (s *Server) registerStreams() {
 // ring at its own pace, and one that falls behind the ring gets Expired). It
 // reads the task's namespace, name and labels from the executor the first
 // time it sees a task (a small cache keeps them).
+//
+// A task ID can name another record later (retention deleted the task, and
+// a new one took its ID, in any namespace), so a cached entry is used only
+// while nothing says it may be another record's: a Submitted event (the
+// first of every record) reads the record again, so does an event whose pod
+// is in another namespace than the entry's, and PublishMissed, which says
+// that some events (a Submitted among them) never arrived, empties the cache.
+// Events are therefore published under their own record's namespace, name
+// and labels, and reach only the watchers that may see that namespace.
 func (s *Server) Publish(ev executor.Event) {
 	m, ok := s.meta.get(ev.ID)
+	if ok && !m.fits(ev) {
+		ok = false
+	}
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rec, err := s.cfg.Executor.Get(ctx, ev.ID)
@@ -119,6 +131,9 @@ func (s *Server) Publish(ev executor.Event) {
 // again. Call it when events published elsewhere (another replica's) may
 // have been lost on their way here.
 func (s *Server) PublishMissed(reason string) {
+	// A missed Submitted would leave a cached entry of an earlier record
+	// with the same ID in place: read every task again.
+	s.meta.clear()
 	s.ring.append(api.Event{
 		Type: api.EventExpired, Time: s.cfg.Clock.Now(),
 		Message: "events may have been missed (" + reason + "); list the tasks again and go on with this stream",
@@ -150,7 +165,8 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 	match := func(e *ringEntry) bool {
 		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, match, pos, expired) }}, nil
+	access := s.access(ctx, ActionWatch, sc.namespaces()...)
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, access, match, pos, expired) }}, nil
 }
 
 func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.StreamResponse, error) {
@@ -161,11 +177,13 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.record(ctx, in.ID, ActionWatch); err != nil {
+	rec, err := s.record(ctx, in.ID, ActionWatch)
+	if err != nil {
 		return nil, err
 	}
 	match := func(e *ringEntry) bool { return e.ev.TaskID == in.ID }
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, match, pos, expired) }}, nil
+	access := s.access(ctx, ActionWatch, rec.Namespace)
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, access, match, pos, expired) }}, nil
 }
 
 // resume parses the cursor a watch resumes from: Last-Event-ID (what
@@ -183,8 +201,9 @@ func (s *Server) resume(query, header string) (uint64, bool, error) {
 }
 
 // stream writes the events after pos that match, as Server-Sent Events,
-// until the client goes, the stream's time is up or the server stops.
-func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint64, expired bool) {
+// until the client goes, the stream's time is up, the server stops or
+// access is no longer allowed (checked every AuthRecheck).
+func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*ringEntry) bool, pos uint64, expired bool) {
 	ctx := hctx.Context()
 	_, w := humago.Unwrap(hctx)
 	rc := http.NewResponseController(w)
@@ -209,6 +228,8 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 	defer hb.Stop()
 	end := s.cfg.Clock.NewTimer(s.cfg.StreamTimeout)
 	defer end.Stop()
+	recheck, stopRecheck := access.recheck()
+	defer stopRecheck()
 	sent := pos // the position the client's cursor holds
 	for {
 		entries, ok, wait := s.ring.since(pos, 512)
@@ -248,6 +269,14 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 			}
 		case <-end.C():
 			return
+		case <-recheck:
+			if !access.stillAllowed(ctx) {
+				// Events already sent are not taken back; no later one
+				// goes out. The client's next request is refused.
+				sw.comment("access revoked: the caller may no longer watch these tasks")
+				_ = sw.flush(rc)
+				return
+			}
 		case <-s.stopping:
 			return
 		case <-ctx.Done():

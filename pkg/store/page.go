@@ -28,7 +28,14 @@ type pageQuery struct {
 	createdFrom, createdTo *int64
 	// filters identifies the filters, so a token works only with its own.
 	filters string
+	// none is set when Namespace is not one of Namespaces: nothing matches.
+	none bool
 }
+
+// maxNamespaceBranches is the most namespaces (PageOptions.Namespaces) the
+// SQL stores read as one ordered range each, merged; beyond it the
+// namespaces are one condition on the range of the filters' index.
+const maxNamespaceBranches = 64
 
 // pageKey is a record's position in page order.
 type pageKey struct {
@@ -52,6 +59,18 @@ func (o PageOptions) query() (pageQuery, error) {
 		q.Labels = nil
 	} else {
 		q.Labels = maps.Clone(q.Labels)
+	}
+	if len(o.Namespaces) > 0 {
+		q.Namespaces = slices.Compact(slices.Sorted(slices.Values(o.Namespaces)))
+		switch {
+		case q.Namespace != "":
+			q.none = !slices.Contains(q.Namespaces, q.Namespace)
+			q.Namespaces = nil
+		case len(q.Namespaces) == 1:
+			q.Namespace, q.Namespaces = q.Namespaces[0], nil
+		}
+	} else {
+		q.Namespaces = nil
 	}
 	switch {
 	case o.Limit <= 0:
@@ -97,7 +116,9 @@ func (q pageQuery) filterHash() string {
 		Labels                               map[string]string // encoded with sorted keys
 		From, To                             *int64
 		Terminal                             *bool
-	}{q.Namespace, q.Phase, q.Reason, q.NamePrefix, q.Labels, q.createdFrom, q.createdTo, q.Terminal})
+		Namespaces                           []string `json:",omitempty"` // sorted; omitted when empty, so older tokens stay valid
+		None                                 bool     `json:",omitempty"`
+	}{q.Namespace, q.Phase, q.Reason, q.NamePrefix, q.Labels, q.createdFrom, q.createdTo, q.Terminal, q.Namespaces, q.none})
 	if err != nil { // strings, ints and bools always encode
 		panic(fmt.Sprintf("page filters encoding: %v", err))
 	}
@@ -139,7 +160,9 @@ func (q pageQuery) sortedLabelKeys() []string {
 func (q pageQuery) matches(rec Record) bool {
 	created := rec.CreatedAt.UnixNano()
 	switch {
-	case q.Namespace != "" && rec.Namespace != q.Namespace,
+	case q.none,
+		q.Namespace != "" && rec.Namespace != q.Namespace,
+		len(q.Namespaces) > 0 && !slices.Contains(q.Namespaces, rec.Namespace),
 		q.Phase != "" && rec.Phase != q.Phase,
 		q.Reason != "" && rec.Reason != q.Reason,
 		q.NamePrefix != "" && !strings.HasPrefix(rec.Name, q.NamePrefix),

@@ -28,6 +28,9 @@ func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 	}
+	if q.none {
+		return Page{}, nil
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c, err := s.conn(ctx)
@@ -103,15 +106,35 @@ var postgresColumnsOfT, postgresColumnsOfP = postgresColumnsOf("t"), postgresCol
 // finds a page's rows after a few times as many; and when the filters
 // together match few rows, it may read them from two indexes and sort them
 // (never more than the matches of those ranges).
+//
+// Several namespaces (PageOptions.Namespaces) are one such statement per
+// namespace, each limited to limit+1 rows, merged in page order (UNION ALL,
+// a Merge Append): no record of another namespace is read, and the cost is
+// that of one page per namespace. Beyond maxNamespaceBranches namespaces,
+// they are one condition (= ANY) on the range of the other filters instead.
 func postgresPageSQL(q pageQuery) (string, []any) {
-	var (
-		where []string
-		args  []any
-	)
+	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
+	if len(q.Namespaces) < 2 || len(q.Namespaces) > maxNamespaceBranches {
+		return postgresPageRangeSQL(q, arg), args
+	}
+	parts := make([]string, 0, len(q.Namespaces))
+	for _, ns := range q.Namespaces {
+		b := q
+		b.Namespace, b.Namespaces = ns, nil
+		parts = append(parts, "("+postgresPageRangeSQL(b, arg)+")")
+	}
+	return "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") AS u ORDER BY created_at DESC, id DESC LIMIT " + arg(int64(q.limit+1)), args
+}
+
+// postgresPageRangeSQL is postgresPageSQL for at most one namespace, or for
+// namespaces given as one condition; arg adds an argument and returns its
+// placeholder.
+func postgresPageRangeSQL(q pageQuery, arg func(v any) string) string {
+	var where []string
 	// created and id are the page-order columns of the range read.
 	created, id := "t.created_at", "t.id"
 	labelKeys := q.sortedLabelKeys()
@@ -130,6 +153,13 @@ func postgresPageSQL(q pageQuery) (string, []any) {
 	}
 	if q.Namespace != "" {
 		where = append(where, "t.namespace = "+arg(bytesOf(q.Namespace)))
+	}
+	if len(q.Namespaces) > 0 {
+		nss := make([][]byte, len(q.Namespaces))
+		for i, ns := range q.Namespaces {
+			nss[i] = bytesOf(ns)
+		}
+		where = append(where, "t.namespace = ANY("+arg(nss)+")")
 	}
 	if q.Phase != "" {
 		where = append(where, "t.phase = "+arg(bytesOf(q.Phase)))
@@ -181,7 +211,7 @@ func postgresPageSQL(q pageQuery) (string, []any) {
 	if deferred {
 		query = "SELECT " + postgresColumnsOfP + " FROM (" + query + ") AS k JOIN tasks AS p ON p.id = k.id ORDER BY p.created_at DESC, p.id DESC"
 	}
-	return query, args
+	return query
 }
 
 // postgresLogSQL are the log archive's statements.

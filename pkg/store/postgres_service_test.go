@@ -275,6 +275,11 @@ func TestPostgresPagePlans(t *testing.T) {
 		"every filter": {opts: store.PageOptions{Namespace: "team-3", Phase: "Succeeded", Reason: "Completed", NamePrefix: "team-3",
 			Labels: map[string]string{"env": "prod"}, CreatedAfter: day, CreatedBefore: day.Add(time.Hour), Terminal: &yes},
 			indexes: []string{"tasks_by_namespace_phase", "tasks_by_namespace", "tasks_by_phase", "tasks_by_reason", created}},
+		// Several namespaces: one range per namespace, merged (the driver
+		// checked is the first namespace's).
+		"namespaces":        {opts: store.PageOptions{Namespaces: []string{"team-3", "team-4", "rare-ns"}}, indexes: []string{"tasks_by_namespace", "tasks_by_namespace_phase", created}},
+		"namespaces, label": {opts: store.PageOptions{Namespaces: []string{"team-3", "team-4"}, Labels: map[string]string{"app": "team-3-app-2"}}, indexes: []string{"task_labels_by_value"}},
+		"namespaces, phase": {opts: store.PageOptions{Namespaces: []string{"team-3", "team-4"}, Phase: "Running"}, indexes: []string{"tasks_by_namespace_phase", "tasks_by_namespace", "tasks_by_phase", created}},
 	}
 	last := store.Record{ID: "task-012000", CreatedAt: day.Add(2 * time.Second)}
 	for name, tc := range tests {

@@ -23,6 +23,13 @@ import (
 type PageOptions struct {
 	// Namespace, Phase and Reason match exactly.
 	Namespace, Phase, Reason string
+	// Namespaces, when not empty, confines the page to records in one of
+	// these namespaces (with Namespace as well: to Namespace if it is one of
+	// them, else to nothing). The records of other namespaces are never
+	// read into a page, so neither a page nor its continue token (which
+	// carries the page's last record) says anything about them: this is how
+	// `kubetask serve` lists for a caller that may see some namespaces only.
+	Namespaces []string
 	// NamePrefix matches the start of the task's name.
 	NamePrefix string
 	// Labels match the task's labels (metadata.labels) exactly, each of them.

@@ -17,6 +17,9 @@ func (s *sqliteStore) Page(ctx context.Context, opts PageOptions) (Page, error) 
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", err)
 	}
+	if q.none {
+		return Page{}, nil
+	}
 	query, args := sqlitePageSQL(q)
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -76,7 +79,33 @@ var sqliteColumnsOfT, sqliteColumnsOfP = sqliteColumnsOf("t"), sqliteColumnsOf("
 // The worst case of an in-order range with further filters is a range with
 // few matches: the reading then goes through the whole range of the chosen
 // index (never the whole table, unless the filter is as wide).
+//
+// Several namespaces (PageOptions.Namespaces) are read as one such range
+// per namespace, each limited to limit+1 rows, merged in page order: no
+// record of another namespace is read, and the cost is that of one page per
+// namespace. Beyond maxNamespaceBranches namespaces, they are one IN
+// condition on the range of the other filters instead.
 func sqlitePageSQL(q pageQuery) (string, []any) {
+	if len(q.Namespaces) < 2 || len(q.Namespaces) > maxNamespaceBranches {
+		return sqlitePageRangeSQL(q)
+	}
+	var (
+		parts []string
+		args  []any
+	)
+	for _, ns := range q.Namespaces {
+		b := q
+		b.Namespace, b.Namespaces = ns, nil
+		query, a := sqlitePageRangeSQL(b)
+		parts = append(parts, "SELECT * FROM ("+query+")")
+		args = append(args, a...)
+	}
+	return "SELECT * FROM (" + strings.Join(parts, " UNION ALL ") + ") ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.limit+1)
+}
+
+// sqlitePageRangeSQL is sqlitePageSQL for at most one namespace, or for
+// namespaces given as one condition.
+func sqlitePageRangeSQL(q pageQuery) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -115,6 +144,9 @@ func sqlitePageSQL(q pageQuery) (string, []any) {
 	}
 	if q.Namespace != "" {
 		add("t.namespace = ?", q.Namespace)
+	}
+	if len(q.Namespaces) > 0 {
+		add("t.namespace IN (?"+strings.Repeat(", ?", len(q.Namespaces)-1)+")", anys(q.Namespaces)...)
 	}
 	if q.Phase != "" {
 		add("t.phase = ?", q.Phase)
@@ -165,6 +197,15 @@ func sqlitePageSQL(q pageQuery) (string, []any) {
 		query = "SELECT " + sqliteColumnsOfP + " FROM tasks AS p WHERE p.rowid IN (" + query + ") ORDER BY p.created_at DESC, p.id DESC"
 	}
 	return query, append(args, q.limit+1)
+}
+
+// anys returns ss as arguments of a statement.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func (s *sqliteStore) AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error) {

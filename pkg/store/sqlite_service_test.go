@@ -130,6 +130,61 @@ func TestSQLitePagePlans(t *testing.T) {
 	}
 }
 
+// TestSQLiteNamespacesPagePlans checks that a page confined to several
+// namespaces reads one range of tasks_by_namespace per namespace (or of the
+// label's index, with a label filter), first page and continued, and never
+// scans the table: the records of other namespaces are not read.
+func TestSQLiteNamespacesPagePlans(t *testing.T) {
+	s := openSQLite(t, filepath.Join(t.TempDir(), "tasks.db"))
+	defer s.Close()
+	day := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := map[string]struct {
+		opts   store.PageOptions
+		search string // what each namespace's range is searched by
+	}{
+		"namespaces":        {store.PageOptions{Namespaces: []string{"a", "b", "c"}}, "SEARCH t USING INDEX tasks_by_namespace (namespace=?"},
+		"namespaces, phase": {store.PageOptions{Namespaces: []string{"a", "b", "c"}, Phase: "Running"}, "SEARCH t USING INDEX tasks_by_namespace_phase (namespace=? AND phase=?"},
+		"namespaces, label": {store.PageOptions{Namespaces: []string{"a", "b", "c"}, Labels: map[string]string{"app": "web"}}, "SEARCH l USING INDEX task_labels_by_value (key=? AND value=?"},
+	}
+	last := store.Record{ID: "last", CreatedAt: day}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tok, err := store.ContinueToken(tc.opts, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := tc.opts
+			next.Continue = tok
+			for _, opts := range []store.PageOptions{tc.opts, next} {
+				query, args, err := store.SQLitePageSQL(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan, err := store.SQLitePlan(s, query, args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("continued %v: %q", opts.Continue != "", plan)
+				ranges := 0
+				for _, line := range plan {
+					if strings.HasPrefix(line, "SCAN t") || strings.HasPrefix(line, "SCAN l") {
+						t.Errorf("scans a table: %q", line)
+					}
+					// Each range yields at most limit+1 rows, which a
+					// label's branch sorts by the task's columns for the
+					// merge.
+					if strings.HasPrefix(strings.Replace(line, "COVERING INDEX", "INDEX", 1), tc.search) {
+						ranges++
+					}
+				}
+				if ranges != len(tc.opts.Namespaces) {
+					t.Errorf("%d ranges %q..., want one per namespace (%d): %q", ranges, tc.search, len(tc.opts.Namespaces), plan)
+				}
+			}
+		})
+	}
+}
+
 // TestSQLiteStatementPlans checks that the other statements of the service
 // paths (Get, the log archive, retention and the triggers that delete a
 // task's labels and logs) search an index.

@@ -31,6 +31,7 @@ var serviceCases = []struct {
 	{"PageThroughInsertsNoSkipNoRepeat", testPageThroughInserts},
 	{"PageFilteredThroughInserts", testPageFilteredThroughInserts},
 	{"PageBadContinue", testPageBadContinue},
+	{"PageVisibleNamespacesOnly", testPageVisibleNamespaces},
 	{"PageLimits", testPageLimits},
 	{"PageLabelsFollowUpdates", testPageLabelsFollowUpdates},
 	{"LogChunksReadBackAtAnyOffset", testLogChunks},
@@ -304,6 +305,100 @@ func labelsMatch(sel map[string]string) func(store.Record) bool {
 		}
 		return true
 	}
+}
+
+// testPageVisibleNamespaces pages with PageOptions.Namespaces (the
+// namespaces a caller may see) alone and with the other filters: the pages
+// hold the matching records of those namespaces and nothing else, full pages
+// until the last (never a short page with a token: no record of another
+// namespace was read in its place), and a token issued for some namespaces
+// is refused with others.
+func testPageVisibleNamespaces(t *testing.T, s store.Store) {
+	p := pagerOf(t, s)
+	const n = 90
+	var all []store.Record
+	for i := range n {
+		rec := filterRecord(i)
+		rec.ID = fmt.Sprintf("v-%02d", i)
+		rec.Namespace = []string{"team-a", "team-b", "team-c"}[i%3]
+		all = append(all, mustCreate(t, s, rec))
+	}
+	many := []string{"team-b", "team-a"}
+	for i := range 70 { // more than the stores read as one range each
+		many = append(many, fmt.Sprintf("other-%02d", i))
+	}
+	visible := func(r store.Record) bool { return r.Namespace == "team-a" || r.Namespace == "team-b" }
+	tests := map[string]struct {
+		opts store.PageOptions
+		want func(r store.Record) bool
+	}{
+		"two namespaces":           {store.PageOptions{Namespaces: []string{"team-b", "team-a"}}, visible},
+		"two namespaces, repeated": {store.PageOptions{Namespaces: []string{"team-a", "team-b", "team-a"}}, visible},
+		"one namespace":            {store.PageOptions{Namespaces: []string{"team-c"}}, func(r store.Record) bool { return r.Namespace == "team-c" }},
+		"many namespaces":          {store.PageOptions{Namespaces: many}, visible},
+		"namespace among them":     {store.PageOptions{Namespace: "team-b", Namespaces: []string{"team-a", "team-b"}}, func(r store.Record) bool { return r.Namespace == "team-b" }},
+		"namespace not among them": {store.PageOptions{Namespace: "team-c", Namespaces: []string{"team-a", "team-b"}}, func(store.Record) bool { return false }},
+		"name prefix":              {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, NamePrefix: "etl-"}, func(r store.Record) bool { return visible(r) && strings.HasPrefix(r.Name, "etl-") }},
+		"label":                    {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, Labels: map[string]string{"app": "db"}}, func(r store.Record) bool { return visible(r) && r.Labels["app"] == "db" }},
+		"label and name prefix": {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, Labels: map[string]string{"app": "web"}, NamePrefix: "report"}, func(r store.Record) bool {
+			return visible(r) && r.Labels["app"] == "web" && strings.HasPrefix(r.Name, "report")
+		}},
+		"phase":            {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, Phase: "Failed"}, func(r store.Record) bool { return visible(r) && r.Phase == "Failed" }},
+		"reason, terminal": {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, Reason: "Completed", Terminal: new(true)}, func(r store.Record) bool { return visible(r) && r.Reason == "Completed" && r.Terminal }},
+		"created": {store.PageOptions{Namespaces: []string{"team-a", "team-b"}, CreatedAfter: all[30].CreatedAt, CreatedBefore: all[60].CreatedAt}, func(r store.Record) bool {
+			return visible(r) && !r.CreatedAt.Before(all[30].CreatedAt) && r.CreatedAt.Before(all[60].CreatedAt)
+		}},
+		"many namespaces, label, prefix": {store.PageOptions{Namespaces: many, Labels: map[string]string{"app": "web"}, NamePrefix: "report"}, func(r store.Record) bool {
+			return visible(r) && r.Labels["app"] == "web" && strings.HasPrefix(r.Name, "report")
+		}},
+		"no such namespace": {store.PageOptions{Namespaces: []string{"team-x", "team-y"}}, func(store.Record) bool { return false }},
+		"other namespace's filter values": {store.PageOptions{Namespaces: []string{"team-a"}, NamePrefix: "etl-", Labels: map[string]string{"app": "batch"}}, func(r store.Record) bool {
+			return r.Namespace == "team-a" && strings.HasPrefix(r.Name, "etl-") && r.Labels["app"] == "batch"
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var want []store.Record
+			for _, r := range all {
+				if tc.want(r) {
+					want = append(want, r)
+				}
+			}
+			slices.SortFunc(want, func(a, b store.Record) int {
+				if inPageOrder(a, b) {
+					return -1
+				}
+				return 1
+			})
+			for _, limit := range []int{1, 4, 100} {
+				// pageAll fails on a short page with a token: a page that
+				// read another namespace's record in place of a visible one.
+				got := pageAll(t, p, tc.opts, limit)
+				if diff := cmp.Diff(ids(want), ids(got)); diff != "" {
+					t.Fatalf("limit %d: IDs (-want +got):\n%s", limit, diff)
+				}
+			}
+		})
+	}
+	t.Run("token of other namespaces", func(t *testing.T) {
+		ctx := context.Background()
+		first, err := p.Page(ctx, store.PageOptions{Namespaces: []string{"team-a", "team-b"}, Limit: 2})
+		if err != nil || first.Continue == "" {
+			t.Fatalf("first page: continue %q, err %v", first.Continue, err)
+		}
+		for _, o := range []store.PageOptions{
+			{Namespaces: []string{"team-a", "team-b", "team-c"}, Continue: first.Continue},
+			{Continue: first.Continue},
+		} {
+			if page, err := p.Page(ctx, o); !errors.Is(err, store.ErrBadContinue) {
+				t.Errorf("Page(namespaces %v): %d records, err = %v; want ErrBadContinue", o.Namespaces, len(page.Records), err)
+			}
+		}
+		same, err := p.Page(ctx, store.PageOptions{Namespaces: []string{"team-b", "team-a"}, Limit: 2, Continue: first.Continue})
+		if err != nil || len(same.Records) != 2 {
+			t.Errorf("the same namespaces in another order: %d records, err %v; want the next page", len(same.Records), err)
+		}
+	})
 }
 
 // testPageThroughInserts pages through 1,000 records while more are created
