@@ -673,7 +673,8 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 }
 
 // Get returns the task's record, with the latest derived state of an
-// unfinished task (progress is kept in memory, not written to the Store).
+// unfinished task (progress is kept in memory, not written to the Store);
+// a task waiting for a slot says which limit it waits for now.
 func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 	rec, err := e.store.Get(ctx, id)
 	if err != nil {
@@ -685,6 +686,11 @@ func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 		e.mu.Unlock()
 		if ok && p.attempt == rec.Attempt {
 			rec.Phase, rec.Reason, rec.Message, rec.ExitCode = p.phase, p.reason, p.message, p.exitCode
+			if p.reason == reasonWaitingForSlot {
+				if msg := e.waitingFor(id); msg != "" {
+					rec.Message = msg
+				}
+			}
 		}
 	}
 	return rec, nil

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubetask/kubetask/internal/podtest"
+	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
@@ -334,5 +335,57 @@ func TestSlotConfigErrors(t *testing.T) {
 	cfg := Config{RESTConfig: &rest.Config{}, InstanceID: "x"}
 	if err := cfg.defaults(); err != nil || cfg.SlotOrder != SlotOrderFair {
 		t.Errorf("defaults: %v, order %q, want fair", err, cfg.SlotOrder)
+	}
+}
+
+// TestGetSaysWhichLimitNow: a waiting task is synced again only when a slot
+// may be its, so the message of its last sync can be out of date; Get says
+// which limit it waits for now.
+func TestGetSaysWhichLimitNow(t *testing.T) {
+	f := newFx(t, func(c *Config) {
+		c.Namespaces = nil
+		c.Parallelism = 1
+		c.NamespaceParallelism = map[string]int{"ns": 1}
+	})
+	// A task of namespace x holds the only slot.
+	x := newTask()
+	x.Namespace = "x"
+	if _, err := f.ex.Submit(f.ctx, "x1", x); err != nil {
+		t.Fatal(err)
+	}
+	f.update("x1", func(r *store.Record) { r.PodCreated = true })
+	xPod := f.podOf("x1", 0, running())
+	f.both(xPod)
+	if _, _, err := f.sync("x1"); err != nil || f.state("x1") != "Running/Running" {
+		t.Fatalf("x1: %v %s", err, f.state("x1"))
+	}
+	f.clk.Step(time.Second)
+	f.submit("b1", newTask())
+	f.clk.Step(time.Second)
+	f.submit("b2", newTask())
+	for _, id := range []string{"b2", "b1"} {
+		if _, _, err := f.sync(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := func(id string) string {
+		rec, err := f.ex.Get(f.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Message
+	}
+	if got := msg("b2"); got != "all 1 slots in use; namespaces with waiting tasks take free slots in turn" {
+		t.Errorf("b2 while x1 runs: %q", got)
+	}
+	// x1's pod goes: b1 takes the slot, and ns is at its limit. b2 is not
+	// synced again (no slot is its), yet Get says what it waits for now.
+	f.uncache(xPod)
+	f.ex.podEvent(compactPod(xPod), true)
+	if _, _, err := f.sync("b1"); err != nil || f.state("b1") != "Pending/Creating" {
+		t.Fatalf("b1: %v %s", err, f.state("b1"))
+	}
+	if got := msg("b2"); got != "namespace ns at its limit of 1" {
+		t.Errorf("b2 once b1 took the slot: %q", got)
 	}
 }

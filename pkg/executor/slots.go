@@ -126,6 +126,24 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	return true, ""
 }
 
+// waitingFor says which limit task id, waiting in line, waits for now (its
+// last sync's message may be older: the slots it counted have changed
+// since), or "" when it is not in line or the plan gives it a free slot.
+func (e *Executor) waitingFor(id string) string {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.inLine[id]
+	if !ok {
+		return ""
+	}
+	plan := e.planLocked(now)
+	if slices.Contains(plan.admit, id) {
+		return ""
+	}
+	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism)
+}
+
 // enlist puts a task that will need a slot in its namespace's line, by
 // priority and submission time, so that no later submission of the same
 // priority overtakes it, even one that happens to be synced first.
