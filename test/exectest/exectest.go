@@ -90,14 +90,17 @@ func (e *Events) WaitTerminal(t *testing.T, timeout time.Duration, ids ...string
 	})
 }
 
-// StartExecutor runs an executor in the test's namespace until the test ends
-// (or stop is called) and returns it.
+// StartExecutor runs an executor in the test's namespace (or in
+// cfg.Namespaces when set) until the test ends (or stop is called) and
+// returns it.
 func StartExecutor(t testing.TB, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
 	t.Helper()
 	if cfg.RESTConfig == nil {
 		cfg.RESTConfig = env.Config
 	}
-	cfg.Namespaces = []string{env.Namespace}
+	if len(cfg.Namespaces) == 0 {
+		cfg.Namespaces = []string{env.Namespace}
+	}
 	cfg.DefaultNamespace = env.Namespace
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "test"
