@@ -57,6 +57,15 @@ func (e *Events) AttemptsFinished(id string) []executor.Event {
 	return e.filter(id, func(ev executor.Event) bool { return ev.Type == executor.EventAttemptFinished })
 }
 
+// First returns the time of id's first event of type typ (zero when there
+// is none).
+func (e *Events) First(id string, typ executor.EventType) time.Time {
+	if evs := e.filter(id, func(ev executor.Event) bool { return ev.Type == typ }); len(evs) > 0 {
+		return evs[0].Time
+	}
+	return time.Time{}
+}
+
 func (e *Events) filter(id string, keep func(executor.Event) bool) []executor.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
