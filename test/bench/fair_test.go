@@ -232,21 +232,23 @@ func BenchmarkFairShare(b *testing.B) {
 
 // TestFairShareTiny runs BenchmarkFairShare's code with a few tasks, so it
 // cannot rot. Its times mean nothing; the order of events is checked:
-// under SlotOrderFair B's first pod is created before any of A's that was
-// not yet admitted at B's submission (at most one per slot was), and B
-// finishes before A's backlog does; under FIFO B's first pod waits for A's
-// backlog.
+// under SlotOrderFair few of A's pods are created after B's submission and
+// before B's first (those admitted already, at most one per slot, and a
+// creation that overtook B's on another creator), and B finishes before
+// A's backlog does; under FIFO B's first pod waits for A's backlog (at
+// least half of A's tasks).
 func TestFairShareTiny(t *testing.T) {
 	fifo := fairRun(t, executor.SlotOrderFIFO, fairTiny)
 	fair := fairRun(t, executor.SlotOrderFair, fairTiny)
 	t.Log("\n" + fairTable([]fairRow{fifo, fair}))
-	if p := fairTiny.parallelism; fair.aBeforeB > p {
-		t.Errorf("fair: %d of A's pods were created after B's submission and before B's first, want at most %d (those admitted already)", fair.aBeforeB, p)
+	bound := 2 * fairTiny.parallelism
+	if fair.aBeforeB > bound {
+		t.Errorf("fair: %d of A's pods were created after B's submission and before B's first, want at most %d", fair.aBeforeB, bound)
 	}
 	if fair.bLast >= fair.aLast {
 		t.Errorf("fair: B's last outcome %s after its submission, A's %s: B should finish first", fair.bLast, fair.aLast)
 	}
-	if p := fairTiny.parallelism; fifo.aBeforeB <= p {
+	if fifo.aBeforeB <= bound {
 		t.Errorf("fifo: only %d of A's pods came before B's first: the baseline is not one line behind A's backlog", fifo.aBeforeB)
 	}
 }
