@@ -123,7 +123,9 @@ func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	bSubmitted := time.Now()
 	waitFor(tb, 20*time.Minute, "every task", func() (bool, string) {
 		a, b := len(evs.times("a", "Terminal")), len(evs.times("b", "Terminal"))
-		return a == sz.a && b == sz.b, fmt.Sprintf("%s: %d of A's and %d of B's tasks done", time.Since(aStart).Round(time.Second), a, b)
+		released := len(evs.times("", executor.EventPodReleased))
+		return a == sz.a && b == sz.b && released == sz.a+sz.b, fmt.Sprintf("%s: %d of A's and %d of B's tasks done, %d pods released",
+			time.Since(aStart).Round(time.Second), a, b, released)
 	})
 	r := fairRow{order: order, size: sz}
 	bPods := evs.times("b", executor.EventPodCreated)
