@@ -3,15 +3,19 @@ package service
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubetask/kubetask/pkg/executor"
 )
 
 // Config configures `kubetask serve`. The zero value of every field but the
@@ -47,6 +51,18 @@ type Config struct {
 	Parallelism int     `json:"parallelism,omitempty"`
 	QPS         float32 `json:"qps,omitempty"`
 	Burst       int     `json:"burst,omitempty"`
+	// NamespaceParallelism caps the task pods of each namespace named here
+	// at once, beside Parallelism (each at least 1); namespaces not named get
+	// DefaultNamespaceParallelism (0: Parallelism only).
+	NamespaceParallelism        map[string]int `json:"namespaceParallelism,omitempty"`
+	DefaultNamespaceParallelism int            `json:"defaultNamespaceParallelism,omitempty"`
+	// NamespaceWeights are the namespaces' shares of the slots (default 1
+	// each): under slotOrder fair a namespace of weight 2 holds up to twice
+	// the slots of one of weight 1 while both have tasks waiting.
+	NamespaceWeights map[string]int `json:"namespaceWeights,omitempty"`
+	// SlotOrder is "fair" (default: the namespaces with waiting tasks take
+	// free slots in turn) or "fifo" (one line for all namespaces).
+	SlotOrder string `json:"slotOrder,omitempty"`
 	// Retention is how long finished tasks and their logs are kept after
 	// their last change. Default 720h (30 days); "0s" keeps them for ever.
 	Retention Duration `json:"retention,omitempty"`
@@ -210,6 +226,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
 		}
 	}
+	errs = append(errs, c.validateSlots()...)
 	if c.QPS < 0 {
 		errs = append(errs, fmt.Errorf("qps must not be negative, got %v", c.QPS))
 	}
@@ -305,4 +322,30 @@ func defaultStateDir() (string, error) {
 		return "", fmt.Errorf("no state directory: set --state-dir or $%s: %w", EnvStateDir, err)
 	}
 	return filepath.Join(home, ".local", "state", "kubetask", "serve"), nil
+}
+
+// validateSlots checks the namespaces' limits, weights and the slot order.
+func (c *Config) validateSlots() []error {
+	var errs []error
+	known := func(field, flag string, m map[string]int) {
+		for _, ns := range slices.Sorted(maps.Keys(m)) {
+			if len(c.Namespaces) > 0 && !slices.Contains(c.Namespaces, ns) {
+				errs = append(errs, fmt.Errorf("%s names namespace %q, which is not one the service runs tasks in (%s): add it to namespaces (--namespaces) or leave it out of %s", field, ns, strings.Join(c.Namespaces, ", "), flag))
+			}
+			if m[ns] < 1 {
+				errs = append(errs, fmt.Errorf("%s[%s] must be at least 1, got %d (%s %s=N; leave the namespace out for no limit of its own)", field, ns, m[ns], flag, ns))
+			}
+		}
+	}
+	known("namespaceParallelism", "--namespace-parallelism", c.NamespaceParallelism)
+	known("namespaceWeights", "--namespace-weights", c.NamespaceWeights)
+	if c.DefaultNamespaceParallelism < 0 {
+		errs = append(errs, fmt.Errorf("defaultNamespaceParallelism must not be negative (0: no limit of its own), got %d (--default-namespace-parallelism)", c.DefaultNamespaceParallelism))
+	}
+	switch c.SlotOrder {
+	case "", string(executor.SlotOrderFair), string(executor.SlotOrderFIFO):
+	default:
+		errs = append(errs, fmt.Errorf("slotOrder %q: want fair or fifo (--slot-order)", c.SlotOrder))
+	}
+	return errs
 }

@@ -31,6 +31,18 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"shards and leases out of range": {edit: func(c *Config) {
 			c.Store, c.Shards, c.LeaseDuration, c.LeaseNamespace = "postgres://db/k", 1001, "1s", "Not_A_Namespace"
 		}, errs: []string{"at most 1000", "leaseDuration", "leaseNamespace"}},
+		"namespace limits and weights": {edit: func(c *Config) {
+			c.Namespaces, c.NamespaceParallelism, c.DefaultNamespaceParallelism = []string{"team-a", "team-b"}, map[string]int{"team-a": 20}, 5
+			c.NamespaceWeights, c.SlotOrder = map[string]int{"team-b": 2}, "fifo"
+		}},
+		"namespace limits out of range": {edit: func(c *Config) {
+			c.NamespaceParallelism, c.DefaultNamespaceParallelism = map[string]int{"team-a": 0}, -1
+			c.NamespaceWeights, c.SlotOrder = map[string]int{"team-b": -2}, "lifo"
+		}, errs: []string{"namespaceParallelism[team-a] must be at least 1", "defaultNamespaceParallelism must not be negative",
+			"namespaceWeights[team-b] must be at least 1", `slotOrder "lifo"`}},
+		"a limit for a namespace the service does not run": {edit: func(c *Config) {
+			c.Namespaces, c.NamespaceParallelism = []string{"team-a"}, map[string]int{"team-c": 3}
+		}, errs: []string{`namespaceParallelism names namespace "team-c", which is not one the service runs tasks in (team-a)`}},
 		"negative shards":     {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
@@ -69,11 +81,11 @@ func TestLoadFileIsStrict(t *testing.T) {
 	if _, err := LoadFile(p); err == nil || !strings.Contains(err.Error(), "paralelism") {
 		t.Errorf("err %v, want one naming the unknown field", err)
 	}
-	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:9090\nparallelism: 3\nnamespaces: [a, b]\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:9090\nparallelism: 3\nnamespaces: [a, b]\nnamespaceParallelism: {a: 2}\nnamespaceWeights: {b: 3}\nslotOrder: fifo\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := LoadFile(p)
-	if err != nil || c.Parallelism != 3 || len(c.Namespaces) != 2 {
+	if err != nil || c.Parallelism != 3 || len(c.Namespaces) != 2 || c.NamespaceParallelism["a"] != 2 || c.NamespaceWeights["b"] != 3 || c.SlotOrder != "fifo" {
 		t.Errorf("config %+v, err %v", c, err)
 	}
 }
@@ -133,5 +145,17 @@ func TestPostgresURL(t *testing.T) {
 				t.Errorf("the error shows a password: %v", err)
 			}
 		})
+	}
+}
+
+// TestShardLimits: each shard of a replica group gets its part of every
+// namespace's limit, rounded up.
+func TestShardLimits(t *testing.T) {
+	limits, def := shardLimits(map[string]int{"a": 20, "b": 1}, 5, 3)
+	if limits["a"] != 7 || limits["b"] != 1 || def != 2 {
+		t.Errorf("limits %v, default %d; want a 7, b 1, default 2", limits, def)
+	}
+	if _, def := shardLimits(nil, 0, 4); def != 0 {
+		t.Errorf("no default limit became %d", def)
 	}
 }

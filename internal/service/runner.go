@@ -59,6 +59,7 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 		ec.Parallelism = 100
 	}
 	ec.Parallelism = (ec.Parallelism + cfg.Shards - 1) / cfg.Shards
+	ec.NamespaceParallelism, ec.DefaultNamespaceParallelism = shardLimits(ec.NamespaceParallelism, ec.DefaultNamespaceParallelism, cfg.Shards)
 	changes, _ := st.(store.Changes)
 	// The Leases get a client of their own: renewals never queue behind
 	// pod requests for the executors' rate limit.
@@ -80,4 +81,15 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 		return nil, err
 	}
 	return &runner{api: r, start: r.Run, ready: r.Ready}, nil
+}
+
+// shardLimits divides the namespaces' limits among shards, as Parallelism
+// is (rounded up: a namespace's tasks are spread over the shards by ID).
+func shardLimits(limits map[string]int, def, shards int) (map[string]int, int) {
+	per := func(n int) int { return (n + shards - 1) / shards }
+	out := make(map[string]int, len(limits))
+	for ns, n := range limits {
+		out[ns] = per(n)
+	}
+	return out, per(def)
 }

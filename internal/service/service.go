@@ -115,6 +115,8 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	exCfg := executor.Config{
 		RESTConfig: rc, Namespaces: cfg.Namespaces,
 		DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
+		NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,
+		NamespaceWeights: cfg.NamespaceWeights, SlotOrder: executor.SlotOrder(cfg.SlotOrder),
 		Store: st, Registerer: reg, Logger: log,
 		OnEvent: func(ev executor.Event) {
 			srvMu.Lock()

@@ -44,8 +44,29 @@ type Config struct {
 	AdoptFrom []string
 	// Parallelism caps the task pods that exist at once, counted from the pod
 	// cache (a pod counts from its creation until it is gone or released).
-	// Tasks wait for a free slot in submission order. Default 100.
+	// Waiting tasks take free slots in the order SlotOrder says. Default 100.
 	Parallelism int
+	// NamespaceParallelism caps the task pods of each namespace named here
+	// at once, beside Parallelism (which caps all namespaces together):
+	// a namespace at its limit waits (WaitingForSlot, "namespace team-a at
+	// its limit of 20") while the others take the free slots. Each value is
+	// at least 1.
+	NamespaceParallelism map[string]int
+	// DefaultNamespaceParallelism is the limit of every namespace that
+	// NamespaceParallelism does not name; 0 (default): such namespaces are
+	// capped by Parallelism only.
+	DefaultNamespaceParallelism int
+	// NamespaceWeights are the namespaces' shares of the slots under
+	// SlotOrderFair: a namespace of weight 2 holds up to twice the slots of
+	// one of weight 1 while both have waiting tasks. Each value is at least
+	// 1; a namespace not named has weight 1.
+	NamespaceWeights map[string]int
+	// SlotOrder says which waiting task takes the next free slot:
+	// SlotOrderFair (default) shares the slots between the namespaces that
+	// have waiting tasks, SlotOrderFIFO keeps one line for all. Within a
+	// namespace, tasks start by spec.priority (higher first), then in
+	// submission order.
+	SlotOrder SlotOrder
 	// CreateConcurrency caps concurrent pod creations. Default 8. Creations
 	// run outside the workers, so a backlog of creations never delays the
 	// report of a finished task.
@@ -184,6 +205,24 @@ func (c *Config) defaults() error {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %s", d.name, d.v))
 		}
 	}
+	for ns, n := range c.NamespaceParallelism {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("NamespaceParallelism[%q] must be at least 1, got %d (leave the namespace out to cap it by DefaultNamespaceParallelism or Parallelism only)", ns, n))
+		}
+	}
+	if c.DefaultNamespaceParallelism < 0 {
+		errs = append(errs, fmt.Errorf("DefaultNamespaceParallelism must not be negative (0 means no limit of its own), got %d", c.DefaultNamespaceParallelism))
+	}
+	for ns, w := range c.NamespaceWeights {
+		if w < 1 {
+			errs = append(errs, fmt.Errorf("NamespaceWeights[%q] must be at least 1, got %d", ns, w))
+		}
+	}
+	switch c.SlotOrder {
+	case "", SlotOrderFair, SlotOrderFIFO:
+	default:
+		errs = append(errs, fmt.Errorf("SlotOrder %q: want %q or %q", c.SlotOrder, SlotOrderFair, SlotOrderFIFO))
+	}
 	if b := c.WatchBackoff; b != (wait.Backoff{}) && (b.Duration <= 0 || b.Cap < b.Duration || b.Factor < 0 || b.Factor > 0 && b.Factor < 1 || b.Jitter < 0) {
 		errs = append(errs, fmt.Errorf("WatchBackoff needs Duration > 0, Cap >= Duration, Factor 0 or >= 1 and Jitter >= 0, got %+v", b))
 	}
@@ -198,6 +237,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Parallelism == 0 {
 		c.Parallelism = 100
+	}
+	if c.SlotOrder == "" {
+		c.SlotOrder = SlotOrderFair
 	}
 	if c.CreateConcurrency == 0 {
 		c.CreateConcurrency = 8

@@ -120,8 +120,8 @@ type Executor struct {
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
 	runCtx    context.Context            // Start's context, for captures
-	waiting   []waiter                   // tasks waiting for a parallelism slot, oldest submission first
-	inLine    map[string]time.Time       // the tasks in waiting, with their place
+	lines     map[string][]waiter        // tasks waiting for a parallelism slot, by namespace, in line order
+	inLine    map[string]placed          // the tasks in lines, with their place
 	phases    map[string]string          // latest phase per task, for the tasks gauge
 	startedAt time.Time
 	started   bool
@@ -159,7 +159,8 @@ func New(cfg Config) (*Executor, error) {
 		gates:     map[string]gateMemo{},
 		failures:  map[string]createFail{},
 		creations: map[string]*creation{},
-		inLine:    map[string]time.Time{},
+		lines:     map[string][]waiter{},
+		inLine:    map[string]placed{},
 		phases:    map[string]string{},
 		creates:   make(chan string, cfg.Parallelism),
 		cleanups:  make(chan string, cfg.Parallelism),
@@ -325,7 +326,7 @@ func (e *Executor) term(ctx context.Context) error {
 	now := e.cfg.Clock.Now()
 	for _, r := range recs {
 		if !r.PodCreated && r.CancelledAt.IsZero() && !r.NextAttemptAt.After(now) {
-			e.enlist(r)
+			e.enlist(r, priorityOf(r.Task))
 		}
 		e.observe(r.ID, r.Phase, false)
 		e.queue.Add(r.ID)
@@ -619,7 +620,7 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 		return rec, created, nil
 	}
 	if created {
-		e.enlist(rec)
+		e.enlist(rec, t.Spec.Priority)
 		e.observe(rec.ID, rec.Phase, false)
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 		if rec.PodCreated { // AttachPod: the attempt's pod is the caller's
@@ -676,7 +677,8 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 }
 
 // Get returns the task's record, with the latest derived state of an
-// unfinished task (progress is kept in memory, not written to the Store).
+// unfinished task (progress is kept in memory, not written to the Store);
+// a task waiting for a slot says which limit it waits for now.
 func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 	rec, err := e.store.Get(ctx, id)
 	if err != nil {
@@ -688,6 +690,11 @@ func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 		e.mu.Unlock()
 		if ok && p.attempt == rec.Attempt {
 			rec.Phase, rec.Reason, rec.Message, rec.ExitCode = p.phase, p.reason, p.message, p.exitCode
+			if p.reason == reasonWaitingForSlot {
+				if msg := e.waitingFor(id); msg != "" {
+					rec.Message = msg
+				}
+			}
 		}
 	}
 	return rec, nil

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -180,6 +181,19 @@ func (e *Executor) cachedPodCount() int {
 		n += len(idx.ListKeys())
 	}
 	return n
+}
+
+// cachedPodsByNamespace counts the pods in the executor's caches by
+// namespace (their keys are namespace/name).
+func (e *Executor) cachedPodsByNamespace() map[string]int {
+	byNS := map[string]int{}
+	for _, idx := range e.indexers {
+		for _, key := range idx.ListKeys() {
+			ns, _, _ := strings.Cut(key, "/")
+			byNS[ns]++
+		}
+	}
+	return byNS
 }
 
 // podsOfRun returns the cached pods of task id, all attempts, as

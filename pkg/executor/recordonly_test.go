@@ -33,7 +33,7 @@ func TestRecordOnly(t *testing.T) {
 		t.Errorf("queue holds %d tasks, want none", n)
 	}
 	f.ex.mu.Lock()
-	waiting := len(f.ex.waiting)
+	waiting := len(f.ex.inLine)
 	f.ex.mu.Unlock()
 	if waiting != 0 {
 		t.Errorf("%d tasks wait for a slot, want none", waiting)

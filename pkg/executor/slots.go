@@ -46,83 +46,126 @@ func (c *creation) counts(now time.Time) bool {
 	return !c.seen && (!c.done || now.Sub(c.doneAt) < expectationTimeout)
 }
 
-// waiter is a task waiting for a parallelism slot. Tasks are admitted in
-// submission order (CreatedAt, then ID).
-type waiter struct {
-	at time.Time
-	id string
-}
-
-func (w waiter) before(o waiter) bool {
-	if !w.at.Equal(o.at) {
-		return w.at.Before(o.at)
+// usedLocked counts the slots in use, in all and by namespace: the pods in
+// the caches and the admitted creations they have not shown yet. e.mu must
+// be held.
+func (e *Executor) usedLocked(now time.Time) (int, map[string]int) {
+	byNS := e.cachedPodsByNamespace()
+	n := 0
+	for _, c := range byNS {
+		n += c
 	}
-	return w.id < o.id
-}
-
-// usedLocked counts the slots in use. e.mu must be held.
-func (e *Executor) usedLocked(now time.Time) int {
-	n := e.cachedPodCount()
 	for _, c := range e.creations {
 		if c.counts(now) {
 			n++
+			byNS[c.pod.Namespace]++
 		}
 	}
-	return n
+	return n, byNS
 }
 
-// admit queues the creation of pod (attempt n of rec) when a slot is free and
-// no earlier submission waits for one; otherwise rec waits in line. It
-// returns whether the creation was queued.
-func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod) bool {
+// namespaceLimit is ns's own cap of task pods at once (0: none but
+// Parallelism).
+func (e *Executor) namespaceLimit(ns string) int {
+	if n, ok := e.cfg.NamespaceParallelism[ns]; ok {
+		return n
+	}
+	return e.cfg.DefaultNamespaceParallelism
+}
+
+// planLocked decides, from the slots in use and the lines as they are now,
+// which waiting tasks take the free slots (allot). e.mu must be held.
+func (e *Executor) planLocked(now time.Time) slotPlan {
+	used, byNS := e.usedLocked(now)
+	spaces := make(map[string]nsSlots, len(e.lines))
+	for ns, line := range e.lines {
+		spaces[ns] = nsSlots{used: byNS[ns], limit: e.namespaceLimit(ns), weight: max(e.cfg.NamespaceWeights[ns], 1), waiting: line}
+	}
+	return allot(e.cfg.SlotOrder, e.cfg.Parallelism-used, spaces)
+}
+
+// admit queues the creation of pod (attempt n of rec, whose spec.priority
+// is prio) when the slot plan gives it a free slot; otherwise rec waits in
+// its namespace's line. It returns whether the creation was queued and,
+// when not, which limit the task waits for (waitMessage).
+func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (bool, string) {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
 	if c := e.creations[rec.ID]; c != nil {
 		e.mu.Unlock()
-		return c.attempt == n
+		return c.attempt == n, ""
 	}
-	i := e.enlistLocked(rec)
-	free := e.cfg.Parallelism - e.usedLocked(now)
-	if i >= free {
+	e.enlistLocked(rec, prio)
+	plan := e.planLocked(now)
+	if !slices.Contains(plan.admit, rec.ID) {
+		msg := waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism)
 		e.mu.Unlock()
-		return false
+		return false, msg
 	}
 	e.removeLocked(rec.ID)
 	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
+	// Admissions need not come in the plan's order (whichever task syncs
+	// first is admitted first): a task to which the plan now gives a slot
+	// that it did not give before is woken, so that no free slot waits for
+	// the next release.
+	var wake []string
+	for _, id := range e.planLocked(now).admit {
+		if !slices.Contains(plan.admit, id) {
+			wake = append(wake, id)
+		}
+	}
 	e.mu.Unlock()
+	for _, id := range wake {
+		e.queue.Add(id)
+	}
 	select {
 	case e.creates <- rec.ID:
 	default:
 		go func() { e.creates <- rec.ID }() // never blocks a worker
 	}
-	return true
+	return true, ""
 }
 
-// enlist puts a task that will need a slot in line, by submission time, so
-// that no later submission overtakes it, even one that happens to be synced
-// first.
-func (e *Executor) enlist(rec store.Record) {
+// waitingFor says which limit task id, waiting in line, waits for now (its
+// last sync's message may be older: the slots it counted have changed
+// since), or "" when it is not in line or the plan gives it a free slot.
+func (e *Executor) waitingFor(id string) string {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.inLine[id]
+	if !ok {
+		return ""
+	}
+	plan := e.planLocked(now)
+	if slices.Contains(plan.admit, id) {
+		return ""
+	}
+	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism)
+}
+
+// enlist puts a task that will need a slot in its namespace's line, by
+// priority and submission time, so that no later submission of the same
+// priority overtakes it, even one that happens to be synced first.
+func (e *Executor) enlist(rec store.Record, prio int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.creations[rec.ID]; !ok {
-		e.enlistLocked(rec)
+		e.enlistLocked(rec, prio)
 	}
 }
 
-// enlistLocked puts rec in line (once) and returns its place. e.mu must be held.
-func (e *Executor) enlistLocked(rec store.Record) int {
-	w := waiter{at: rec.CreatedAt, id: rec.ID}
-	if at, ok := e.inLine[rec.ID]; ok {
-		w.at = at
+// enlistLocked puts rec in its namespace's line (once: a task keeps its
+// place). e.mu must be held.
+func (e *Executor) enlistLocked(rec store.Record, prio int32) {
+	if _, ok := e.inLine[rec.ID]; ok {
+		return
 	}
-	i := sort.Search(len(e.waiting), func(i int) bool { return !e.waiting[i].before(w) })
-	if i == len(e.waiting) || e.waiting[i] != w {
-		e.waiting = append(e.waiting, waiter{})
-		copy(e.waiting[i+1:], e.waiting[i:])
-		e.waiting[i] = w
-		e.inLine[w.id] = w.at
-	}
-	return i
+	w := waiter{prio: prio, at: rec.CreatedAt, id: rec.ID}
+	line := e.lines[rec.Namespace]
+	i := sort.Search(len(line), func(i int) bool { return !line[i].before(w) })
+	e.lines[rec.Namespace] = slices.Insert(line, i, w)
+	e.inLine[w.id] = placed{ns: rec.Namespace, w: w}
 }
 
 // unwait takes id out of the line (cancelled, finished or gone) and lets the
@@ -136,31 +179,36 @@ func (e *Executor) unwait(id string) {
 	}
 }
 
-// removeLocked takes id out of the line; e.mu must be held.
+// removeLocked takes id out of its line; e.mu must be held.
 func (e *Executor) removeLocked(id string) bool {
-	at, ok := e.inLine[id]
+	p, ok := e.inLine[id]
 	if !ok {
 		return false
 	}
 	delete(e.inLine, id)
-	w := waiter{at: at, id: id}
-	i := sort.Search(len(e.waiting), func(i int) bool { return !e.waiting[i].before(w) })
-	if i < len(e.waiting) && e.waiting[i] == w {
-		e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+	line := e.lines[p.ns]
+	i := sort.Search(len(line), func(i int) bool { return !line[i].before(p.w) })
+	if i < len(line) && line[i] == p.w {
+		line = slices.Delete(line, i, i+1)
+	}
+	if len(line) == 0 {
+		delete(e.lines, p.ns)
+	} else {
+		e.lines[p.ns] = line
 	}
 	return true
 }
 
-// wakeWaiting syncs the tasks at the head of the line that the free slots
-// can take.
+// wakeWaiting syncs the waiting tasks to which the slot plan gives the
+// free slots.
 func (e *Executor) wakeWaiting() {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
-	free := min(e.cfg.Parallelism-e.usedLocked(now), len(e.waiting))
-	var ids []string
-	for i := 0; i < free; i++ {
-		ids = append(ids, e.waiting[i].id)
+	if len(e.inLine) == 0 {
+		e.mu.Unlock()
+		return
 	}
+	ids := e.planLocked(now).admit
 	e.mu.Unlock()
 	for _, id := range ids {
 		e.queue.Add(id)

@@ -240,8 +240,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 
 // startAttempt creates the current attempt's pod once nothing stands in the
 // way: a cancellation, the retry backoff, a previous attempt's pod that may
-// still run, or the parallelism limit (tasks are admitted in submission
-// order).
+// still run, or a parallelism limit (the slot plan: allot).
 func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Record, ident task.Identity, pods map[int]*corev1.Pod, now time.Time) (time.Duration, error) {
 	n := rec.Attempt
 	if !rec.CancelledAt.IsZero() {
@@ -267,9 +266,10 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	if wait := e.createRetryAt(rec.ID, n).Sub(now); wait > 0 {
 		return wait, nil // the previous creation failed: its backoff
 	}
-	if !e.admit(rec, n, pod) {
-		e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot,
-			fmt.Sprintf("waiting: the parallelism limit (%d task pods) is reached; tasks start in submission order", e.cfg.Parallelism), nil)
+	if ok, why := e.admit(rec, n, pod, t.Spec.Priority); !ok {
+		if why != "" {
+			e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot, why, nil)
+		}
 		return 0, nil // woken when a slot frees
 	}
 	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)

@@ -39,6 +39,12 @@ type Spec struct {
 	Result *Result `json:"result,omitempty"`
 	// Logs says which containers' logs kubetask collects.
 	Logs Logs `json:"logs,omitempty"`
+	// Priority orders the task among the waiting tasks of its namespace: a
+	// higher priority takes its namespace's next slot first, equal ones
+	// start in submission order. Default 0; negative values wait behind it.
+	// It never stops a running task, nor gives the namespace more than its
+	// share of the executor's slots.
+	Priority int32 `json:"priority,omitempty"`
 	// Template is the pod to run. kubetask never modifies it: BuildPod works on a copy.
 	Template corev1.PodTemplateSpec `json:"template"`
 }

@@ -57,6 +57,15 @@ func (e *Events) AttemptsFinished(id string) []executor.Event {
 	return e.filter(id, func(ev executor.Event) bool { return ev.Type == executor.EventAttemptFinished })
 }
 
+// First returns the time of id's first event of type typ (zero when there
+// is none).
+func (e *Events) First(id string, typ executor.EventType) time.Time {
+	if evs := e.filter(id, func(ev executor.Event) bool { return ev.Type == typ }); len(evs) > 0 {
+		return evs[0].Time
+	}
+	return time.Time{}
+}
+
 func (e *Events) filter(id string, keep func(executor.Event) bool) []executor.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -90,14 +99,17 @@ func (e *Events) WaitTerminal(t *testing.T, timeout time.Duration, ids ...string
 	})
 }
 
-// StartExecutor runs an executor in the test's namespace until the test ends
-// (or stop is called) and returns it.
+// StartExecutor runs an executor in the test's namespace (or in
+// cfg.Namespaces when set) until the test ends (or stop is called) and
+// returns it.
 func StartExecutor(t testing.TB, env *clustertest.Env, cfg executor.Config) (*executor.Executor, func()) {
 	t.Helper()
 	if cfg.RESTConfig == nil {
 		cfg.RESTConfig = env.Config
 	}
-	cfg.Namespaces = []string{env.Namespace}
+	if len(cfg.Namespaces) == 0 {
+		cfg.Namespaces = []string{env.Namespace}
+	}
 	cfg.DefaultNamespace = env.Namespace
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = "test"
