@@ -247,12 +247,14 @@ func (e *Executor) term(ctx context.Context) error {
 		return err
 	}
 	caches, namespaces := e.startPodCaches(ctx)
-	synced := make([]cache.InformerSynced, len(caches))
+	synced := make([]cache.DoneChecker, len(caches))
 	for i, c := range caches {
-		synced[i] = c.HasSynced
+		synced[i] = c.syncedChecker()
 	}
 	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	// Woken by the caches themselves: WaitForCacheSync would poll them
+	// every 100 ms, a third of a short `kubetask run`.
+	if !cache.WaitFor(ctx, "", synced...) {
 		return nil // ctx ended
 	}
 	// Level-based start: every unfinished task is looked at once, whether or

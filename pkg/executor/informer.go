@@ -50,6 +50,11 @@ func (e *Executor) startPodCaches(ctx context.Context) ([]*podCache, []string) {
 	return caches, namespaces
 }
 
+// syncedChecker is done once the cache's first list has been handed to
+// the handler in full (HasSynced), for cache.WaitFor to wait on without
+// polling.
+func (c *podCache) syncedChecker() cache.DoneChecker { return c.fifo.HasSyncedChecker() }
+
 // podListWatch lists and watches the pods of namespace ns that selector
 // selects, counting the requests.
 func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
