@@ -93,9 +93,13 @@ func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
 // kept compact (cachedPod), indexed by run, handed to podEvent, failures
 // counted and logged.
 func (e *Executor) podCacheOptions(ns string) podCacheOptions {
+	var client any = e.client
+	if e.cfg.PlainList {
+		client = plainList{}
+	}
 	return podCacheOptions{
 		Namespace: ns,
-		Client:    e.client,
+		Client:    client,
 		Indexers:  cache.Indexers{runIndex: indexByRun},
 		Transform: compactTransform,
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -123,6 +127,14 @@ func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 		Logger: e.cfg.Logger,
 	}
 }
+
+// plainList, as a pod cache's Client, makes its Reflector list with a LIST
+// request (Config.PlainList).
+type plainList struct{}
+
+// IsWatchListSemanticsUnSupported tells client-go's Reflector not to use a
+// streaming list.
+func (plainList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // compactTransform is the pod caches' Transform: a pod becomes the
 // cachedPod the caches keep of it.

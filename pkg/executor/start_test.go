@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // TestStartActsOnceCachesSynced: Start opens the gate as soon as its pod
@@ -41,4 +42,28 @@ func TestStartActsOnceCachesSynced(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestPlainListDecidesTheCachesList: with Config.PlainList the pod caches
+// tell client-go's Reflector that their client cannot do streaming lists
+// (so it LISTs); without it, a real clientset's answer stands (it can).
+func TestPlainListDecidesTheCachesList(t *testing.T) {
+	rc := &rest.Config{Host: "https://127.0.0.1:1"}
+	for name, tc := range map[string]struct {
+		plain     bool
+		streaming bool
+	}{
+		"default":    {plain: false, streaming: true},
+		"plain list": {plain: true, streaming: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ex, err := New(Config{RESTConfig: rc, InstanceID: "lists", PlainList: tc.plain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := !watchlist.DoesClientNotSupportWatchListSemantics(ex.podCacheOptions("ns").Client); got != tc.streaming {
+				t.Errorf("streaming list: %v, want %v", got, tc.streaming)
+			}
+		})
+	}
 }

@@ -187,6 +187,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 		InstanceID: id.Executor, Namespaces: []string{id.Namespace},
 		DefaultNamespace: id.Namespace, LeaseNamespace: id.Namespace,
 		Parallelism: 1, CreateConcurrency: 1, Workers: 2,
+		PlainList:     true, // a LIST of one pod answers at once; a streaming list may wait 100 ms
 		Store:         store.NewMemory(),
 		OnEvent:       r.onEvent,
 		OnPodChange:   func(string, string) { r.kick() },
