@@ -11,8 +11,8 @@ TEST_TIMEOUT ?= 75m
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/kubetask
-	$(GO) build -o $(BIN)/kubetask ./cmd/kubetask
+build: ## build bin/kubetask (static, as kubectl's releases: without cgo it maps no libc and starts lighter)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/kubetask ./cmd/kubetask
 
 components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
 	$(BIN)/kubetask cluster build
