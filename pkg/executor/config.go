@@ -149,6 +149,15 @@ type Config struct {
 	// requests for the client's rate limit (several executors sharing one
 	// client, say).
 	LeaseClient kubernetes.Interface
+	// EphemeralLease makes the instance Lease exist only while Start holds
+	// it: Start creates it when there is none, which takes a free instance in
+	// one request (leaderelection reads, then writes), and deletes it when
+	// it lets it go (one request; leaderelection reads, then writes a
+	// released record), so that no Lease is left behind per instance ID.
+	// A process killed without letting go leaves its Lease, which the next
+	// one takes once it expired, as without this option. For short-lived
+	// executors with an instance ID per run: kubetask run.
+	EphemeralLease bool
 	// LeaseHolder names this process in the Lease. Default host name, process
 	// ID and a random suffix.
 	LeaseHolder string
