@@ -70,9 +70,10 @@ type Config struct {
 	// block. Read the pod with CachedPod.
 	OnPodChange func(namespace, name string)
 	// OnLeading, when set, runs each time Start takes the instance Lease
-	// (again), before the pod caches start and the workers act, for recovery
-	// work that must not race another process with the same InstanceID
-	// (Submit may be called from it). An error ends Start with that error.
+	// (again), while the pod caches make their first list and before the
+	// workers act, for recovery work that must not race another process
+	// with the same InstanceID (Submit may be called from it). An error ends
+	// Start with that error.
 	OnLeading func(ctx context.Context) error
 	// Hold, when set, is asked before the executor stops, deletes or releases
 	// the pod of an attempt whose outcome is recorded; while it returns true

@@ -171,8 +171,9 @@ func New(cfg Config) (*Executor, error) {
 
 // Start runs the executor until ctx ends. It takes the instance Lease
 // (waiting, and logging who holds it, while another process runs the same
-// InstanceID), runs OnLeading, adopts what the instances in AdoptFrom left,
-// starts the pod caches, waits for them to sync and lets the workers run.
+// InstanceID), adopts what the instances in AdoptFrom left, starts the pod
+// caches, runs OnLeading while they list, waits for them to sync and lets
+// the workers run.
 // When the Lease cannot be renewed (the API server unreachable for longer than
 // RenewDeadline, or another process took it), the workers stop acting on pods
 // at once and Start takes the Lease again before they resume from the state
@@ -238,15 +239,17 @@ func (e *Executor) Start(ctx context.Context) error {
 // returns once no sync or creation is in flight.
 func (e *Executor) term(ctx context.Context) error {
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
+	if err := e.adopt(ctx); err != nil {
+		return err
+	}
+	caches, namespaces := e.startPodCaches(ctx)
+	// OnLeading runs while the caches list: no worker acts before both
+	// are done, and neither waits for the other's requests.
 	if e.cfg.OnLeading != nil {
 		if err := e.cfg.OnLeading(ctx); err != nil {
 			return err
 		}
 	}
-	if err := e.adopt(ctx); err != nil {
-		return err
-	}
-	caches, namespaces := e.startPodCaches(ctx)
 	synced := make([]cache.DoneChecker, len(caches))
 	for i, c := range caches {
 		synced[i] = c.syncedChecker()

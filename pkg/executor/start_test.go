@@ -2,14 +2,18 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/watchlist"
 )
 
@@ -65,5 +69,51 @@ func TestPlainListDecidesTheCachesList(t *testing.T) {
 				t.Errorf("streaming list: %v, want %v", got, tc.streaming)
 			}
 		})
+	}
+}
+
+// TestOnLeadingRunsWhileTheCachesList: OnLeading and the pod caches' first
+// list run at once (neither waits for the other's requests): an OnLeading
+// that waits for the caches' LIST returns, and the workers act only after
+// both.
+func TestOnLeadingRunsWhileTheCachesList(t *testing.T) {
+	client := fake.NewClientset()
+	listed := make(chan struct{})
+	var once sync.Once
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(listed) })
+		return false, nil, nil
+	})
+	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client,
+		InstanceID: "overlap", Namespaces: []string{"ns"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnLeading: func(ctx context.Context) error {
+			select {
+			case <-listed:
+				return nil
+			case <-time.After(10 * time.Second):
+				return errors.New("the pod caches did not list while OnLeading ran")
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ex.Start(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ex.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("Start returned: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
