@@ -402,6 +402,12 @@ func (r *Replica) Submit(ctx context.Context, id string, t *task.Task, opts ...e
 	return r.executorOf(id).Submit(ctx, id, t, opts...)
 }
 
+// SubmitCreated is Submit that also reports whether this call created the
+// task's record (executor.Executor.SubmitCreated).
+func (r *Replica) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error) {
+	return r.executorOf(id).SubmitCreated(ctx, id, t, opts...)
+}
+
 // Get returns the task's record (with the live state when this replica runs
 // its shard).
 func (r *Replica) Get(ctx context.Context, id string) (store.Record, error) {

@@ -39,8 +39,12 @@ var (
 	ownKeys = [...]metaKey{{task.LabelRun, false}, {task.LabelTask, false}, {task.AnnotationRun, true}, {task.AnnotationTaskName, true}}
 )
 
-// ownRun is the index of task.LabelRun in ownKeys.
-const ownRun = 0
+// ownRun and ownRunAnnotation are the indices of task.LabelRun and
+// task.AnnotationRun in ownKeys.
+const (
+	ownRun           = 0
+	ownRunAnnotation = 2
+)
 
 // cachedPod.present has a bit per key: this fails to compile with more keys.
 var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
@@ -347,8 +351,15 @@ func (c *cachedPod) key() string {
 	return c.name
 }
 
-// run is the pod's task.LabelRun label ("" when it has none).
-func (c *cachedPod) run() string { return c.own[ownRun] }
+// run is the pod's task ID: its task.AnnotationRun, which holds the exact
+// ID, when not empty, else its task.LabelRun label (the same for an ID that
+// is a label value, a derived one for another); "" when it has neither.
+func (c *cachedPod) run() string {
+	if id := c.own[ownRunAnnotation]; id != "" {
+		return id
+	}
+	return c.own[ownRun]
+}
 
 // interned is a string that equal ones share (the namespace, node,
 // container names, images, reasons and the like are the same for many

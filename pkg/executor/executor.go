@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -430,28 +429,40 @@ func Origin(id string) SubmitOption {
 }
 
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
-// again returns the existing record and does not start another run. id must
-// be a valid label value. The task is validated before anything is stored.
+// again returns the existing record and does not start another run. id is
+// any ID task.ValidateID accepts (its pods carry it exactly in an annotation,
+// and a label-safe value derived from it in their labels). The task is
+// validated before anything is stored.
 // Submit may be called before Start; the task then runs once Start holds the
 // instance Lease.
 func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, error) {
-	if msgs := validation.IsValidLabelValue(id); id == "" || len(msgs) > 0 {
-		return Status{}, fmt.Errorf("%w: task ID %q must be a non-empty label value (letters, digits, '-', '_', '.', at most 63): %v", ErrInvalidTask, id, msgs)
+	rec, _, err := e.SubmitCreated(ctx, id, t, opts...)
+	return rec, err
+}
+
+// SubmitCreated is Submit that also reports whether this call created the
+// task's record. The store decides it atomically: of concurrent submissions
+// of one ID, exactly one gets true, and the others get the record it
+// stored (whose document may differ from theirs: compare to tell a retry
+// from a conflict).
+func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, bool, error) {
+	if err := task.ValidateID(id); err != nil {
+		return Status{}, false, fmt.Errorf("%w: task ID %q: %w", ErrInvalidTask, id, err)
 	}
 	t = t.DeepCopy() // the caller's task is never modified
 	if t.Namespace == "" {
 		t.Namespace = e.cfg.DefaultNamespace
 	}
 	if !e.watches(t.Namespace) {
-		return Status{}, fmt.Errorf("%w: namespace %q is not one this executor watches (%v)", ErrInvalidTask, t.Namespace, e.cfg.Namespaces)
+		return Status{}, false, fmt.Errorf("%w: namespace %q is not one this executor watches (%v)", ErrInvalidTask, t.Namespace, e.cfg.Namespaces)
 	}
 	t.Default()
 	if err := t.Validate(); err != nil {
-		return Status{}, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+		return Status{}, false, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
 	doc, err := json.Marshal(t)
 	if err != nil {
-		return Status{}, fmt.Errorf("encoding task: %w", err)
+		return Status{}, false, fmt.Errorf("encoding task: %w", err)
 	}
 	rec := store.Record{
 		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc, Labels: t.Labels,
@@ -462,13 +473,13 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 	}
 	rec, created, err := e.store.Create(ctx, rec)
 	if err != nil {
-		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
+		return Status{}, false, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if e.cfg.RecordOnly {
 		if created {
 			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 		}
-		return rec, nil
+		return rec, created, nil
 	}
 	if created {
 		e.enlist(rec)
@@ -476,7 +487,7 @@ func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 	}
 	e.queue.Add(id)
-	return rec, nil
+	return rec, created, nil
 }
 
 func (e *Executor) watches(ns string) bool {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -32,9 +34,9 @@ import (
 // back in UTC; non-zero times must lie within the range of time.UnixNano.
 // Every string but the ID is stored as its bytes (bytea), so any Go string
 // round-trips, NUL bytes and invalid UTF-8 included, and compares in byte
-// order whatever the database's collation; the ID, a label value by
-// contract, is text in the "C" collation and must be valid UTF-8 without NUL
-// (Create refuses another). nil and empty Task, Result, Labels and Attempts
+// order whatever the database's collation; the ID (printable text by
+// contract, task.ValidateID) is text in the "C" collation and must be valid
+// UTF-8 without NUL (Create refuses another). nil and empty Task, Result, Labels and Attempts
 // stay distinct.
 //
 // Concurrency: the store holds a pool of connections (pool_max_conns in url,
@@ -357,6 +359,42 @@ func storableID(id string) bool {
 	return utf8.ValidString(id) && !strings.ContainsRune(id, 0)
 }
 
+// unavailable marks err with ErrUnavailable when it says that PostgreSQL
+// cannot be reached or is going away (errors.Is(err, ErrUnavailable) then
+// holds), and returns other errors as they are.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !postgresUnavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// postgresUnavailable reports whether err is a failure to reach the server
+// rather than a verdict on the statement: no connection could be made, the
+// connection broke, or the server is shutting down, starting or out of
+// connections.
+func postgresUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's context, not the server
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection exception
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		case pe.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
 // conn takes a connection from the pool for one call: the context's error if
 // it ends first (nothing was sent), errClosed after Close.
 func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
@@ -374,7 +412,7 @@ func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
 		if s.closed.Load() {
 			return nil, errClosed
 		}
-		return nil, err
+		return nil, unavailable(err)
 	}
 	return c, nil
 }
@@ -391,7 +429,7 @@ func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fn(context.WithoutCancel(ctx), c)
+	return unavailable(fn(context.WithoutCancel(ctx), c))
 }
 
 func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
@@ -456,7 +494,7 @@ func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("task record %s: %w", id, err)
+		return Record{}, fmt.Errorf("task record %s: %w", id, unavailable(err))
 	}
 	return rec, nil
 }
@@ -501,7 +539,7 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
 	c, err := s.conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	defer c.Release()
 	q := `SELECT ` + postgresColumns + ` FROM tasks`
@@ -522,19 +560,19 @@ func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, e
 	q += " ORDER BY id"
 	rows, err := c.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	defer rows.Close()
 	var out []Record
 	for rows.Next() {
 		rec, err := scanPostgresRecord(rows)
 		if err != nil {
-			return nil, fmt.Errorf("task record list: %w", err)
+			return nil, fmt.Errorf("task record list: %w", unavailable(err))
 		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	return out, nil
 }

@@ -24,6 +24,13 @@ var ErrNotFound = errors.New("task record not found")
 // ErrConflict is returned by Update when the record changed since it was read.
 var ErrConflict = errors.New("task record changed concurrently")
 
+// ErrUnavailable wraps a failure to reach the store: its database is down,
+// restarting, refusing connections or lost the connection. The call may
+// succeed when made again later; a write that failed so was not applied,
+// unless the connection was lost during its commit (then its outcome is
+// unknown: retry only what is idempotent, such as a Create).
+var ErrUnavailable = errors.New("task store unavailable")
+
 // AttemptOutcome is the recorded end of one attempt. There is at most one per
 // attempt: Attempts[i] belongs to attempt i.
 type AttemptOutcome struct {
@@ -41,7 +48,9 @@ type AttemptOutcome struct {
 
 // Record is the durable state of one task.
 type Record struct {
-	// ID is the caller's task ID, unique per store; a valid label value.
+	// ID is the caller's task ID, unique per store: any text
+	// task.ValidateID accepts (printable UTF-8, up to 512 bytes), kept
+	// exact.
 	ID string
 	// Namespace and Name are where and as what the task's pods run.
 	Namespace, Name string

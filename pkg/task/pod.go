@@ -29,7 +29,8 @@ const (
 	// LabelTask holds the task's name (or, when longer than a label value may be, a
 	// prefix of it and a hash).
 	LabelTask = Prefix + "task"
-	// LabelRun holds the run's ID.
+	// LabelRun holds the run's ID, or a value derived from it when it is not a
+	// valid label value (RunLabelValue); AnnotationRun holds the exact ID.
 	LabelRun = Prefix + "run"
 	// LabelAttempt holds the attempt number, "0" for the first.
 	LabelAttempt = Prefix + "attempt"
@@ -82,7 +83,8 @@ type Identity struct {
 	Namespace string
 	// Name is the task's name. Required.
 	Name string
-	// RunID distinguishes runs of tasks with the same name; a valid label value. Required.
+	// RunID distinguishes runs of tasks with the same name: the task ID, any
+	// text ValidateID accepts. Required.
 	RunID string
 	// Executor names the executor instance that owns the pod; a valid label value.
 	// Required.
@@ -99,10 +101,13 @@ func (id Identity) validate() error {
 	for _, msg := range validation.IsDNS1123Label(id.Namespace) {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", id.Namespace, msg))
 	}
-	for _, f := range []struct{ name, v string }{{"RunID", id.RunID}, {"Executor", id.Executor}} {
-		for _, msg := range validation.IsValidLabelValue(f.v) {
-			errs = append(errs, fmt.Errorf("%s %q: %s", f.name, f.v, msg))
+	if id.RunID != "" {
+		if err := ValidateID(id.RunID); err != nil {
+			errs = append(errs, fmt.Errorf("run ID %q: %w", id.RunID, err))
 		}
+	}
+	for _, msg := range validation.IsValidLabelValue(id.Executor) {
+		errs = append(errs, fmt.Errorf("executor %q: %s", id.Executor, msg))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid identity: %w", err)
@@ -159,7 +164,7 @@ func PodLabels(id Identity, attempt int) map[string]string {
 	return map[string]string{
 		LabelManagedBy: ManagedByValue,
 		LabelTask:      labelValue(id.Name),
-		LabelRun:       id.RunID,
+		LabelRun:       labelValue(id.RunID),
 		LabelAttempt:   strconv.Itoa(attempt),
 		LabelExecutor:  id.Executor,
 	}
@@ -177,7 +182,7 @@ func ExecutorSelector(executor string) labels.Selector {
 
 // RunSelector selects the pods of every attempt of one run.
 func RunSelector(id Identity) labels.Selector {
-	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelTask: labelValue(id.Name), LabelRun: id.RunID})
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelTask: labelValue(id.Name), LabelRun: labelValue(id.RunID)})
 }
 
 // IdentityFromPod reads the identity and attempt kubetask recorded on pod. It fails for

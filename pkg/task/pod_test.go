@@ -169,7 +169,7 @@ func TestBuildPodRejectsBadIdentity(t *testing.T) {
 	for name, bad := range map[string]task.Identity{
 		"empty":             {},
 		"bad namespace":     {Namespace: "Jobs", Name: "x", RunID: "r", Executor: "e"},
-		"run not a label":   {Namespace: "jobs", Name: "x", RunID: "r/1", Executor: "e"},
+		"run with a slash":  {Namespace: "jobs", Name: "x", RunID: "r/1", Executor: "e"},
 		"executor too long": {Namespace: "jobs", Name: "x", RunID: "r", Executor: strings.Repeat("e", 64)},
 	} {
 		if _, err := task.BuildPod(tk, bad, 0); err == nil {

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -180,8 +181,10 @@ func TestSubmitIsIdempotentAndValidates(t *testing.T) {
 	if _, err := ex.Submit(context.Background(), "bad", bad); err == nil {
 		t.Error("a task naming a missing main container was accepted")
 	}
-	if _, err := ex.Submit(context.Background(), "not a label!", exectest.LocalTask("x", "true", "")); err == nil {
-		t.Error("an ID that is not a label value was accepted")
+	for _, id := range []string{"a/b", "tab\tinside", " padded "} {
+		if _, err := ex.Submit(context.Background(), id, exectest.LocalTask("x", "true", "")); !errors.Is(err, executor.ErrInvalidTask) {
+			t.Errorf("ID %q that task.ValidateID refuses: %v, want ErrInvalidTask", id, err)
+		}
 	}
 	if _, err := st.Get(context.Background(), "bad"); err == nil {
 		t.Error("a refused task was stored")

@@ -29,6 +29,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateSetsVersionAndTimes", testCreateSetsVersionAndTimes},
 		{"CreateEmptyID", testCreateEmptyID},
 		{"GetNotFound", testGetNotFound},
+		{"SchedulerIDsExact", testSchedulerIDs},
 		{"UpdateConflict", testUpdateConflict},
 		{"UpdateNotFound", testUpdateNotFound},
 		{"VersionMonotonic", testVersionMonotonic},
@@ -201,6 +204,69 @@ func testGetNotFound(t *testing.T, s store.Store) {
 	_, err := s.Get(context.Background(), "b")
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get(missing): err = %v, want ErrNotFound", err)
+	}
+}
+
+// testSchedulerIDs: IDs as schedulers make them (task.ValidateID: any
+// printable text up to 512 bytes) are stored, found, updated, listed in byte
+// order and given logs exactly as they are, none mistaken for another.
+func testSchedulerIDs(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ids := []string{
+		"etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.1",
+		"etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.10",
+		"with spaces, 100% & ?query#frag",
+		"with spaces, 100% & ?query#frag ",
+		"Ünïcödé ✓ 任务",
+		"UNICODE",
+		strings.Repeat("long.", 102) + "xy", // 512 bytes
+		"a'b\"c\\d;--",
+	}
+	for _, id := range ids {
+		mustCreate(t, s, Sample(id))
+	}
+	for _, id := range ids {
+		got, err := s.Get(ctx, id)
+		if err != nil || got.ID != id || got.Name != "task-"+id {
+			t.Fatalf("Get(%q) = %q (name %q), %v", id, got.ID, got.Name, err)
+		}
+		got.Phase = "Succeeded"
+		if got, err = s.Update(ctx, got); err != nil || got.ID != id {
+			t.Fatalf("Update(%q) = %q, %v", id, got.ID, err)
+		}
+	}
+	if _, err := s.Get(ctx, strings.ToLower(ids[5])); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get of an ID that differs in case: %v, want ErrNotFound", err)
+	}
+	recs, err := s.List(ctx, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, r := range recs {
+		listed = append(listed, r.ID)
+	}
+	want := slices.Sorted(slices.Values(ids))
+	if diff := cmp.Diff(want, listed); diff != "" {
+		t.Errorf("List IDs (-want +got, byte order):\n%s", diff)
+	}
+	logs, ok := s.(store.Logs)
+	if !ok {
+		return
+	}
+	for i, id := range ids {
+		key := store.LogKey{TaskID: id, Attempt: 0, Container: "main"}
+		if _, err := logs.AppendLog(ctx, key, 0, []byte(id), nil, true); err != nil {
+			t.Fatalf("AppendLog(%q): %v", id, err)
+		}
+		keys, err := logs.LogKeys(ctx, id)
+		if err != nil || len(keys) != 1 || keys[0] != key {
+			t.Fatalf("LogKeys(%q) = %v, %v", id, keys, err)
+		}
+		data, _, err := logs.ReadLog(ctx, key, 0, 1<<20)
+		if err != nil || string(data) != id {
+			t.Fatalf("ReadLog(%q) = %q, %v (log %d)", id, data, err, i)
+		}
 	}
 }
 
