@@ -27,6 +27,12 @@ import (
 //     created, so a free instance is taken in one request. When the Lease
 //     exists, Get reads it and leaderelection goes on as with a LeaseLock
 //     (it waits until the Lease is released or expired, then updates it).
+//   - A renewal that comes less than fresh after this process's own last
+//     write of the Lease (leaderelection renews at once after it took the
+//     Lease) is answered by that write, without a request: the Lease was
+//     written at most fresh before the time leaderelection then counts its
+//     renewal from, so a holder that can renew no more stops acting at most
+//     fresh later than it would have (see ephemeralFresh).
 //   - release, called once leaderelection stopped, deletes the Lease if
 //     this process was the last to write it (a precondition on its
 //     resourceVersion): one request, and no Lease left behind. Without the
@@ -37,12 +43,29 @@ type ephemeralLock struct {
 	meta     metav1.ObjectMeta
 	identity string
 	duration time.Duration
+	fresh    time.Duration // a renewal this soon after the last write is that write
 	clock    clock.PassiveClock
+	// renewClock times renewals against writes: leaderelection's clock,
+	// the real one.
+	renewClock clock.PassiveClock
 
 	mu      sync.Mutex
 	tried   bool                  // the first Get happened
 	created bool                  // the first Get created the Lease; Create is answered by it
 	lease   *coordinationv1.Lease // as last read or written
+	written time.Time             // when the request of this process's last write of the Lease was sent
+}
+
+// ephemeralFresh is how soon after its last write of the Lease an
+// ephemeral lock answers a renewal by that write: half a RetryPeriod, and
+// no more than leaderelection's own margin. A holder that can renew no
+// more stops acting RetryPeriod + RenewDeadline after its last renewal;
+// counting that renewal from up to fresh after the real write, it stops by
+// write + fresh + RetryPeriod + RenewDeadline, still within the
+// LeaseDuration after the write that another process waits before it takes
+// the Lease. Zero (every renewal is sent) when there is no margin.
+func ephemeralFresh(leaseDuration, renewDeadline, retryPeriod time.Duration) time.Duration {
+	return max(min(retryPeriod/2, leaseDuration-renewDeadline-retryPeriod), 0)
 }
 
 var _ resourcelock.Interface = (*ephemeralLock)(nil)
@@ -53,6 +76,7 @@ func (l *ephemeralLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	defer l.mu.Unlock()
 	if !l.tried {
 		l.tried = true
+		sent := l.renewClock.Now()
 		now := metav1.NewTime(l.clock.Now())
 		rec := resourcelock.LeaderElectionRecord{HolderIdentity: l.identity, LeaseDurationSeconds: int(l.duration / time.Second),
 			AcquireTime: now, RenewTime: now}
@@ -61,7 +85,7 @@ func (l *ephemeralLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 			metav1.CreateOptions{})
 		switch {
 		case err == nil:
-			l.lease, l.created = lease, true
+			l.lease, l.created, l.written = lease, true, sent
 			return nil, nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), l.meta.Name)
 		case !apierrors.IsAlreadyExists(err):
 			return nil, nil, err
@@ -89,13 +113,14 @@ func (l *ephemeralLock) Create(ctx context.Context, ler resourcelock.LeaderElect
 		return nil
 	}
 	l.created = false
+	sent := l.renewClock.Now()
 	lease, err := l.client.Leases(l.meta.Namespace).Create(ctx,
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: l.meta.Namespace, Name: l.meta.Name}, Spec: resourcelock.LeaderElectionRecordToLeaseSpec(&ler)},
 		metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	l.lease = lease
+	l.lease, l.written = lease, sent
 	return nil
 }
 
@@ -106,14 +131,26 @@ func (l *ephemeralLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 	if l.lease == nil {
 		return errors.New("lease not initialized, call get or create first")
 	}
+	if l.renewsOwnWrite(ler) {
+		return nil
+	}
 	next := l.lease.DeepCopy()
 	next.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
+	sent := l.renewClock.Now()
 	lease, err := l.client.Leases(l.meta.Namespace).Update(ctx, next, metav1.UpdateOptions{})
 	if err != nil {
 		return err
 	}
-	l.lease = lease
+	l.lease, l.written = lease, sent
 	return nil
+}
+
+// renewsOwnWrite reports whether ler only renews the Lease as this process
+// wrote it less than fresh ago: the same holder, this process.
+func (l *ephemeralLock) renewsOwnWrite(ler resourcelock.LeaderElectionRecord) bool {
+	held := l.lease.Spec.HolderIdentity
+	return l.fresh > 0 && !l.written.IsZero() && ler.HolderIdentity == l.identity &&
+		held != nil && *held == l.identity && l.renewClock.Since(l.written) < l.fresh
 }
 
 // release deletes the Lease if this process holds it as it last wrote it.

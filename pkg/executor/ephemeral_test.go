@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -135,4 +137,94 @@ func acquiring(verbs []string) []string {
 		out = out[:len(out)-1]
 	}
 	return out
+}
+
+// TestEphemeralLockRenewals: leaderelection renews at once after it took
+// the Lease; an ephemeral lock answers a renewal that comes less than
+// fresh after its own write with that write, and sends every other one.
+func TestEphemeralLockRenewals(t *testing.T) {
+	const fresh = 500 * time.Millisecond
+	killed := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "l"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("killed"), LeaseDurationSeconds: ptr.To[int32](1)},
+	}
+	for name, tc := range map[string]struct {
+		existing *coordinationv1.Lease
+		fresh    time.Duration
+		after    time.Duration // from the taking write to the renewal
+		holder   string        // of the renewal's record
+		// sent: the requests from the renewal on.
+		sent []string
+	}{
+		"at once after creating it":    {fresh: fresh, holder: "me"},
+		"just before fresh":            {fresh: fresh, after: fresh - time.Millisecond, holder: "me"},
+		"at fresh":                     {fresh: fresh, after: fresh, holder: "me", sent: []string{"update"}},
+		"at once after taking it over": {existing: killed, fresh: fresh, holder: "me"},
+		"fresh zero":                   {holder: "me", sent: []string{"update"}},
+		"a record of another holder":   {fresh: fresh, holder: "other", sent: []string{"update"}},
+		"later, after taking it over":  {existing: killed, fresh: fresh, after: time.Second, holder: "me", sent: []string{"update"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.existing != nil {
+				objs = append(objs, tc.existing.DeepCopy())
+			}
+			client := fake.NewClientset(objs...)
+			var verbs []string
+			client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				verbs = append(verbs, a.GetVerb())
+				return false, nil, nil
+			})
+			clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			l := &ephemeralLock{client: client.CoordinationV1(), meta: metav1.ObjectMeta{Namespace: "default", Name: "l"},
+				identity: "me", duration: 8 * time.Second, fresh: tc.fresh, clock: clk, renewClock: clk}
+			ctx := context.Background()
+			rec := resourcelock.LeaderElectionRecord{HolderIdentity: "me", LeaseDurationSeconds: 8}
+			// Taking it, as leaderelection does: Get, then Create when it
+			// is not found, else Update.
+			if _, _, err := l.Get(ctx); apierrors.IsNotFound(err) {
+				if err := l.Create(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			} else if err := l.Update(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			took := len(verbs)
+			clk.SetTime(clk.Now().Add(tc.after))
+			renewal := rec
+			renewal.HolderIdentity = tc.holder
+			renewal.RenewTime = metav1.NewTime(clk.Now())
+			if err := l.Update(ctx, renewal); err != nil {
+				t.Fatal(err)
+			}
+			if got := verbs[took:]; !slices.Equal(got, tc.sent) {
+				t.Errorf("requests for the renewal: %v, want %v", got, tc.sent)
+			}
+			lease, err := client.CoordinationV1().Leases("default").Get(ctx, "l", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ptr.Deref(lease.Spec.HolderIdentity, ""), "me"; tc.holder == "me" && got != want {
+				t.Errorf("holder %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestEphemeralFresh: how soon after its write a renewal is answered by it.
+func TestEphemeralFresh(t *testing.T) {
+	for _, tc := range []struct {
+		lease, renew, retry, want time.Duration
+	}{
+		{8 * time.Second, 8 * time.Second * 2 / 3, 8 * time.Second / 6, 8 * time.Second / 12}, // kubetask run's
+		{15 * time.Second, 10 * time.Second, 2 * time.Second, time.Second},                    // the defaults
+		{10 * time.Second, 8 * time.Second, 1900 * time.Millisecond, 100 * time.Millisecond},  // the margin is less
+		{6 * time.Second, 5 * time.Second, time.Second, 0},                                    // no margin
+	} {
+		if got := ephemeralFresh(tc.lease, tc.renew, tc.retry); got != tc.want {
+			t.Errorf("ephemeralFresh(%s, %s, %s) = %s, want %s", tc.lease, tc.renew, tc.retry, got, tc.want)
+		}
+	}
 }

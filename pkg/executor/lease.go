@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 )
 
 // ErrLeaseLost reports that the executor could not renew its instance
@@ -59,7 +60,8 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 	var ephemeral *ephemeralLock
 	if e.cfg.EphemeralLease {
 		ephemeral = &ephemeralLock{client: e.leaseClient().CoordinationV1(), meta: meta, identity: holder,
-			duration: e.cfg.LeaseDuration, clock: e.cfg.Clock}
+			duration: e.cfg.LeaseDuration, fresh: ephemeralFresh(e.cfg.LeaseDuration, e.cfg.RenewDeadline, e.cfg.RetryPeriod),
+			clock: e.cfg.Clock, renewClock: clock.RealClock{}}
 		inner = ephemeral
 	}
 	lock := &watchedLock{Interface: inner}
