@@ -13,9 +13,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -39,8 +37,7 @@ type vkNode struct {
 	nc      *node.NodeController
 	np      *node.NaiveNodeProviderV2
 	pc      *node.PodController
-	pods    informers.SharedInformerFactory
-	scm     informers.SharedInformerFactory
+	inf     *nodeInformers
 	events  record.EventBroadcaster
 	workers int
 	ready   chan struct{}
@@ -62,12 +59,8 @@ type vkProvider interface {
 // sets, and adds the kubelet API's routes to mux. workers pod workers
 // sync pods.
 func newVKNode(spec *corev1.Node, client kubernetes.Interface, p *provider, mux *http.ServeMux, workers int) (*vkNode, error) {
-	pods := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", spec.Name).String()
-	}))
-	scm := informers.NewSharedInformerFactoryWithOptions(client, 0)
-	podInformer := pods.Core().V1().Pods()
-	secrets, configMaps, services := scm.Core().V1().Secrets(), scm.Core().V1().ConfigMaps(), scm.Core().V1().Services()
+	inf := newNodeInformers(client, spec.Name)
+	podInformer := inf.pods
 	p.pods = podInformer.Lister()
 
 	mux.Handle("/", api.PodHandler(api.PodHandlerConfig{
@@ -95,9 +88,9 @@ func newVKNode(spec *corev1.Node, client kubernetes.Interface, p *provider, mux 
 		EventRecorder:     events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: spec.Name + "/pod-controller"}),
 		Provider:          p,
 		PodInformer:       podInformer,
-		SecretInformer:    secrets,
-		ConfigMapInformer: configMaps,
-		ServiceInformer:   services,
+		SecretInformer:    inf.secrets,
+		ConfigMapInformer: inf.configMaps,
+		ServiceInformer:   inf.services,
 		// The provider resolves env itself, to report CreateContainerConfigError
 		// as the kubelet does instead of failing the pod.
 		SkipDownwardAPIResolution: true,
@@ -105,7 +98,7 @@ func newVKNode(spec *corev1.Node, client kubernetes.Interface, p *provider, mux 
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
-	return &vkNode{spec: spec, client: client, nc: nc, np: np, pc: pc, pods: pods, scm: scm, events: events,
+	return &vkNode{spec: spec, client: client, nc: nc, np: np, pc: pc, inf: inf, events: events,
 		workers: workers, ready: make(chan struct{})}, nil
 }
 
@@ -122,10 +115,8 @@ func (n *vkNode) Run(ctx context.Context) error {
 	n.events.StartLogging(vklog.G(ctx).Infof)
 	n.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: n.client.CoreV1().Events(corev1.NamespaceAll)})
 	defer n.events.Shutdown()
-	n.pods.Start(ctx.Done())
-	n.scm.Start(ctx.Done())
-	defer n.pods.Shutdown()
-	defer n.scm.Shutdown()
+	n.inf.start(ctx)
+	defer n.inf.wait()
 	go n.pc.Run(ctx, n.workers) //nolint:errcheck // its error is read from Err once Done
 	defer func() {
 		cancel()
