@@ -6,13 +6,13 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench clean
+.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/kubetask
-	$(GO) build -o $(BIN)/kubetask ./cmd/kubetask
+build: ## build bin/kubetask (static, as kubectl's releases: without cgo it maps no libc and starts lighter)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/kubetask ./cmd/kubetask
 
 components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
 	$(BIN)/kubetask cluster build
@@ -62,6 +62,10 @@ test-repeat: fmt vet components lighthouse ## run the whole suite N times in a r
 
 bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 19 min on 2 cores
 	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
+
+PAIRS ?= 12
+bench-run: components ## kubetask run against kubectl run on the local cluster (docs/benchmarks.md): PAIRS=12 rounds, BASELINE=path/to/kubetask adds an older build
+	$(GO) test ./test/benchrun -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...

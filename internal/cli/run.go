@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubetask/kubetask/pkg/podstate"
@@ -64,7 +63,7 @@ type runFlags struct {
 
 func newRunCommand() *cobra.Command {
 	f := &runFlags{}
-	cf := genericclioptions.NewConfigFlags(true)
+	cf := newKubeFlags()
 	cmd := &cobra.Command{
 		Use:   "run -f FILE",
 		Short: "Run one task (or pod manifest) to completion and exit with its outcome",
@@ -93,7 +92,7 @@ the codes in docs/run.md for failures of the infrastructure.`,
 	fl.BoolVar(&f.attach, "attach", false, "attach to the unfinished pod of this task; fail if there is none")
 	fl.StringVarP(&f.output, "output", "o", "", "json: JSON lines on stdout (events, log lines, the outcome)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress output")
-	cf.AddFlags(fl)
+	cf.addFlags(fl)
 	return cmd
 }
 
@@ -190,22 +189,18 @@ func resolveNamespace(flagNS string, flagSet bool, taskNS, kubeconfigNS string) 
 	return "default", nil
 }
 
-func runTask(cmd *cobra.Command, f *runFlags, cf *genericclioptions.ConfigFlags) error {
+func runTask(cmd *cobra.Command, f *runFlags, cf *kubeFlags) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	t, err := f.loadTask(cmd.InOrStdin())
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
-	kubeNS, _, err := cf.ToRawKubeConfigLoader().Namespace()
+	kubeNS, _, err := cf.clientConfig().Namespace()
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("reading kubeconfig: %w", err)}
 	}
-	flagNS := ""
-	if cf.Namespace != nil {
-		flagNS = *cf.Namespace
-	}
-	ns, err := resolveNamespace(flagNS, cmd.Flags().Changed("namespace"), t.Namespace, kubeNS)
+	ns, err := resolveNamespace(cf.namespace(), cmd.Flags().Changed("namespace"), t.Namespace, kubeNS)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
@@ -213,7 +208,7 @@ func runTask(cmd *cobra.Command, f *runFlags, cf *genericclioptions.ConfigFlags)
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: err}
 	}
-	cfg, err := cf.ToRESTConfig()
+	cfg, err := cf.restConfig()
 	if err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("reading kubeconfig: %w", err)}
 	}

@@ -6,14 +6,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/kubetask/kubetask/internal/service"
 )
 
 // newServeCommand builds `kubetask serve`: the task service.
 func newServeCommand() *cobra.Command {
-	cf := genericclioptions.NewConfigFlags(true)
+	cf := newKubeFlags()
 	var (
 		configFile    string
 		flags         service.Config
@@ -79,14 +78,14 @@ adopts them and their logs go on from where the archive ends.`,
 			set("lease-namespace", func() { cfg.LeaseNamespace = flags.LeaseNamespace })
 			set("lease-duration", func() { cfg.LeaseDuration = service.Duration(leaseDuration.String()) })
 			if cmd.Flags().Changed("namespace") && cfg.DefaultNamespace == "" {
-				cfg.DefaultNamespace = *cf.Namespace
+				cfg.DefaultNamespace = cf.namespace()
 			}
-			rc, err := cf.ToRESTConfig()
+			rc, err := cf.restConfig()
 			if err != nil {
 				return fmt.Errorf("kubernetes connection (--kubeconfig, --context): %w", err)
 			}
 			if cfg.DefaultNamespace == "" {
-				if ns, _, err := cf.ToRawKubeConfigLoader().Namespace(); err == nil {
+				if ns, _, err := cf.clientConfig().Namespace(); err == nil {
 					cfg.DefaultNamespace = ns
 				}
 			}
@@ -119,6 +118,6 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringVar(&flags.ReplicaID, "replica-id", "", "this replica's name in the Leases (default host name, process ID and a random suffix)")
 	fs.StringVar(&flags.LeaseNamespace, "lease-namespace", "", "namespace of the Leases (default $POD_NAMESPACE, else the default namespace)")
 	fs.DurationVar(&leaseDuration, "lease-duration", 0, "duration of the Leases: how long a replica that died holds its shards (default 15s)")
-	cf.AddFlags(fs)
+	cf.addFlags(fs)
 	return cmd
 }

@@ -17,8 +17,6 @@ import (
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
-	"github.com/virtual-kubelet/virtual-kubelet/node"
-	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,23 +142,8 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 
 	mux := http.NewServeMux()
-	n, err := nodeutil.NewNode(cfg.NodeName,
-		func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-			p.pods = pc.Pods
-			return p, nil, nil
-		},
-		nodeutil.WithClient(client),
-		nodeutil.AttachProviderRoutes(mux),
-		func(nc *nodeutil.NodeConfig) error {
-			nc.NodeSpec = nodeSpec(cfg, port)
-			// The provider resolves env itself, to report CreateContainerConfigError
-			// as the kubelet does instead of failing the pod.
-			nc.SkipDownwardAPIResolution = true
-			nc.NumWorkers = 8
-			nc.InformerResyncPeriod = 0
-			return nil
-		},
-	)
+	spec := nodeSpec(cfg, port)
+	n, err := newVKNode(&spec, client, p, mux, 8)
 	if err != nil {
 		return fmt.Errorf("create node: %w", err)
 	}

@@ -13,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
-	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,7 +51,7 @@ type provider struct {
 }
 
 var (
-	_ nodeutil.Provider = (*provider)(nil)
+	_ vkProvider = (*provider)(nil)
 	_ interface {
 		NotifyPods(context.Context, func(*corev1.Pod))
 	} = (*provider)(nil)

@@ -18,8 +18,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
+	coordinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -183,8 +184,11 @@ func (r *Replica) shardConfig(k int) executor.Config {
 // releases its shard Lease) and returns once they stopped.
 func (r *Replica) Run(ctx context.Context) error {
 	// Every Lease of the namespace: the members' and the shards'.
-	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0, informers.WithNamespace(r.cfg.Namespace))
-	leases := factory.Coordination().V1().Leases()
+	// (client-go's constructor for the one informer, not a
+	// SharedInformerFactory: see internal/localnode's nodeInformers.)
+	leaseInformer := coordinformers.NewLeaseInformer(r.cfg.Client, r.cfg.Namespace, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	leases := coordlisters.NewLeaseLister(leaseInformer.GetIndexer())
 	kick := make(chan struct{}, 1)
 	poke := func(any) {
 		select {
@@ -192,14 +196,18 @@ func (r *Replica) Run(ctx context.Context) error {
 		default:
 		}
 	}
-	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = leaseInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
 	})
-	infCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
-	factory.Start(infCtx.Done())
+	infCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
+	informerDone := make(chan struct{})
+	go func() {
+		defer close(informerDone)
+		leaseInformer.RunWithContext(infCtx)
+	}()
 	defer func() {
-		stopInformers()
-		factory.Shutdown()
+		stopInformer()
+		<-informerDone
 	}()
 
 	if err := r.checkGroup(ctx); err != nil {
@@ -220,7 +228,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.noteRenewed()
 	r.heartbeat(ctx)
 	r.log.Info("joined the replica group", "group", r.cfg.Group, "lease", r.cfg.Namespace+"/"+member.Name, "shards", r.cfg.Shards)
-	if !cache.WaitForCacheSync(ctx.Done(), leases.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), leaseInformer.HasSynced) {
 		r.leave(member)
 		return nil
 	}
@@ -250,9 +258,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		live := liveMembers(r.listMembers(leases.Lister()), observed, r.cfg.Identity, false, now)
+		live := liveMembers(r.listMembers(leases), observed, r.cfg.Identity, false, now)
 		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
-		expired := r.expiredShards(leases.Lister(), observedShards, live, now)
+		expired := r.expiredShards(leases, observedShards, live, now)
 		for _, k := range want {
 			// Also when this replica's executor of k already runs: it
 			// waits in leaderelection, which judges expiry from its own

@@ -2,7 +2,9 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +28,10 @@ const (
 	actStop    actionKind = "stop"
 	actRelease actionKind = "release"
 	// actDeleteRelease deletes a pod that has stopped and releases it at
-	// once: nothing runs in it and nothing is left to read, and a pod that
-	// is deleting and still held makes its kubelet (or kwok) retry its final
-	// delete until the finalizer goes, a write and a watch event each time.
+	// once, both requests together: nothing runs in it and nothing is left
+	// to read, and a pod that is deleting and still held makes its kubelet
+	// (or kwok) retry its final delete until the finalizer goes, a write and
+	// a watch event each time.
 	actDeleteRelease actionKind = "delete+release"
 	// actDiscard throws away a pod its record does not take, which never ran
 	// (attempt.Discard: delete and release, only while the name is its UID's).
@@ -165,9 +168,14 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	case actDelete:
 		err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name)
 	case actDeleteRelease:
-		if err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name); err == nil {
-			err = attempt.ReleaseSeen(ctx, e.client, pod, false)
-		}
+		// Both requests at once: the pod has stopped, so its release need
+		// not wait for the deletion (a kubetask run waits for both).
+		var wg sync.WaitGroup
+		var relErr error
+		wg.Go(func() { relErr = attempt.ReleaseSeen(ctx, e.client, pod, false) })
+		err = attempt.Delete(ctx, e.client, pod.Namespace, pod.Name)
+		wg.Wait()
+		err = errors.Join(err, relErr)
 	case actStop:
 		err = attempt.Stop(ctx, e.client, pod, act.at)
 	case actRelease:

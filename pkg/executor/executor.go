@@ -201,8 +201,9 @@ func New(cfg Config) (*Executor, error) {
 
 // Start runs the executor until ctx ends. It takes the instance Lease
 // (waiting, and logging who holds it, while another process runs the same
-// InstanceID), runs OnLeading, adopts what the instances in AdoptFrom left,
-// starts the pod caches, waits for them to sync and lets the workers run.
+// InstanceID), adopts what the instances in AdoptFrom left, starts the pod
+// caches, runs OnLeading while they list, waits for them to sync and lets
+// the workers run.
 // When the Lease cannot be renewed (the API server unreachable for longer than
 // RenewDeadline, or another process took it), the workers stop acting on pods
 // at once and Start takes the Lease again before they resume from the state
@@ -296,23 +297,27 @@ func (e *Executor) term(ctx context.Context) error {
 		e.mu.Unlock()
 	}()
 	log.Info("began a term", "epoch", epoch)
-	if e.cfg.OnLeading != nil {
-		if err := e.cfg.OnLeading(ctx); err != nil {
-			return err
-		}
-	}
 	if _, err := retryStore(ctx, log, "adopting tasks", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, e.adopt(ctx)
 	}); err != nil {
 		return e.termEnd(ctx)
 	}
 	caches, namespaces := e.startPodCaches(ctx)
-	synced := make([]cache.InformerSynced, len(caches))
+	// OnLeading runs while the caches list: no worker acts before both
+	// are done, and neither waits for the other's requests.
+	if e.cfg.OnLeading != nil {
+		if err := e.cfg.OnLeading(ctx); err != nil {
+			return err
+		}
+	}
+	synced := make([]cache.DoneChecker, len(caches))
 	for i, c := range caches {
-		synced[i] = c.HasSynced
+		synced[i] = c.syncedChecker()
 	}
 	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	// Woken by the caches themselves: WaitForCacheSync would poll them
+	// every 100 ms, a third of a short `kubetask run`.
+	if !cache.WaitFor(ctx, "", synced...) {
 		return e.termEnd(ctx)
 	}
 	// Level-based start: every unfinished task is looked at once, whether or

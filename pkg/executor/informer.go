@@ -51,6 +51,11 @@ func (e *Executor) startPodCaches(ctx context.Context) ([]*podCache, []string) {
 	return caches, namespaces
 }
 
+// syncedChecker is done once the cache's first list has been handed to
+// the handler in full (HasSynced), for cache.WaitFor to wait on without
+// polling.
+func (c *podCache) syncedChecker() cache.DoneChecker { return c.fifo.HasSyncedChecker() }
+
 // podListWatch lists and watches the pods of namespace ns that selector
 // selects, counting the requests.
 func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
@@ -89,9 +94,13 @@ func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
 // kept compact (cachedPod), indexed by run, handed to podEvent, failures
 // counted and logged.
 func (e *Executor) podCacheOptions(ns string) podCacheOptions {
+	var client any = e.client
+	if e.cfg.PlainList {
+		client = plainList{}
+	}
 	return podCacheOptions{
 		Namespace: ns,
-		Client:    e.client,
+		Client:    client,
 		Indexers:  cache.Indexers{runIndex: indexByRun},
 		Transform: compactTransform,
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -119,6 +128,14 @@ func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 		Logger: e.cfg.Logger,
 	}
 }
+
+// plainList, as a pod cache's Client, makes its Reflector list with a LIST
+// request (Config.PlainList).
+type plainList struct{}
+
+// IsWatchListSemanticsUnSupported tells client-go's Reflector not to use a
+// streaming list.
+func (plainList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // compactTransform is the pod caches' Transform: a pod becomes the
 // cachedPod the caches keep of it.

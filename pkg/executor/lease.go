@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 )
 
 // ErrLeaseLost reports that the executor could not renew its instance
@@ -56,11 +57,20 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 	holder := e.holder
 	name := LeaseName(e.cfg.InstanceID)
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID, "lease", e.cfg.LeaseNamespace+"/"+name)
-	lock := &watchedLock{Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.LeaseNamespace, Name: name},
+	meta := metav1.ObjectMeta{Namespace: e.cfg.LeaseNamespace, Name: name}
+	var inner resourcelock.Interface = &resourcelock.LeaseLock{
+		LeaseMeta:  meta,
 		Client:     e.leaseClient().CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: holder},
-	}}
+	}
+	var ephemeral *ephemeralLock
+	if e.cfg.EphemeralLease {
+		ephemeral = &ephemeralLock{client: e.leaseClient().CoordinationV1(), meta: meta, identity: holder,
+			duration: e.cfg.LeaseDuration, fresh: ephemeralFresh(e.cfg.LeaseDuration, e.cfg.RenewDeadline, e.cfg.RetryPeriod),
+			clock: e.cfg.Clock, renewClock: clock.RealClock{}}
+		inner = ephemeral
+	}
+	lock := &watchedLock{Interface: inner}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -73,7 +83,7 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 		LeaseDuration:   e.cfg.LeaseDuration,
 		RenewDeadline:   e.cfg.RenewDeadline,
 		RetryPeriod:     e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: ephemeral == nil, // an ephemeral Lease is deleted below instead
 		Name:            e.cfg.InstanceID,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
@@ -117,6 +127,9 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 		return fmt.Errorf("instance lease: %w", err)
 	}
 	le.Run(runCtx)
+	if ephemeral != nil {
+		ephemeral.release(log)
+	}
 	if lock.acquired.Load() {
 		// Run started OnStartedLeading once it held the lease: wait for fn.
 		<-done

@@ -20,10 +20,16 @@ import (
 // TestSecondProcessWithTheSameInstanceIDWaits (defect c): two executors with
 // one InstanceID never run at once; the second starts when the first ends.
 func TestSecondProcessWithTheSameInstanceIDWaits(t *testing.T) {
+	for name, ephemeral := range map[string]bool{"lease": false, "ephemeral lease": true} {
+		t.Run(name, func(t *testing.T) { testSecondProcessWaits(t, ephemeral) })
+	}
+}
+
+func testSecondProcessWaits(t *testing.T, ephemeral bool) {
 	client := fake.NewClientset()
 	var logs syncBuffer
 	newEx := func(holder string) *Executor {
-		ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "twin", LeaseHolder: holder,
+		ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "twin", LeaseHolder: holder, EphemeralLease: ephemeral,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -99,6 +105,12 @@ var _ io.Writer = (*syncBuffer)(nil)
 // server unreachable), the executor stops acting and, once it holds the
 // Lease again, resumes; Start does not return.
 func TestLeaseLostAndTakenAgain(t *testing.T) {
+	for name, ephemeral := range map[string]bool{"lease": false, "ephemeral lease": true} {
+		t.Run(name, func(t *testing.T) { testLeaseLostAndTakenAgain(t, ephemeral) })
+	}
+}
+
+func testLeaseLostAndTakenAgain(t *testing.T, ephemeral bool) {
 	client := fake.NewClientset()
 	var failing atomic.Bool
 	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -109,7 +121,7 @@ func TestLeaseLostAndTakenAgain(t *testing.T) {
 	})
 	terms := make(chan int, 4)
 	n := 0
-	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky",
+	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky", EphemeralLease: ephemeral,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnLeading: func(context.Context) error { n++; terms <- n; return nil }})

@@ -2,9 +2,13 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubetask/kubetask/internal/podtest"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -486,9 +492,56 @@ func TestCleanupOfAFinishedPod(t *testing.T) {
 			}
 			f.client.ClearActions()
 			f.drainCleanups()
-			if got := f.actionVerbs(); !slices.Equal(got, tc.want) {
+			if got := slices.Sorted(slices.Values(f.actionVerbs())); !slices.Equal(got, tc.want) {
 				t.Errorf("clean-up requests %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDeleteAndReleaseGoOutTogether: a finished pod's deletion and release
+// are sent together: the API server (here a stand-in that answers the
+// DELETE only once the PATCH arrived) sees the release before it answered
+// the deletion. A fake clientset cannot show it: it serialises requests.
+func TestDeleteAndReleaseGoOutTogether(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask())
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	pod := mainExited(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded)
+	p := f.podOf("a", 0, pod)
+	f.both(p)
+	f.clk.SetTime(pod.Now())
+	if _, err := f.ex.sync(f.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	patched := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPatch:
+			once.Do(func() { close(patched) })
+		case http.MethodDelete:
+			select {
+			case <-patched:
+			case <-time.After(5 * time.Second):
+				http.Error(w, "the release waited for the deletion's answer", http.StatusServiceUnavailable)
+				return
+			}
+		default:
+			http.Error(w, r.Method, http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p)
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ex.client = client
+	f.drainCleanups()
+	if a, ok := f.ex.actionOf(p.Namespace + "/" + p.Name); !ok || !a.done || a.err != nil {
+		t.Errorf("clean-up action done %v, err %v (found %v), want done without error", a.done, a.err, ok)
 	}
 }

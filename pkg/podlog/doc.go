@@ -10,7 +10,9 @@
 //     server closes cleanly in the middle of a line;
 //   - API server restarts, which break every stream at once;
 //   - container restarts, also while a stream is broken: the rest of the
-//     previous instance's log is read (previous=true) before the current one's.
+//     previous instance's log is read (previous=true) before the current one's
+//     (not for a container whose spec says it is never restarted:
+//     Progress.NeverRestarts).
 //
 // Lines come whole, with a flag saying whether they ended with a newline:
 // fragments are held back until their newline arrives, until the container's log
@@ -32,7 +34,8 @@
 // together exactly the bytes one uninterrupted follower would: across broken
 // streams, and across container restarts before or after the stop (the
 // resumed follower reads the rest of the previous instance first, whatever
-// its Progress says about restarts). The same holds for a chain of followers,
+// its Progress says about restarts, unless it says the container is never
+// restarted). The same holds for a chain of followers,
 // each resumed from the last. Taking the Cursor inside OnLine gives the
 // position of the end of that Line, so a caller that stores bytes in chunks
 // stores each chunk with the Cursor taken after its last Line.

@@ -51,6 +51,11 @@ type Progress struct {
 	// follower confirms it with a GET before it gives up, and follows the pod it
 	// finds meanwhile: a cache may lag behind a pod just created.
 	Gone bool
+	// NeverRestarts: the pod's spec says the container is never restarted,
+	// whatever its exit (no restart rules, its restart policy or the pod's
+	// Never), so it has one instance and no previous instance's log: the
+	// follower does not ask for one. False (not known) is always safe.
+	NeverRestarts bool
 }
 
 // ErrPodGone is returned by Run when the pod disappeared (Progress said Gone and
@@ -299,9 +304,10 @@ func (f *Follower) streamError(err error) {
 // the stream was closed exactly there.
 func (f *Follower) pass(ctx context.Context, p Progress) (end, fresh bool, err error) {
 	// A container may have restarted since the last stream, also when p does
-	// not say so yet: the rest of its previous instance comes first.
+	// not say so yet: the rest of its previous instance comes first. One
+	// that is never restarted has no previous instance.
 	inPrevious := false
-	if f.opened || p.RestartCount > 0 {
+	if f.opened && !p.NeverRestarts || p.RestartCount > 0 {
 		if inPrevious, err = f.readPrevious(ctx); err != nil {
 			return false, false, err
 		}

@@ -205,6 +205,40 @@ func TestFollowerStartsAfterRestart(t *testing.T) {
 	checkBytes(t, "log", []byte("one\ntwo\nthree\n"), col.bytes())
 }
 
+// A container that is never restarted has no previous instance: the
+// follower reads its log to the end, the unterminated last line and the
+// streams cut cleanly or not included, without asking for one. Otherwise it
+// asks before every stream after the first.
+func TestFollowerPreviousLogOnlyWhenItMayExist(t *testing.T) {
+	out := output("x")
+	for name, never := range map[string]bool{"may restart": false, "never restarts": true} {
+		t.Run(name, func(t *testing.T) {
+			node := newFakeNode(toRecords(out, 16<<10, every(time.Millisecond, 3)))
+			node.cuts = map[int]cut{0: {at: 5000, clean: false}, 1: {at: 30000, clean: true}}
+			node.onOpen = func(n int) {
+				if n == 2 {
+					node.progress.Terminated = true
+				}
+			}
+			node.progress.NeverRestarts = never
+			col := &collector{}
+			if err := runFollower(t, newTestFollower(t, node, col, 0)); err != nil {
+				t.Fatal(err)
+			}
+			checkBytes(t, "log", out, col.bytes())
+			prev := 0
+			for _, r := range node.requests {
+				if strings.HasPrefix(r, "prev") {
+					prev++
+				}
+			}
+			if never && prev > 0 || !never && prev == 0 {
+				t.Errorf("%d requests for the previous instance's log; requests: %v", prev, node.requests)
+			}
+		})
+	}
+}
+
 // The unterminated last line is delivered once the log is complete, without a
 // newline, and not before (it might still continue).
 func TestFollowerUnterminatedLastLine(t *testing.T) {

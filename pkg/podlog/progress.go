@@ -7,7 +7,7 @@ import (
 )
 
 // ProgressOf computes the Progress of container name (regular or init) from
-// pod as last seen; a nil pod is Gone. A container terminated for good is one
+// pod as last seen; a nil pod is Gone. NeverRestarts is read from the spec. A container terminated for good is one
 // whose pod has a final phase or is being deleted, or that exited and will not
 // be restarted: container restart rules first, then the container's restart
 // policy, then the pod's (init containers are restarted only after a failure).
@@ -16,7 +16,7 @@ func ProgressOf(pod *corev1.Pod, name string) Progress {
 		return Progress{Gone: true}
 	}
 	final := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	p := Progress{Terminated: final}
+	p := Progress{Terminated: final, NeverRestarts: neverRestarts(pod, name)}
 	st := findStatus(pod, name)
 	if st == nil {
 		return p
@@ -68,6 +68,20 @@ func restarts(pod *corev1.Pod, name string, code int32) bool {
 		return code != 0
 	}
 	return false
+}
+
+// neverRestarts reports whether the kubelet never restarts container name,
+// whatever its exit: it has no restart rules, and its restart policy (or,
+// without one, the pod's) is Never.
+func neverRestarts(pod *corev1.Pod, name string) bool {
+	c, _ := findContainer(pod, name)
+	if c == nil || len(c.RestartPolicyRules) > 0 {
+		return false
+	}
+	if c.RestartPolicy != nil {
+		return corev1.RestartPolicy(*c.RestartPolicy) == corev1.RestartPolicyNever
+	}
+	return pod.Spec.RestartPolicy == corev1.RestartPolicyNever
 }
 
 func findContainer(pod *corev1.Pod, name string) (c *corev1.Container, init bool) {

@@ -33,10 +33,10 @@ func TestProgressOf(t *testing.T) {
 		st       *status
 		want     Progress
 	}{
-		"no status yet":             {policy: corev1.RestartPolicyNever, want: Progress{}},
-		"waiting":                   {policy: corev1.RestartPolicyNever, st: &status{state: waiting}, want: Progress{}},
-		"running":                   {policy: corev1.RestartPolicyNever, st: &status{state: running}, want: Progress{Started: true}},
-		"exited under Never":        {policy: corev1.RestartPolicyNever, st: &status{state: exited(1)}, want: Progress{Started: true, Terminated: true}},
+		"no status yet":             {policy: corev1.RestartPolicyNever, want: Progress{NeverRestarts: true}},
+		"waiting":                   {policy: corev1.RestartPolicyNever, st: &status{state: waiting}, want: Progress{NeverRestarts: true}},
+		"running":                   {policy: corev1.RestartPolicyNever, st: &status{state: running}, want: Progress{Started: true, NeverRestarts: true}},
+		"exited under Never":        {policy: corev1.RestartPolicyNever, st: &status{state: exited(1)}, want: Progress{Started: true, Terminated: true, NeverRestarts: true}},
 		"failed under OnFailure":    {policy: corev1.RestartPolicyOnFailure, st: &status{state: exited(1)}, want: Progress{Started: true}},
 		"succeeded under OnFailure": {policy: corev1.RestartPolicyOnFailure, st: &status{state: exited(0)}, want: Progress{Started: true, Terminated: true}},
 		"waiting to restart": {policy: corev1.RestartPolicyOnFailure, st: &status{state: waiting, last: exited(1), restarts: 2},
@@ -44,7 +44,7 @@ func TestProgressOf(t *testing.T) {
 		"exited, pod deleted": {policy: corev1.RestartPolicyAlways, deleting: true, st: &status{state: exited(1)},
 			want: Progress{Started: true, Terminated: true}},
 		"never started, pod failed": {policy: corev1.RestartPolicyNever, phase: corev1.PodFailed, st: &status{state: waiting},
-			want: Progress{Terminated: true}},
+			want: Progress{Terminated: true, NeverRestarts: true}},
 		"restart rule restarts on 42": {policy: corev1.RestartPolicyNever, c: corev1.Container{RestartPolicy: &never, RestartPolicyRules: restartOn42},
 			st: &status{state: exited(42)}, want: Progress{Started: true}},
 		"restart rule does not match 1": {policy: corev1.RestartPolicyNever, c: corev1.Container{RestartPolicy: &never, RestartPolicyRules: restartOn42},
@@ -57,6 +57,10 @@ func TestProgressOf(t *testing.T) {
 			st: &status{state: exited(0), restarts: 1}, want: Progress{Started: true, RestartCount: 1}},
 		"native sidecar, pod succeeded": {policy: corev1.RestartPolicyNever, phase: corev1.PodSucceeded, init: true, c: corev1.Container{RestartPolicy: &always},
 			st: &status{state: exited(0)}, want: Progress{Started: true, Terminated: true}},
+		"init container failed under Never": {policy: corev1.RestartPolicyNever, init: true, st: &status{state: exited(1)},
+			want: Progress{Started: true, Terminated: true, NeverRestarts: true}},
+		"container Never in an Always pod": {policy: corev1.RestartPolicyAlways, c: corev1.Container{RestartPolicy: &never},
+			st: &status{state: running}, want: Progress{Started: true, NeverRestarts: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.c.Name = "c"

@@ -187,15 +187,17 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, t *
 		InstanceID: id.Executor, Namespaces: []string{id.Namespace},
 		DefaultNamespace: id.Namespace, LeaseNamespace: id.Namespace,
 		Parallelism: 1, CreateConcurrency: 1, Workers: 2,
-		Store:         store.NewMemory(),
-		OnEvent:       r.onEvent,
-		OnPodChange:   func(string, string) { r.kick() },
-		OnLeading:     r.acquire,
-		Hold:          func(string, int) bool { return !r.isPostDone() },
-		HoldTimeout:   mainLogWait + 30*time.Second,
-		Clock:         opts.Clock,
-		Logger:        opts.Logger,
-		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.LeaseDuration * 2 / 3, RetryPeriod: opts.LeaseDuration / 6,
+		PlainList:      true, // a LIST of one pod answers at once; a streaming list may wait 100 ms
+		EphemeralLease: true, // one request to take a free run's Lease, one to let it go, none left behind
+		Store:          store.NewMemory(),
+		OnEvent:        r.onEvent,
+		OnPodChange:    func(string, string) { r.kick() },
+		OnLeading:      r.acquire,
+		Hold:           func(string, int) bool { return !r.isPostDone() },
+		HoldTimeout:    mainLogWait + 30*time.Second,
+		Clock:          opts.Clock,
+		Logger:         opts.Logger,
+		LeaseDuration:  opts.LeaseDuration, RenewDeadline: opts.LeaseDuration * 2 / 3, RetryPeriod: opts.LeaseDuration / 6,
 	}
 	if cfg != nil && cfg.QPS > 0 {
 		execCfg.QPS, execCfg.Burst = cfg.QPS, cfg.Burst

@@ -160,6 +160,22 @@ func pods(t *testing.T, env *clustertest.Env) []corev1.Pod {
 	return l.Items
 }
 
+// leases returns the names of the Leases in the test's namespace.
+func leases(t *testing.T, env *clustertest.Env) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := env.Client.CoordinationV1().Leases(env.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, x := range l.Items {
+		names = append(names, x.Name)
+	}
+	return names
+}
+
 // processes returns the pids of host processes whose command line contains mark.
 func processes(mark string) []int {
 	var pids []int

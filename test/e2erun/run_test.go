@@ -37,6 +37,9 @@ func TestRunSucceeds(t *testing.T) {
 		t.Errorf("stderr does not report Succeeded/Completed:\n%s", p.stderr)
 	}
 	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+	if l := leases(t, env); len(l) != 0 {
+		t.Errorf("leases left behind: %v (the run's instance Lease is deleted as it exits)", l)
+	}
 }
 
 func TestRunFailurePropagatesExitCode(t *testing.T) {
@@ -328,6 +331,9 @@ func TestRunAttachAfterKill(t *testing.T) {
 	if len(before) != 1 {
 		t.Fatalf("%d pods after the kill, want 1", len(before))
 	}
+	if l := leases(t, env); len(l) != 1 {
+		t.Fatalf("leases after the kill: %v, want the killed run's", l)
+	}
 	a := run(t, env, "run", "-f", f, "--attach", "-o", "json")
 	if a.code != 5 {
 		t.Errorf("exit %d, want 5", a.code)
@@ -343,6 +349,9 @@ func TestRunAttachAfterKill(t *testing.T) {
 		t.Errorf("attached run did not stream the rest of the log")
 	}
 	eventually(t, 30*time.Second, "the pod to be deleted", func() bool { return len(pods(t, env)) == 0 })
+	if l := leases(t, env); len(l) != 0 {
+		t.Errorf("leases left behind by the attached run, which took over the killed run's: %v", l)
+	}
 
 	// Nothing left to attach to: a clear error and its own exit code.
 	again := run(t, env, "run", "-f", f, "--attach")

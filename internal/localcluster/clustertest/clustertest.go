@@ -183,8 +183,9 @@ func config(ctx context.Context, dir string, opts Options) (localcluster.Config,
 // unless Options says otherwise.
 var defaultLocalNodes = 1
 
-// BuildKubetask builds the kubetask command into dir and returns its path.
-// Test binaries run from inside the module, so the build reuses the Go cache.
+// BuildKubetask builds the kubetask command into dir, as `make build` does
+// (static: CGO_ENABLED=0), and returns its path. Test binaries run from
+// inside the module, so the build reuses the Go cache.
 func BuildKubetask(ctx context.Context, dir string) (string, error) {
 	tools, err := components.FindToolsDir()
 	if err != nil {
@@ -192,6 +193,7 @@ func BuildKubetask(ctx context.Context, dir string) (string, error) {
 	}
 	out := filepath.Join(dir, "kubetask")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kubetask")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = filepath.Dir(tools)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building kubetask: %w: %s", err, b)

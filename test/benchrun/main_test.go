@@ -1,0 +1,19 @@
+// Package benchrun is `make bench-run`: the built `kubetask run -f pod.yaml`
+// against `kubectl run --rm -i --restart=Never --image=busybox` on the same
+// local cluster (one local process node), a one-line pod each, in
+// alternating pairs; it prints both tools' wall time, peak RSS and CPU time
+// per process, their medians and the ratios, in one run. TestRunBenchTiny
+// runs the same code with one pair in `go test ./...` and checks only that
+// both commands worked.
+//
+//	go test ./test/benchrun -run '^$' -bench BenchmarkRun -benchtime 1x -pairs 12
+//	# also -baseline /path/to/an/older/kubetask: a third column, the same pod run by it
+package benchrun
+
+import (
+	"testing"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+)
+
+func TestMain(m *testing.M) { clustertest.MainWith(m, clustertest.Options{}) }
