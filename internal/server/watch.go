@@ -150,7 +150,11 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 	match := func(e *ringEntry) bool {
 		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, match, pos, expired) }}, nil
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { defer release(); s.stream(hctx, match, pos, expired) }}, nil
 }
 
 func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.StreamResponse, error) {
@@ -165,7 +169,11 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 		return nil, err
 	}
 	match := func(e *ringEntry) bool { return e.ev.TaskID == in.ID }
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, match, pos, expired) }}, nil
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { defer release(); s.stream(hctx, match, pos, expired) }}, nil
 }
 
 // resume parses the cursor a watch resumes from: Last-Event-ID (what
@@ -192,7 +200,7 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 	hctx.SetHeader("Cache-Control", "no-cache")
 	hctx.SetHeader("X-Accel-Buffering", "no") // proxies: do not buffer the stream
 	hctx.SetStatus(http.StatusOK)
-	_ = rc.SetWriteDeadline(time.Time{})
+	s.pushWriteDeadline(rc)
 	s.metrics.streams.WithLabelValues("watch").Inc()
 	defer s.metrics.streams.WithLabelValues("watch").Dec()
 
@@ -211,6 +219,7 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 	defer end.Stop()
 	sent := pos // the position the client's cursor holds
 	for {
+		s.pushWriteDeadline(rc) // a client that reads nothing for WriteTimeout is dropped
 		entries, ok, wait := s.ring.since(pos, 512)
 		if !ok {
 			// This stream fell behind the ring (a slow reader).
@@ -236,6 +245,7 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 		select {
 		case <-wait:
 		case <-hb.C():
+			s.pushWriteDeadline(rc)
 			if sent != pos {
 				// Events the filters dropped moved the position: tell
 				// the client, so that it resumes from here.
@@ -254,6 +264,12 @@ func (s *Server) stream(hctx huma.Context, match func(*ringEntry) bool, pos uint
 			return
 		}
 	}
+}
+
+// pushWriteDeadline gives a stream's next writes WriteTimeout to complete:
+// a client that stops reading is dropped then, its goroutine freed.
+func (s *Server) pushWriteDeadline(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
 
 func (s *Server) expired(sw *sseWriter, head uint64) {
