@@ -31,7 +31,11 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"shards and leases out of range": {edit: func(c *Config) {
 			c.Store, c.Shards, c.LeaseDuration, c.LeaseNamespace = "postgres://db/k", 1001, "1s", "Not_A_Namespace"
 		}, errs: []string{"at most 1000", "leaseDuration", "leaseNamespace"}},
-		"negative shards":     {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"negative shards":              {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"audiences in kubernetes mode": {edit: func(c *Config) { c.Auth, c.AuthAudiences = "kubernetes", []string{"kubetask"} }},
+		"audiences need kubernetes":    {edit: func(c *Config) { c.AuthAudiences = []string{"kubetask"} }, errs: []string{"--auth kubernetes --auth-audience"}},
+		"bad limits and timeouts": {edit: func(c *Config) { c.AuthQPS, c.AuthBurst, c.BodyTimeout, c.WriteTimeout = -1, -1, "soon", "-1s" },
+			errs: []string{"authQPS", "authBurst", "bodyTimeout", "writeTimeout"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {
