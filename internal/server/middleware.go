@@ -301,6 +301,8 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 		_ = r.Body.Close()
+		// The answer's WriteTimeout counts from the body's end.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
