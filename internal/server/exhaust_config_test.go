@@ -19,7 +19,11 @@ import (
 // A body that trickles in is cut off after BodyTimeout: 408, connection
 // closed.
 func TestSlowBodyTimesOut(t *testing.T) {
-	h := newHarness(t, func(c *server.Config) { c.Auth = exhaustTokens(t); c.BodyTimeout = 300 * time.Millisecond; c.WriteTimeout = 300 * time.Millisecond })
+	h := newHarness(t, func(c *server.Config) {
+		c.Auth = exhaustTokens(t)
+		c.BodyTimeout = 300 * time.Millisecond
+		c.WriteTimeout = 300 * time.Millisecond
+	})
 	c, err := net.Dial("tcp", h.ts.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
