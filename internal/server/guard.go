@@ -49,7 +49,7 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 	})
 }
 
-// callerKey is what the per-caller limits count by: the caller's subject.
+// limitKey is what the per-caller limits count by: the caller's subject.
 func limitKey(c Caller) string { return c.Subject() }
 
 // limitRequests holds a slot of MaxRequests (in total) and
@@ -79,7 +79,7 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 const streamRetry = 10 * time.Second
 
 // openStream takes a stream's slot (MaxStreams, MaxStreamsPerCaller) for
-// the caller of ctx, giving back its request's, or returns a 429 error.
+// caller c, giving back the slot of its request r, or returns a 429 error.
 func (s *Server) openStream(r *requestInfo, c Caller) (func(), error) {
 	release, limit := s.streams.acquire(limitKey(c))
 	if release == nil {
