@@ -20,6 +20,11 @@ func newServeCommand() *cobra.Command {
 		shutdown      time.Duration
 		leaseDuration time.Duration
 		namespaces    []string
+		audiences     []string
+		bodyTimeout   time.Duration
+		writeTimeout  time.Duration
+		// reloadInterval of the token file and TLS certificate.
+		reloadInterval time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -72,6 +77,16 @@ adopts them and their logs go on from where the archive ends.`,
 			set("auth", func() { cfg.Auth = flags.Auth })
 			set("token-file", func() { cfg.TokenFile = flags.TokenFile })
 			set("log-cap-bytes", func() { cfg.LogCapBytes = flags.LogCapBytes })
+			set("auth-audience", func() { cfg.AuthAudiences = audiences })
+			set("auth-qps", func() { cfg.AuthQPS = flags.AuthQPS })
+			set("auth-burst", func() { cfg.AuthBurst = flags.AuthBurst })
+			set("max-requests", func() { cfg.MaxRequests = flags.MaxRequests })
+			set("max-requests-per-caller", func() { cfg.MaxRequestsPerCaller = flags.MaxRequestsPerCaller })
+			set("max-streams", func() { cfg.MaxStreams = flags.MaxStreams })
+			set("max-streams-per-caller", func() { cfg.MaxStreamsPerCaller = flags.MaxStreamsPerCaller })
+			set("body-timeout", func() { cfg.BodyTimeout = service.Duration(bodyTimeout.String()) })
+			set("write-timeout", func() { cfg.WriteTimeout = service.Duration(writeTimeout.String()) })
+			set("reload-interval", func() { cfg.ReloadInterval = service.Duration(reloadInterval.String()) })
 			set("shutdown-timeout", func() { cfg.ShutdownTimeout = service.Duration(shutdown.String()) })
 			set("shards", func() { cfg.Shards = flags.Shards })
 			set("replica-id", func() { cfg.ReplicaID = flags.ReplicaID })
@@ -112,6 +127,16 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.DurationVar(&retention, "retention", 0, "how long finished tasks and their logs are kept (default 720h; 0 keeps them for ever)")
 	fs.StringVar(&flags.Auth, "auth", "", `"token" (default: bearer tokens from --token-file), "kubernetes" (TokenReview and SubjectAccessReview) or "none" (loopback only)`)
 	fs.StringVar(&flags.TokenFile, "token-file", "", "token file of the token mode (default tokens.yaml in the state directory, generated when missing)")
+	fs.StringSliceVar(&audiences, "auth-audience", nil, "audiences a Kubernetes token must be for (--auth kubernetes): with kubetask, only tokens from 'kubectl create token SA --audience kubetask' are accepted (default: the API server's)")
+	fs.Float32Var(&flags.AuthQPS, "auth-qps", 0, "client-side QPS limit of the token and access reviews, apart from --qps (default 20)")
+	fs.IntVar(&flags.AuthBurst, "auth-burst", 0, "client-side burst of the token and access reviews (default 50)")
+	fs.IntVar(&flags.MaxRequests, "max-requests", 0, "requests served at once, beyond: 429 (default 1000; -1: no limit)")
+	fs.IntVar(&flags.MaxRequestsPerCaller, "max-requests-per-caller", 0, "requests of one caller served at once, beyond: 429 (default 100; -1: no limit)")
+	fs.IntVar(&flags.MaxStreams, "max-streams", 0, "watches and log follows open at once, beyond: 429 (default 1000; -1: no limit)")
+	fs.IntVar(&flags.MaxStreamsPerCaller, "max-streams-per-caller", 0, "watches and log follows of one caller open at once, beyond: 429 (default 50; -1: no limit)")
+	fs.DurationVar(&bodyTimeout, "body-timeout", 0, "how long a request body may take to arrive (default 30s)")
+	fs.DurationVar(&writeTimeout, "write-timeout", 0, "how long a response, or each write of a stream, may wait for a client that does not read (default 1m)")
+	fs.DurationVar(&reloadInterval, "reload-interval", 0, "how often the token file and the TLS certificate are read again, a change applying without a restart (default 10s)")
 	fs.Int64Var(&flags.LogCapBytes, "log-cap-bytes", 0, "size cap of each archived container log (default 64 MiB; the rest is dropped and marked)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "how long SIGTERM waits for requests in flight (default 10s)")
 	fs.IntVar(&flags.Shards, "shards", 0, "run as one replica of a group sharing a PostgreSQL store: tasks belong to this many shards, balanced among the replicas through Leases (same number on every replica; default 0: one process)")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -225,7 +226,7 @@ func checkTokens(toks []Token) error {
 // subject and the namespaces it may use for every action. Any known token may
 // read /metrics.
 type TokenAuth struct {
-	callers map[[sha256.Size]byte]*tokenCaller
+	callers atomic.Pointer[map[[sha256.Size]byte]*tokenCaller]
 }
 
 var _ Authenticator = (*TokenAuth)(nil)
@@ -236,20 +237,41 @@ func NewTokenAuth(toks []Token) (*TokenAuth, error) {
 	if err := checkTokens(toks); err != nil {
 		return nil, fmt.Errorf("token auth: %w", err)
 	}
-	a := &TokenAuth{callers: map[[sha256.Size]byte]*tokenCaller{}}
-	for _, t := range toks {
-		a.callers[tokenHash(t.Token)] = &tokenCaller{subject: t.Subject, namespaces: slices.Clone(t.Namespaces)}
+	a := &TokenAuth{}
+	if err := a.Reload(toks); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
 
+// Reload replaces the tokens with toks (checked as ParseTokenFile checks
+// them; on an error the tokens stay as they were). Requests authenticated
+// from then on see the new tokens: a removed token is refused at once.
+func (a *TokenAuth) Reload(toks []Token) error {
+	if err := checkTokens(toks); err != nil {
+		return fmt.Errorf("token auth: %w", err)
+	}
+	m := map[[sha256.Size]byte]*tokenCaller{}
+	for _, t := range toks {
+		m[tokenHash(t.Token)] = &tokenCaller{subject: t.Subject, namespaces: slices.Clone(t.Namespaces)}
+	}
+	a.callers.Store(&m)
+	return nil
+}
+
 // Authenticate looks the token up by its SHA-256 (the table holds no token).
 func (a *TokenAuth) Authenticate(_ context.Context, token string) (Caller, error) {
-	c, ok := a.callers[tokenHash(token)]
+	c, ok := a.Known(token)
 	if !ok {
 		return nil, ErrUnauthenticated
 	}
 	return c, nil
+}
+
+// Known is Authenticate: every token is known beforehand.
+func (a *TokenAuth) Known(token string) (Caller, bool) {
+	c, ok := (*a.callers.Load())[tokenHash(token)]
+	return c, ok
 }
 
 type tokenCaller struct {

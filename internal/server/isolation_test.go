@@ -46,8 +46,6 @@ func isolationTokens(t *testing.T) *server.TokenAuth {
 	return auth
 }
 
-func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
-
 // A caller of several namespaces lists without a namespace filter: every
 // page holds its namespaces' tasks only, full pages until the last, and no
 // continue token names a task of another namespace. Before the store read

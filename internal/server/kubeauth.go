@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // KubernetesAuthConfig configures the kubernetes mode: the caller's bearer
@@ -32,14 +33,23 @@ import (
 // ClusterRole binding); a caller allowed only some namespaces names one.
 type KubernetesAuthConfig struct {
 	// Client creates the TokenReviews and SubjectAccessReviews (the serve
-	// process's own credentials need create on both). Required.
+	// process's own credentials need create on both). Required. Give it a
+	// rate limit of its own: reviews should not wait behind, nor hold up,
+	// the rest of the process's calls.
 	Client kubernetes.Interface
-	// Audiences, when set, are the audiences the token must be for.
+	// Audiences, when set, are the audiences the token must be for (one
+	// of them): a token made for kubetask (kubectl create token --audience
+	// kubetask) is accepted, and cannot be replayed against the API
+	// server; a token for the API server is refused. Empty: the API
+	// server's own audiences, so any token of the cluster.
 	Audiences []string
 	// CacheTTL is how long an answer (a token's user, a review's verdict,
 	// an unknown token too) is reused. Default 10s; negative: no cache.
 	CacheTTL time.Duration
-	// CacheSize bounds the cached answers. Default 10000.
+	// CacheSize bounds the cached answers of known tokens (users and
+	// verdicts), least recently used out first. Default 10000. Unknown
+	// tokens have a cache of their own, a tenth of that size, so that a
+	// flood of them never evicts a known one.
 	CacheSize int
 	// Clock is injected for tests. Default the real clock.
 	Clock clock.PassiveClock
@@ -47,8 +57,9 @@ type KubernetesAuthConfig struct {
 
 // KubernetesAuth is the kubernetes mode's Authenticator.
 type KubernetesAuth struct {
-	cfg   KubernetesAuthConfig
-	cache *ttlCache
+	cfg     KubernetesAuthConfig
+	cache   *ttlCache // known tokens' users and their verdicts
+	unknown *ttlCache // unknown tokens
 }
 
 var _ Authenticator = (*KubernetesAuth)(nil)
@@ -71,7 +82,11 @@ func NewKubernetesAuth(cfg KubernetesAuthConfig) (*KubernetesAuth, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &KubernetesAuth{cfg: cfg, cache: newTTLCache(cfg.Clock, cfg.CacheTTL, cfg.CacheSize)}, nil
+	return &KubernetesAuth{
+		cfg:     cfg,
+		cache:   newTTLCache(cfg.Clock, cfg.CacheTTL, cfg.CacheSize),
+		unknown: newTTLCache(cfg.Clock, cfg.CacheTTL, max(cfg.CacheSize/10, 1)),
+	}, nil
 }
 
 type tokenVerdict struct {
@@ -86,6 +101,9 @@ func (a *KubernetesAuth) Authenticate(ctx context.Context, token string) (Caller
 	if v, ok := a.cache.get(key); ok {
 		return a.caller(h, v.(tokenVerdict))
 	}
+	if _, ok := a.unknown.get(key); ok {
+		return nil, ErrUnauthenticated
+	}
 	tr, err := a.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.cfg.Audiences},
 	}, metav1.CreateOptions{})
@@ -97,13 +115,30 @@ func (a *KubernetesAuth) Authenticate(ctx context.Context, token string) (Caller
 		// this time, not cached.
 		return nil, fmt.Errorf("%w: %s", ErrUnauthenticated, tr.Status.Error)
 	}
-	v := tokenVerdict{}
-	if tr.Status.Authenticated {
-		u := tr.Status.User
-		v.user = &u
+	if !tr.Status.Authenticated {
+		a.unknown.put(key, tokenVerdict{})
+		return nil, ErrUnauthenticated
 	}
+	if len(a.cfg.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(aud string) bool { return slices.Contains(a.cfg.Audiences, aud) }) {
+		// The API server did not say the token is for one of ours.
+		a.unknown.put(key, tokenVerdict{})
+		return nil, fmt.Errorf("%w: the token is not for the audience %v (its audiences: %v)", ErrUnauthenticated, a.cfg.Audiences, tr.Status.Audiences)
+	}
+	u := tr.Status.User
+	v := tokenVerdict{user: &u}
 	a.cache.put(key, v)
 	return a.caller(h, v)
+}
+
+// Known returns the caller of a token whose user is cached, asking no one.
+func (a *KubernetesAuth) Known(token string) (Caller, bool) {
+	h := tokenHash(token)
+	v, ok := a.cache.get("token\x00" + string(h[:]))
+	if !ok {
+		return nil, false
+	}
+	c, err := a.caller(h, v.(tokenVerdict))
+	return c, err == nil
 }
 
 func (a *KubernetesAuth) caller(h [sha256.Size]byte, v tokenVerdict) (Caller, error) {
@@ -178,16 +213,13 @@ func (c *kubeCaller) Allowed(ctx context.Context, action Action, ns string) (boo
 	return sar.Status.Allowed, nil
 }
 
-// ttlCache keeps answers for a while, at most size of them: when full, the
-// expired ones go, and if none has expired the whole cache is dropped (a
-// burst of distinct tokens costs reviews, never memory).
+// ttlCache keeps answers for a while, the size most recently used of them
+// (an LRU: a burst of new keys evicts the least recently used, never the
+// whole cache).
 type ttlCache struct {
 	clock clock.PassiveClock
 	ttl   time.Duration
-	size  int
-
-	mu      sync.Mutex
-	entries map[string]ttlEntry
+	lru   *lru.Cache
 }
 
 type ttlEntry struct {
@@ -196,17 +228,20 @@ type ttlEntry struct {
 }
 
 func newTTLCache(clk clock.PassiveClock, ttl time.Duration, size int) *ttlCache {
-	return &ttlCache{clock: clk, ttl: ttl, size: size, entries: map[string]ttlEntry{}}
+	return &ttlCache{clock: clk, ttl: ttl, lru: lru.New(size)}
 }
 
 func (c *ttlCache) get(key string) (any, bool) {
 	if c.ttl <= 0 {
 		return nil, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || !c.clock.Now().Before(e.expires) {
+	v, ok := c.lru.Get(key)
+	if !ok {
+		return nil, false
+	}
+	e := v.(ttlEntry)
+	if !c.clock.Now().Before(e.expires) {
+		c.lru.Remove(key)
 		return nil, false
 	}
 	return e.v, true
@@ -216,18 +251,5 @@ func (c *ttlCache) put(key string, v any) {
 	if c.ttl <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.clock.Now()
-	if len(c.entries) >= c.size {
-		for k, e := range c.entries {
-			if !now.Before(e.expires) {
-				delete(c.entries, k)
-			}
-		}
-		if len(c.entries) >= c.size {
-			c.entries = map[string]ttlEntry{}
-		}
-	}
-	c.entries[key] = ttlEntry{v: v, expires: now.Add(c.ttl)}
+	c.lru.Add(key, ttlEntry{v: v, expires: c.clock.Now().Add(c.ttl)})
 }

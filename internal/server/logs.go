@@ -126,8 +126,15 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 		return nil, huma.Error400BadRequest(fmt.Sprintf("offset %d is beyond the log's %d bytes", offset, info.Size),
 			&huma.ErrorDetail{Location: "query.offset", Value: in.Offset, Message: fmt.Sprintf("must be at most %d", info.Size)})
 	}
+	release := func() {}
+	if follow {
+		if release, err = s.openStream(requestFrom(ctx), CallerFrom(ctx)); err != nil {
+			return nil, err
+		}
+	}
 	access := s.access(ctx, ActionLogs, rec.Namespace)
 	return &huma.StreamResponse{Body: func(hctx huma.Context) {
+		defer release()
 		s.streamLog(hctx, access, key, info, offset, limit, follow)
 	}}, nil
 }
@@ -157,7 +164,6 @@ func (s *Server) streamLog(hctx huma.Context, access *streamAccess, key store.Lo
 	setLogHeaders(hctx.SetHeader, info)
 	hctx.SetStatus(http.StatusOK)
 	if follow {
-		_ = rc.SetWriteDeadline(time.Time{})
 		s.metrics.streams.WithLabelValues("logs").Inc()
 		defer s.metrics.streams.WithLabelValues("logs").Dec()
 	}
@@ -215,6 +221,7 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 			info = cur
 		}
 		if len(data) > 0 {
+			s.pushWriteDeadline(rc) // a client that reads nothing for WriteTimeout is dropped
 			if _, err := w.Write(data); err != nil {
 				return logResume, info
 			}
@@ -225,6 +232,7 @@ func (s *Server) copyLog(ctx context.Context, w io.Writer, rc *http.ResponseCont
 				continue // more is archived already
 			}
 		}
+		s.pushWriteDeadline(rc)
 		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return logResume, info
 		}

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +32,11 @@ type metrics struct {
 	// validations counts the submissions validated on the API server by
 	// where the verdict came from: dry-run, shared, cached.
 	validations *prometheus.CounterVec
+	// refused counts the requests refused by a limit, by limit.
+	refused *prometheus.CounterVec
+	// refusedLimited counts the requests answered 429 because their
+	// address had too many tokens refused.
+	refusedLimited prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -63,8 +68,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kubetask_submit_validations_total",
 			Help: "Submissions validated on the API server, by where the verdict came from: dry-run (their own), shared (a concurrent submission's of the same spec), cached (the spec was accepted in the namespace within the validation TTL).",
 		}, []string{"source"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_http_limited_total",
+			Help: "Requests answered 429 by a concurrency limit, by what was limited: requests or streams.",
+		}, []string{"kind"}),
+		refusedLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubetask_auth_refusals_limited_total",
+			Help: "Requests answered 429 without checking their token because their address had too many bearer tokens refused.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validations} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validations, m.refused, m.refusedLimited} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -111,8 +124,11 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
-			s.metrics.requests.WithLabelValues(r.Method, info.route, strconv.Itoa(code)).Inc()
-			s.metrics.duration.WithLabelValues(r.Method, info.route).Observe(time.Since(start).Seconds())
+			// Every label value is bounded: a known method or "other", a
+			// route pattern or "unmatched", a valid status code.
+			method := methodLabel(r.Method)
+			s.metrics.requests.WithLabelValues(method, info.route, codeLabel(code)).Inc()
+			s.metrics.duration.WithLabelValues(method, info.route).Observe(time.Since(start).Seconds())
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -124,6 +140,9 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 type requestInfo struct {
 	route string
 	req   *http.Request
+	// release gives the request's slot back (nil: it holds none); a
+	// request that becomes a stream gives it back for a stream's slot.
+	release func()
 }
 
 type requestKey struct{}
@@ -154,7 +173,8 @@ func (s *Server) recover(next http.Handler) http.Handler {
 	})
 }
 
-// public lists what needs no token: probes and the API's description.
+// public lists what needs no token (for GET and HEAD): probes and the
+// API's description.
 var public = map[string]bool{
 	"/healthz": true, "/readyz": true,
 	api.Prefix + "/openapi.json": true, api.Prefix + "/openapi.yaml": true,
@@ -176,7 +196,7 @@ func (s *Server) isUI(r *http.Request) bool {
 // the caller may do what it asks is each handler's decision.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Auth == nil || public[r.URL.Path] || s.isUI(r) {
+		if s.cfg.Auth == nil || s.isPublic(r) || s.isUI(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -186,9 +206,25 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, http.StatusUnauthorized, "missing bearer token: send the header Authorization: Bearer <token>")
 			return
 		}
-		c, err := s.cfg.Auth.Authenticate(r.Context(), tok)
+		addr := clientAddr(r)
+		var c Caller
+		var err error
+		if wait, blocked := s.refusals.blocked(addr); blocked {
+			// This client had too many tokens refused: only a token
+			// known already is looked at, without asking anyone.
+			var known bool
+			if c, known = knownCaller(s.cfg.Auth, tok); !known {
+				s.metrics.refusedLimited.Inc()
+				writeProblemHeaders(w, http.StatusTooManyRequests, retryAfter429(wait),
+					"too many unknown bearer tokens from this address: wait for Retry-After, then send a valid token")
+				return
+			}
+		} else {
+			c, err = s.cfg.Auth.Authenticate(r.Context(), tok)
+		}
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
+			s.refusals.refused(addr)
 			s.log.Info("refused a bearer token", "remote", r.RemoteAddr, "err", err)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kubetask", error="invalid_token"`)
 			writeProblem(w, http.StatusUnauthorized, "unknown or expired bearer token: send a token the server knows (its token file, or a valid Kubernetes token)")
@@ -200,6 +236,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
 	})
+}
+
+// isPublic reports whether r needs no token: a GET or HEAD of a public path.
+func (s *Server) isPublic(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && public[r.URL.Path]
 }
 
 // refuseUncleanPaths answers 400 for a path with '.' or '..' segments or a
@@ -240,7 +281,8 @@ func cleanPath(p string) string {
 }
 
 // limitBody reads request bodies up to MaxBodyBytes and answers 413 beyond,
-// before any handler decodes them.
+// before any handler decodes them. It runs after authentication (a body
+// is read only for a known caller), within the read deadline guardBody set.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
@@ -259,10 +301,22 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 		_ = r.Body.Close()
-		if err != nil {
+		// The answer's WriteTimeout counts from the body's end.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			writeProblem(w, http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %s: send it at once", s.cfg.BodyTimeout))
+			return
+		case err != nil:
+			w.Header().Set("Connection", "close")
 			writeProblem(w, http.StatusBadRequest, "cannot read the request body: "+err.Error())
 			return
 		}
+		// The body is read: the connection's next request gets its own
+		// deadline.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		if int64(len(body)) > limit {
 			tooLarge()
 			return
@@ -316,12 +370,20 @@ func writeText(w http.ResponseWriter, s string) {
 	_, _ = io.WriteString(w, s)
 }
 
+// writeProblemHeaders is writeProblem with extra headers (Retry-After).
+func writeProblemHeaders(w http.ResponseWriter, status int, h http.Header, detail string) {
+	for k, v := range h {
+		w.Header()[k] = v
+	}
+	writeProblem(w, status, detail)
+}
+
 // writeProblem answers with RFC 9457 problem details, as huma's handlers do.
 func writeProblem(w http.ResponseWriter, status int, detail string, errs ...api.ProblemDetail) {
 	b, _ := json.Marshal(api.Problem{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
 		for k, v := range retryAfterHeader() {
 			w.Header()[k] = v
 		}

@@ -104,6 +104,29 @@ type Config struct {
 	UI http.Handler
 	// TLS, when set, makes Serve serve HTTPS with it.
 	TLS *tls.Config
+	// BodyTimeout is how long a request body may take to arrive (408 and
+	// the connection closed beyond). Default 30s.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of a response: a client that does
+	// not read a response (a stream too) for this long is dropped.
+	// Default 1m.
+	WriteTimeout time.Duration
+	// MaxRequests bounds the requests being served at once, and
+	// MaxRequestsPerCaller those of one caller (429 with Retry-After
+	// beyond). Streams count apart. Defaults 1000 and 100; negative: no
+	// limit.
+	MaxRequests, MaxRequestsPerCaller int
+	// MaxStreams bounds the watches and log follows open at once, and
+	// MaxStreamsPerCaller those of one caller (429 with Retry-After
+	// beyond). Defaults 1000 and 50; negative: no limit.
+	MaxStreams, MaxStreamsPerCaller int
+	// RefusedTokenRate is how many bearer tokens a second one client
+	// address may have refused (RefusedTokenBurst at once, default 20):
+	// beyond that, its requests with a token not known already get 429
+	// without being checked (no TokenReview). Default 1; negative: no
+	// limit.
+	RefusedTokenRate  float64
+	RefusedTokenBurst int
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
 	// once its context ends. Default 10s.
 	ShutdownTimeout time.Duration
@@ -136,14 +159,30 @@ func (c *Config) defaults() error {
 		v    int64
 	}{{"MaxBodyBytes", c.MaxBodyBytes}, {"EventBuffer", int64(c.EventBuffer)}, {"PendingEvents", int64(c.PendingEvents)},
 		{"Heartbeat", int64(c.Heartbeat)}, {"StreamTimeout", int64(c.StreamTimeout)}, {"LogPollInterval", int64(c.LogPollInterval)},
-		{"LogWait", int64(c.LogWait)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)}} {
+		{"LogWait", int64(c.LogWait)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
+		{"BodyTimeout", int64(c.BodyTimeout)}, {"WriteTimeout", int64(c.WriteTimeout)}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %d", f.name, f.v))
 		}
 	}
+	if c.RefusedTokenBurst < 0 {
+		errs = append(errs, fmt.Errorf("RefusedTokenBurst must not be negative (0 means the default), got %d", c.RefusedTokenBurst))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("server config: %w", err)
 	}
+	setLimit(&c.MaxRequests, 1000)
+	setLimit(&c.MaxRequestsPerCaller, 100)
+	setLimit(&c.MaxStreams, 1000)
+	setLimit(&c.MaxStreamsPerCaller, 50)
+	if c.RefusedTokenRate == 0 {
+		c.RefusedTokenRate = 1
+	}
+	if c.RefusedTokenBurst == 0 {
+		c.RefusedTokenBurst = 20
+	}
+	setDuration(&c.BodyTimeout, 30*time.Second)
+	setDuration(&c.WriteTimeout, time.Minute)
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -175,6 +214,16 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// setLimit fills a limit: 0 is def, negative is none (0).
+func setLimit(n *int, def int) {
+	switch {
+	case *n == 0:
+		*n = def
+	case *n < 0:
+		*n = 0
+	}
+}
+
 func setDuration(d *time.Duration, def time.Duration) {
 	if *d == 0 {
 		*d = def
@@ -193,6 +242,10 @@ type Server struct {
 	meta    *metaCache
 	valid   *validations
 	logWake *wakers
+
+	requests *slots    // requests being served
+	streams  *slots    // watches and log follows open
+	refusals *refusals // refused tokens by client address
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when streams must end (shutdown)
@@ -216,6 +269,9 @@ func New(cfg Config) (*Server, error) {
 		meta:     newMetaCache(10000),
 		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
 		logWake:  newWakers(),
+		requests: newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller),
+		streams:  newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller),
+		refusals: newRefusals(cfg.RefusedTokenRate, cfg.RefusedTokenBurst, 10000, cfg.Clock.Now),
 		stopping: make(chan struct{}),
 	}
 	mux := routeMux{http.NewServeMux()}
@@ -232,7 +288,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux)))))
+	s.handler = s.instrument(s.recover(s.guardBody(s.refuseUncleanPaths(s.checkHost(s.refuseCrossSite(
+		s.authenticate(s.limitRequests(s.limitBody(mux)))))))))
 	return s, nil
 }
 
@@ -265,9 +322,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// Bodies get BodyTimeout and responses WriteTimeout per request
+		// (guardBody); an idle connection goes after a minute.
+		IdleTimeout:    time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(l) }()

@@ -165,8 +165,12 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 	match := func(e *ringEntry) bool {
 		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
 	access := s.access(ctx, ActionWatch, sc.namespaces()...)
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, access, match, pos, expired) }}, nil
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { defer release(); s.stream(hctx, access, match, pos, expired) }}, nil
 }
 
 func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.StreamResponse, error) {
@@ -182,8 +186,12 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 		return nil, err
 	}
 	match := func(e *ringEntry) bool { return e.ev.TaskID == in.ID }
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
 	access := s.access(ctx, ActionWatch, rec.Namespace)
-	return &huma.StreamResponse{Body: func(hctx huma.Context) { s.stream(hctx, access, match, pos, expired) }}, nil
+	return &huma.StreamResponse{Body: func(hctx huma.Context) { defer release(); s.stream(hctx, access, match, pos, expired) }}, nil
 }
 
 // resume parses the cursor a watch resumes from: Last-Event-ID (what
@@ -211,7 +219,7 @@ func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*rin
 	hctx.SetHeader("Cache-Control", "no-cache")
 	hctx.SetHeader("X-Accel-Buffering", "no") // proxies: do not buffer the stream
 	hctx.SetStatus(http.StatusOK)
-	_ = rc.SetWriteDeadline(time.Time{})
+	s.pushWriteDeadline(rc)
 	s.metrics.streams.WithLabelValues("watch").Inc()
 	defer s.metrics.streams.WithLabelValues("watch").Dec()
 
@@ -232,6 +240,7 @@ func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*rin
 	defer stopRecheck()
 	sent := pos // the position the client's cursor holds
 	for {
+		s.pushWriteDeadline(rc) // a client that reads nothing for WriteTimeout is dropped
 		entries, ok, wait := s.ring.since(pos, 512)
 		if !ok {
 			// This stream fell behind the ring (a slow reader).
@@ -257,6 +266,7 @@ func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*rin
 		select {
 		case <-wait:
 		case <-hb.C():
+			s.pushWriteDeadline(rc)
 			if sent != pos {
 				// Events the filters dropped moved the position: tell
 				// the client, so that it resumes from here.
@@ -283,6 +293,12 @@ func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*rin
 			return
 		}
 	}
+}
+
+// pushWriteDeadline gives a stream's next writes WriteTimeout to complete:
+// a client that stops reading is dropped then, its goroutine freed.
+func (s *Server) pushWriteDeadline(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
 
 func (s *Server) expired(sw *sseWriter, head uint64) {

@@ -74,6 +74,35 @@ type Config struct {
 	// tokens.yaml in StateDir, generated with one token for every namespace
 	// when missing.
 	TokenFile string `json:"tokenFile,omitempty"`
+	// AuthAudiences are the audiences a Kubernetes token must be for (mode
+	// kubernetes): with "kubetask", only tokens made for kubetask
+	// (kubectl create token SA --audience kubetask) are accepted, and they
+	// cannot be used against the API server. Default: the API server's
+	// own audience (any token of the cluster).
+	AuthAudiences []string `json:"authAudiences,omitempty"`
+	// AuthQPS and AuthBurst are the client-side rate limits of the
+	// TokenReviews and SubjectAccessReviews (mode kubernetes), a client of
+	// their own apart from the executor's. Defaults 20 and 50.
+	AuthQPS   float32 `json:"authQPS,omitempty"`
+	AuthBurst int     `json:"authBurst,omitempty"`
+	// MaxRequests bounds the requests served at once and
+	// MaxRequestsPerCaller those of one caller; MaxStreams and
+	// MaxStreamsPerCaller the open watches and log follows. Beyond: 429
+	// with Retry-After. Defaults 1000, 100, 1000 and 50.
+	MaxRequests          int `json:"maxRequests,omitempty"`
+	MaxRequestsPerCaller int `json:"maxRequestsPerCaller,omitempty"`
+	MaxStreams           int `json:"maxStreams,omitempty"`
+	MaxStreamsPerCaller  int `json:"maxStreamsPerCaller,omitempty"`
+	// BodyTimeout is how long a request body may take to arrive. Default
+	// 30s.
+	BodyTimeout Duration `json:"bodyTimeout,omitempty"`
+	// WriteTimeout is how long a response (each write of a stream) may
+	// wait for a client that does not read. Default 1m.
+	WriteTimeout Duration `json:"writeTimeout,omitempty"`
+	// ReloadInterval is how often the token file and the TLS certificate
+	// and key are read again: a change applies without a restart. Default
+	// 10s.
+	ReloadInterval Duration `json:"reloadInterval,omitempty"`
 	// LogCapBytes caps each archived container log. Default 64 MiB.
 	LogCapBytes int64 `json:"logCapBytes,omitempty"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
@@ -172,6 +201,21 @@ func (c *Config) Defaults() error {
 	if c.LeaseDuration == "" {
 		c.LeaseDuration = "15s"
 	}
+	if c.AuthQPS == 0 {
+		c.AuthQPS = 20
+	}
+	if c.AuthBurst == 0 {
+		c.AuthBurst = 50
+	}
+	if c.BodyTimeout == "" {
+		c.BodyTimeout = "30s"
+	}
+	if c.WriteTimeout == "" {
+		c.WriteTimeout = "1m"
+	}
+	if c.ReloadInterval == "" {
+		c.ReloadInterval = "10s"
+	}
 	return nil
 }
 
@@ -213,7 +257,8 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    Duration
-	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}, {"leaseDuration", c.LeaseDuration}} {
+	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}, {"leaseDuration", c.LeaseDuration},
+		{"bodyTimeout", c.BodyTimeout}, {"writeTimeout", c.WriteTimeout}, {"reloadInterval", c.ReloadInterval}} {
 		if v, err := time.ParseDuration(string(d.v)); err != nil || v < 0 {
 			errs = append(errs, fmt.Errorf("%s %q: want a non-negative Go duration such as 720h or 30s", d.name, d.v))
 		}
@@ -221,14 +266,22 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"parallelism", int64(c.Parallelism)}, {"burst", int64(c.Burst)}, {"logCapBytes", c.LogCapBytes}} {
+	}{{"parallelism", int64(c.Parallelism)}, {"burst", int64(c.Burst)}, {"logCapBytes", c.LogCapBytes}, {"authBurst", int64(c.AuthBurst)}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
 		}
 	}
 	errs = append(errs, c.validateSlots()...)
-	if c.QPS < 0 {
-		errs = append(errs, fmt.Errorf("qps must not be negative, got %v", c.QPS))
+	if c.QPS < 0 || c.AuthQPS < 0 {
+		errs = append(errs, fmt.Errorf("qps and authQPS must not be negative, got %v and %v", c.QPS, c.AuthQPS))
+	}
+	if len(c.AuthAudiences) > 0 && c.Auth != "kubernetes" {
+		errs = append(errs, fmt.Errorf("authAudiences are for auth \"kubernetes\", not %q (--auth kubernetes --auth-audience kubetask)", c.Auth))
+	}
+	for _, a := range c.AuthAudiences {
+		if strings.TrimSpace(a) == "" {
+			errs = append(errs, errors.New("authAudiences: an empty audience: name each (--auth-audience kubetask)"))
+		}
 	}
 	switch {
 	case c.Shards < 0:

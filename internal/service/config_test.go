@@ -43,7 +43,11 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"a limit for a namespace the service does not run": {edit: func(c *Config) {
 			c.Namespaces, c.NamespaceParallelism = []string{"team-a"}, map[string]int{"team-c": 3}
 		}, errs: []string{`namespaceParallelism names namespace "team-c", which is not one the service runs tasks in (team-a)`}},
-		"negative shards":     {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"negative shards":              {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"audiences in kubernetes mode": {edit: func(c *Config) { c.Auth, c.AuthAudiences = "kubernetes", []string{"kubetask"} }},
+		"audiences need kubernetes":    {edit: func(c *Config) { c.AuthAudiences = []string{"kubetask"} }, errs: []string{"--auth kubernetes --auth-audience"}},
+		"bad limits and timeouts": {edit: func(c *Config) { c.AuthQPS, c.AuthBurst, c.BodyTimeout, c.WriteTimeout = -1, -1, "soon", "-1s" },
+			errs: []string{"authQPS", "authBurst", "bodyTimeout", "writeTimeout"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {

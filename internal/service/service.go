@@ -78,17 +78,36 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	auth, err := newAuth(cfg, client, out)
+	// The reviews of the kubernetes mode get a client of their own: a
+	// flood of them does not hold up log capture and dry runs, nor they it.
+	arc := rest.CopyConfig(rc)
+	arc.QPS, arc.Burst = cfg.AuthQPS, cfg.AuthBurst
+	authClient, err := kubernetes.NewForConfig(arc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	auth, err := newAuth(cfg, authClient, out)
 	if err != nil {
 		return err
 	}
+	var reloaders []*reloader
+	if ta, ok := auth.(*server.TokenAuth); ok {
+		reloaders = append(reloaders, newReloader("token file", []string{cfg.TokenFile}, func() error {
+			toks, err := loadTokens(cfg.TokenFile)
+			if err != nil {
+				return err
+			}
+			return ta.Reload(toks)
+		}, clock.RealClock{}, log))
+	}
 	var tlsCfg *tls.Config
 	if cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
-		if err != nil {
-			return fmt.Errorf("TLS certificate: %w", err)
+		cert := &certificate{certFile: cfg.TLSCertFile, keyFile: cfg.TLSKeyFile}
+		if err := cert.load(); err != nil {
+			return err
 		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		tlsCfg = &tls.Config{GetCertificate: cert.get, MinVersion: tls.VersionTLS12}
+		reloaders = append(reloaders, newReloader("TLS certificate", []string{cfg.TLSCertFile, cfg.TLSKeyFile}, cert.load, clock.RealClock{}, log))
 	}
 	if err := server.CheckListen(cfg.Listen, tlsCfg != nil, auth != nil); err != nil {
 		return err
@@ -172,6 +191,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return nil
 		},
 		Registry: reg, TLS: tlsCfg, ShutdownTimeout: cfg.ShutdownTimeout.Get(), Logger: log,
+		MaxRequests: cfg.MaxRequests, MaxRequestsPerCaller: cfg.MaxRequestsPerCaller,
+		MaxStreams: cfg.MaxStreams, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
+		BodyTimeout: cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
 		UI: web.Handler(),
 	})
 	if err != nil {
@@ -216,6 +238,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		go sharer.run(exCtx)
 	}
 	go retain(exCtx, ret, cfg.Retention.Get(), time.Hour, clock.RealClock{}, log)
+	for _, r := range reloaders {
+		go r.run(serveCtx, cfg.ReloadInterval.Get())
+	}
 
 	serveErr := s.Serve(serveCtx, l) // returns after the graceful shutdown when serveCtx ends
 	stopEx()
@@ -247,14 +272,15 @@ func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
 }
 
 // newAuth builds the authenticator of cfg.Auth; in token mode it generates a
-// token file with one token for every namespace when there is none, and
-// prints the token.
+// token file (mode 0600) with one token for every namespace when there is
+// none, says where (never the token itself), and refuses a token file
+// others may read.
 func newAuth(cfg Config, client kubernetes.Interface, out io.Writer) (server.Authenticator, error) {
 	switch cfg.Auth {
 	case "none":
 		return nil, nil
 	case "kubernetes":
-		return server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: client})
+		return server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: client, Audiences: cfg.AuthAudiences})
 	}
 	if _, err := os.Stat(cfg.TokenFile); errors.Is(err, os.ErrNotExist) {
 		b := make([]byte, 24)
@@ -269,9 +295,11 @@ func newAuth(cfg Config, client kubernetes.Interface, out io.Writer) (server.Aut
 		if err := os.WriteFile(cfg.TokenFile, []byte(doc), 0o600); err != nil {
 			return nil, fmt.Errorf("token file: %w", err)
 		}
-		fmt.Fprintf(out, "kubetask serve: generated %s; token for every namespace: %s\n", cfg.TokenFile, tok)
+		// The token stays in the file: what the process prints lands in
+		// logs (a pod's, a terminal's scrollback).
+		fmt.Fprintf(out, "kubetask serve: generated %s with a token for every namespace (read it there: it is not printed)\n", cfg.TokenFile)
 	}
-	toks, err := server.LoadTokenFile(cfg.TokenFile)
+	toks, err := loadTokens(cfg.TokenFile)
 	if err != nil {
 		return nil, err
 	}

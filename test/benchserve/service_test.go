@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 )
 
@@ -83,7 +84,7 @@ type service struct {
 
 var (
 	addrLine  = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1 \(store .*, auth ([a-z]+)\)`)
-	tokenLine = regexp.MustCompile(`token for every namespace: ([0-9a-f]+)`)
+	tokenLine = regexp.MustCompile(`generated (\S+) with a token for every namespace`)
 )
 
 // startService starts `kubetask serve` for env's namespace on a free
@@ -134,7 +135,7 @@ func startServiceEnv(tb testing.TB, env *clustertest.Env, environ []string, extr
 		case a == nil || t == nil:
 			return false
 		}
-		s.url, s.token = a[1], t[1]
+		s.url, s.token = a[1], generatedToken(tb, t[1])
 		return true
 	})
 	poll(tb, time.Minute, "kubetask serve to be ready", func() bool {
@@ -465,4 +466,15 @@ func poll(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// generatedToken is the token of the file kubetask serve generated (it says
+// where, never the token).
+func generatedToken(tb testing.TB, path string) string {
+	tb.Helper()
+	toks, err := server.LoadTokenFile(path)
+	if err != nil || len(toks) == 0 {
+		tb.Fatalf("the generated token file %s: %v", path, err)
+	}
+	return toks[0].Token
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/pgtest"
+	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 )
 
@@ -109,7 +110,7 @@ type process struct {
 
 var (
 	addrLine  = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1`)
-	tokenLine = regexp.MustCompile(`token for every namespace: ([0-9a-f]+)`)
+	tokenLine = regexp.MustCompile(`generated (\S+) with a token for every namespace`)
 )
 
 // startService starts `kubetask serve` for env's namespace on a free
@@ -155,7 +156,7 @@ func (s *service) start() {
 		}
 		s.URL = m[1]
 		if m := tokenLine.FindStringSubmatch(s.stdout.String()); m != nil {
-			s.Token = m[1]
+			s.Token = generatedToken(t, m[1])
 		}
 		return true
 	})
@@ -360,4 +361,15 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// generatedToken is the token of the file kubetask serve generated (it says
+// where, never the token).
+func generatedToken(tb testing.TB, path string) string {
+	tb.Helper()
+	toks, err := server.LoadTokenFile(path)
+	if err != nil || len(toks) == 0 {
+		tb.Fatalf("the generated token file %s: %v", path, err)
+	}
+	return toks[0].Token
 }

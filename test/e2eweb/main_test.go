@@ -28,6 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 )
 
@@ -99,7 +100,7 @@ type service struct {
 
 var (
 	addrLine  = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1`)
-	tokenLine = regexp.MustCompile(`token for every namespace: ([0-9a-f]+)`)
+	tokenLine = regexp.MustCompile(`generated (\S+) with a token for every namespace`)
 )
 
 // startService starts `kubetask serve` for env's namespace on a free
@@ -129,7 +130,7 @@ func startService(t *testing.T, env *clustertest.Env, args ...string) *service {
 		}
 		s.URL = m[1]
 		if m := tokenLine.FindStringSubmatch(s.stdout.String()); m != nil {
-			s.Token = m[1]
+			s.Token = generatedToken(t, m[1])
 		}
 		return true
 	})
@@ -417,4 +418,15 @@ func (b *tab) screenshot(name string) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// generatedToken is the token of the file kubetask serve generated (it says
+// where, never the token).
+func generatedToken(tb testing.TB, path string) string {
+	tb.Helper()
+	toks, err := server.LoadTokenFile(path)
+	if err != nil || len(toks) == 0 {
+		tb.Fatalf("the generated token file %s: %v", path, err)
+	}
+	return toks[0].Token
 }

@@ -1,0 +1,149 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/utils/lru"
+)
+
+// The methods the metrics name; every other method is counted as "other",
+// so that made-up methods cannot create series.
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+// methodLabel is the method as a metric label: one of knownMethods or
+// "other".
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "other"
+}
+
+// codeLabel is a status code as a metric label: a valid code (100-599) or
+// "other".
+func codeLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}
+
+// slots counts what is open (requests, streams) in total and per caller,
+// and refuses beyond either limit. A limit of 0 or less is no limit.
+type slots struct {
+	total, perKey int
+
+	mu    sync.Mutex
+	n     int
+	byKey map[string]int
+}
+
+func newSlots(total, perKey int) *slots {
+	return &slots{total: total, perKey: perKey, byKey: map[string]int{}}
+}
+
+// acquire takes a slot for key. It returns the function that gives it back
+// (idempotent) or, when a limit is reached, nil and which one ("the
+// server's" or "this caller's").
+func (s *slots) acquire(key string) (release func(), limit string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total > 0 && s.n >= s.total {
+		return nil, fmt.Sprintf("the server's limit of %d", s.total)
+	}
+	if s.perKey > 0 && s.byKey[key] >= s.perKey {
+		return nil, fmt.Sprintf("this caller's limit of %d", s.perKey)
+	}
+	s.n++
+	s.byKey[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.n--
+			if s.byKey[key]--; s.byKey[key] <= 0 {
+				delete(s.byKey, key)
+			}
+		})
+	}, ""
+}
+
+// open returns the number of slots taken, in total and by key.
+func (s *slots) open(key string) (int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.byKey[key]
+}
+
+// refusals rate-limits refused bearer tokens by client address: each
+// address may have a token refused rate times a second (burst at once);
+// beyond that its requests with a token the authenticator does not already
+// know get 429 without asking the authenticator (no TokenReview). It keeps
+// the limiters of the most recent size addresses.
+type refusals struct {
+	rate  rate.Limit
+	burst int
+	now   func() time.Time
+	cache *lru.Cache
+}
+
+func newRefusals(r float64, burst, size int, now func() time.Time) *refusals {
+	return &refusals{rate: rate.Limit(r), burst: burst, now: now, cache: lru.New(size)}
+}
+
+func (f *refusals) limiter(addr string) *rate.Limiter {
+	if v, ok := f.cache.Get(addr); ok {
+		return v.(*rate.Limiter)
+	}
+	l := rate.NewLimiter(f.rate, f.burst)
+	f.cache.Add(addr, l)
+	return l
+}
+
+// blocked reports whether addr has used its refusals up, and when it may
+// try again.
+func (f *refusals) blocked(addr string) (time.Duration, bool) {
+	if f == nil || f.rate <= 0 {
+		return 0, false
+	}
+	l := f.limiter(addr)
+	now := f.now()
+	if l.TokensAt(now) >= 1 {
+		return 0, false
+	}
+	wait := time.Duration((1 - l.TokensAt(now)) / float64(f.rate) * float64(time.Second))
+	return max(wait, time.Second), true
+}
+
+// refused counts one refusal of addr.
+func (f *refusals) refused(addr string) {
+	if f == nil || f.rate <= 0 {
+		return
+	}
+	f.limiter(addr).AllowN(f.now(), 1)
+}
+
+// clientAddr is the address a request came from, without its port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// retryAfter429 is the header of a 429: seconds, rounded up, at least 1.
+func retryAfter429(d time.Duration) http.Header {
+	s := int((d + time.Second - 1) / time.Second)
+	return http.Header{"Retry-After": {strconv.Itoa(max(s, 1))}}
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestMethodAndCodeLabels(t *testing.T) {
+	for in, want := range map[string]string{"GET": "GET", "POST": "POST", "DELETE": "DELETE", "get": "other", "X0000001": "other", "PROPFIND": "other", "": "other"} {
+		if got := methodLabel(in); got != want {
+			t.Errorf("methodLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[int]string{200: "200", 429: "429", 599: "599", 99: "other", 600: "other", 0: "other"} {
+		if got := codeLabel(in); got != want {
+			t.Errorf("codeLabel(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSlots(t *testing.T) {
+	s := newSlots(3, 2)
+	var held []func()
+	for i, tc := range []struct {
+		key, limit string
+	}{
+		{"a", ""}, {"a", ""}, {"a", "this caller's limit of 2"}, {"b", ""}, {"c", "the server's limit of 3"},
+	} {
+		release, limit := s.acquire(tc.key)
+		if limit != tc.limit || (release == nil) != (tc.limit != "") {
+			t.Fatalf("acquire %d (%s): limit %q, want %q", i, tc.key, limit, tc.limit)
+		}
+		if release != nil {
+			held = append(held, release)
+		}
+	}
+	held[0]()
+	held[0]() // idempotent
+	if total, a := s.open("a"); total != 2 || a != 1 {
+		t.Fatalf("after one release: %d open, %d of a; want 2 and 1", total, a)
+	}
+	if release, limit := s.acquire("c"); release == nil {
+		t.Fatalf("a freed slot is not given again: %s", limit)
+	}
+	unlimited := newSlots(0, 0)
+	for range 1000 {
+		if r, _ := unlimited.acquire("a"); r == nil {
+			t.Fatal("no limit refused")
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	f := newRefusals(1, 3, 2, clk.Now)
+	for i := range 3 {
+		if _, blocked := f.blocked("10.0.0.1"); blocked {
+			t.Fatalf("blocked after %d refusals, burst 3", i)
+		}
+		f.refused("10.0.0.1")
+	}
+	wait, blocked := f.blocked("10.0.0.1")
+	if !blocked || wait < time.Second {
+		t.Fatalf("after the burst: blocked %v for %s, want blocked for at least 1s", blocked, wait)
+	}
+	if _, blocked := f.blocked("10.0.0.2"); blocked {
+		t.Fatal("another address is blocked")
+	}
+	clk.SetTime(clk.Now().Add(1100 * time.Millisecond))
+	if _, blocked := f.blocked("10.0.0.1"); blocked {
+		t.Fatal("still blocked once a refusal's time passed")
+	}
+	if _, blocked := (*refusals)(nil).blocked("x"); blocked {
+		t.Fatal("no limiter blocks")
+	}
+}
+
+// The auth cache is an LRU: new keys beyond its size evict the least
+// recently used, never the whole cache; an answer expires after the TTL.
+func TestTTLCacheIsLRU(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	c := newTTLCache(clk, 10*time.Second, 100)
+	c.put("alice", true)
+	for i := range 1000 {
+		c.get("alice") // used all along
+		c.put(fmt.Sprint("bogus-", i), false)
+	}
+	if v, ok := c.get("alice"); !ok || v != true {
+		t.Fatal("a flood of new keys evicted a key in use")
+	}
+	if _, ok := c.get("bogus-0"); ok {
+		t.Fatal("the least recently used key is still there")
+	}
+	clk.SetTime(clk.Now().Add(10 * time.Second))
+	if _, ok := c.get("alice"); ok {
+		t.Fatal("an answer outlived its TTL")
+	}
+}
+
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "localhost:8080": true, "LOCALHOST.": true, "127.0.0.1:80": true, "127.1.2.3": true, "[::1]:8080": true, "::1": true,
+		"attacker.example": false, "attacker.example:8080": false, "localhost.attacker.example": false, "10.0.0.1": false, "": false, "[::]:80": false,
+	} {
+		if got := loopbackHost(host); got != want {
+			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

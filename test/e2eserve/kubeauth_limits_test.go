@@ -1,0 +1,94 @@
+package e2eserve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/pkg/api"
+)
+
+// tokenReviews is the API server's count of TokenReviews created.
+func tokenReviews(t *testing.T, env *clustertest.Env) int {
+	t.Helper()
+	b, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="tokenreviews"`) && strings.Contains(line, `verb="POST"`) {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// Kubernetes mode with --auth-audience kubetask: a ServiceAccount token made
+// for kubetask is accepted, the account's ordinary token (the API server's
+// audience) is refused; a flood of unknown tokens costs a few TokenReviews
+// (the API server's own count), and the known caller is still answered.
+func TestServeKubernetesAudienceAndTokenFlood(t *testing.T) {
+	env := clustertest.New(t)
+	ctx := context.Background()
+	rbac := env.Client.RbacV1()
+	if _, err := rbac.Roles(env.Namespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "lister"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "get"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ServiceAccounts(env.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "user"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(env.Namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "lister"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lister"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "user", Namespace: env.Namespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := func(audiences ...string) string {
+		t.Helper()
+		tr, err := env.Client.CoreV1().ServiceAccounts(env.Namespace).CreateToken(ctx, "user",
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	forKubetask, forAPIServer := token("kubetask"), token()
+	s := startService(t, env, "--auth", "kubernetes", "--auth-audience", "kubetask")
+	list := api.Prefix + "/tasks?namespace=" + env.Namespace
+	if resp, b := s.doAs(forKubetask, http.MethodGet, list, "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a token for kubetask: %s %s", resp.Status, b)
+	}
+	if resp, b := s.doAs(forAPIServer, http.MethodGet, list, "", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a token for the API server: %s %s, want 401", resp.Status, b)
+	}
+
+	before := tokenReviews(t, env)
+	codes := map[int]int{}
+	for i := range 3000 {
+		resp, _ := s.doAs(fmt.Sprintf("bogus-%d", i), http.MethodGet, list, "", nil)
+		codes[resp.StatusCode]++
+	}
+	reviews := tokenReviews(t, env) - before
+	if resp, b := s.doAs(forKubetask, http.MethodGet, list, "", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the known caller after the flood: %s %s", resp.Status, b)
+	}
+	t.Logf("3,000 unknown tokens: answers %v, %d TokenReviews on the API server", codes, reviews)
+	if reviews > 100 || codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("%d TokenReviews for 3,000 unknown tokens (answers %v): want the refusals rate-limited", reviews, codes)
+	}
+}
