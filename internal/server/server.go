@@ -62,6 +62,12 @@ type Config struct {
 	// (under any name), so that each distinct spec is dry-run once per TTL.
 	// Default 1m; negative: every submission is dry-run.
 	ValidationTTL time.Duration
+	// PodPolicy is what a task's pod may be (Pod Security Standards level,
+	// ServiceAccounts), per namespace; every submission and rerun is
+	// checked against it. Default: baseline everywhere, any ServiceAccount.
+	// With Client, a namespace's own pod-security.kubernetes.io/enforce
+	// label wins where it is stricter (the server reads namespaces: get).
+	PodPolicy PodPolicy
 	// Auth authenticates callers (NewTokenAuth, NewKubernetesAuth). Nil: no
 	// authentication, every caller may do everything (CheckListen allows
 	// that on loopback only).
@@ -182,6 +188,7 @@ type Server struct {
 	ring    *ring
 	meta    *metaCache
 	valid   *validations
+	pods    *podSecurity
 	logWake *wakers
 
 	stopOnce sync.Once
@@ -194,6 +201,10 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	pods, err := newPodSecurity(cfg.PodPolicy, cfg.Client, cfg.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server metrics: %w", err)
@@ -205,6 +216,7 @@ func New(cfg Config) (*Server, error) {
 		ring:     newRing(cfg.EventBuffer),
 		meta:     newMetaCache(10000),
 		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
+		pods:     pods,
 		logWake:  newWakers(),
 		stopping: make(chan struct{}),
 	}

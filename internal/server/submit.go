@@ -90,6 +90,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := s.pods.check(ctx, t, in.Namespace, s.log.Warn); err != nil {
+		return nil, err
+	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
 		source, err := s.valid.validate(ctx, t, in.Namespace)
@@ -130,6 +133,10 @@ func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error)
 		return nil, s.internal("decoding the document of task "+rec.ID, err)
 	}
 	t.Default()
+	// The policy may have changed since the task was submitted.
+	if err := s.pods.check(ctx, &t, rec.Namespace, s.log.Warn); err != nil {
+		return nil, err
+	}
 	return s.submitTask(ctx, newID, &t, rec.ID)
 }
 

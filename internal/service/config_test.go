@@ -31,7 +31,13 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"shards and leases out of range": {edit: func(c *Config) {
 			c.Store, c.Shards, c.LeaseDuration, c.LeaseNamespace = "postgres://db/k", 1001, "1s", "Not_A_Namespace"
 		}, errs: []string{"at most 1000", "leaseDuration", "leaseNamespace"}},
-		"negative shards":     {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"negative shards": {edit: func(c *Config) { c.Shards = -1 }, errs: []string{"shards must not be negative"}},
+		"pod policy": {edit: func(c *Config) {
+			c.PodSecurity, c.NamespacePodSecurity, c.ServiceAccounts = "restricted", map[string]string{"team-a": "privileged"}, map[string][]string{"team-a": {"runner"}}
+		}},
+		"bad pod policy": {edit: func(c *Config) {
+			c.PodSecurity, c.NamespacePodSecurity, c.ServiceAccounts = "root", map[string]string{"team-a": "lax"}, map[string][]string{"team-b": {"Not_An_SA"}, "team-c": {}}
+		}, errs: []string{`podSecurity "root"`, "namespacePodSecurity[team-a]", "serviceAccounts[team-b]", "serviceAccounts[team-c]: list at least one"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {
@@ -133,5 +139,17 @@ func TestPostgresURL(t *testing.T) {
 				t.Errorf("the error shows a password: %v", err)
 			}
 		})
+	}
+}
+
+func TestParseServiceAccounts(t *testing.T) {
+	got, err := ParseServiceAccounts([]string{"team-a/runner", "team-a/builder", "team-b/default"})
+	if err != nil || len(got) != 2 || strings.Join(got["team-a"], ",") != "runner,builder" || got["team-b"][0] != "default" {
+		t.Errorf("%v %v", got, err)
+	}
+	for _, bad := range []string{"runner", "team-a/", "/runner"} {
+		if _, err := ParseServiceAccounts([]string{bad}); err == nil || !strings.Contains(err.Error(), "NAMESPACE/NAME") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }
