@@ -33,7 +33,7 @@ import (
 type Executor interface {
 	SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error)
 	Get(ctx context.Context, id string) (store.Record, error)
-	Cancel(ctx context.Context, id string) error
+	Cancel(ctx context.Context, id string, opts ...executor.CancelOption) error
 	// Healthy is the liveness of /healthz.
 	Healthy() error
 }

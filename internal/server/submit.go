@@ -268,7 +268,7 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 			return nil, s.internal("reading task "+id, err)
 		}
 	}
-	var opts []executor.SubmitOption
+	opts := []executor.SubmitOption{executor.SubmittedBy(actorOf(CallerFrom(ctx)))}
 	if origin != "" {
 		opts = append(opts, executor.Origin(origin))
 	}
