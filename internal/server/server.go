@@ -115,6 +115,9 @@ type Config struct {
 	Clock clock.WithTicker
 	// Logger is the structured logger. Default slog.Default().
 	Logger *slog.Logger
+	// AuditLogger receives one line (message "audit") for every mutating
+	// request: who, what, which task, the verdict. Default Logger.
+	AuditLogger *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -167,6 +170,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.AuditLogger == nil {
+		c.AuditLogger = c.Logger
 	}
 	return nil
 }
@@ -234,7 +240,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux)))))
+	s.handler = s.auditRequests(s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux))))))
 	return s, nil
 }
 

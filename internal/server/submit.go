@@ -77,6 +77,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be a namespace name"})
 	}
 	c := CallerFrom(ctx)
+	noteAudit(ctx, ActionSubmit, in.Namespace, "")
 	if ok, err := s.allowed(ctx, c, ActionSubmit, in.Namespace); err != nil {
 		return nil, err
 	} else if !ok {
@@ -117,6 +118,7 @@ func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error)
 	if err := knownQuery(ctx, "id"); err != nil {
 		return nil, err
 	}
+	noteAudit(ctx, ActionRerun, "", in.ID)
 	newID, err := requestedID(in.NewID, in.IdempotencyKey)
 	if err != nil {
 		return nil, err
@@ -255,9 +257,12 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if doc, err = normalized(doc); err != nil {
 		return nil, s.internal("encoding the task", err)
 	}
-	if id == "" {
+	generated := id == ""
+	if generated {
 		id = s.cfg.NewID()
-	} else {
+	}
+	noteCreated(ctx, id)
+	if !generated {
 		// A retry finds its task with a read, and the store is not asked
 		// to write.
 		rec, err := s.cfg.Executor.Get(ctx, id)

@@ -191,14 +191,17 @@ func (s *Server) cancel(ctx context.Context, in *idInput) (*taskOutput, error) {
 	if err := noQuery(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := s.record(ctx, in.ID, ActionCancel); err != nil {
+	noteAudit(ctx, ActionCancel, "", in.ID)
+	rec, err := s.record(ctx, in.ID, ActionCancel)
+	if err != nil {
 		return nil, err
 	}
+	noteAudit(ctx, ActionCancel, rec.Namespace, "")
 	if err := s.cfg.Executor.Cancel(ctx, in.ID, executor.CancelledBy(actorOf(CallerFrom(ctx)))); err != nil {
 		return nil, s.internal("cancelling task "+in.ID, err)
 	}
 	cursor := s.ring.headCursor()
-	rec, err := s.cfg.Executor.Get(ctx, in.ID)
+	rec, err = s.cfg.Executor.Get(ctx, in.ID)
 	if err != nil {
 		return nil, s.internal("reading task "+in.ID, err)
 	}
