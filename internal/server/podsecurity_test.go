@@ -201,3 +201,26 @@ func TestRerunCheckedAgain(t *testing.T) {
 		t.Fatalf("rerun of a host pod under baseline: %s %s", r.Status, b)
 	}
 }
+
+// A submission to a namespace the service does not run tasks in is refused
+// up front with a 422 that names the namespaces and the fix, and nothing is
+// asked of the API server (no dry run, no namespace read: the service may
+// not be allowed there).
+func TestSubmitOutsideNamespacesRefused(t *testing.T) {
+	h := newHarness(t, func(c *server.Config) { c.Namespaces = []string{"etl", "ml"}; c.ValidateOnServer = true })
+	r, b := postYAML(h, "kube-system", taskDoc("job"))
+	if r.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("%s %s, want 422", r.Status, b)
+	}
+	p := problemOf(t, b)
+	if !slices.Contains(locations(p), "path.ns") || !strings.Contains(p.Detail, "(etl, ml)") || !strings.Contains(p.Detail, "--namespaces") {
+		t.Errorf("refusal: %s", b)
+	}
+	if n := len(h.client.Actions()); n != 0 {
+		t.Errorf("%d requests to the API server: %v", n, h.client.Actions())
+	}
+	if n := h.exec.submits.Load(); n != 0 {
+		t.Errorf("%d submissions reached the executor", n)
+	}
+	h.mustSubmit("etl", taskDoc("job"))
+}

@@ -62,6 +62,10 @@ type Config struct {
 	// (under any name), so that each distinct spec is dry-run once per TTL.
 	// Default 1m; negative: every submission is dry-run.
 	ValidationTTL time.Duration
+	// Namespaces, when set, are the only namespaces tasks may run in (the
+	// executor's): a submission elsewhere is refused before anything else
+	// is asked of the API server, with a 422 that names them.
+	Namespaces []string
 	// PodPolicy is what a task's pod may be (Pod Security Standards level,
 	// ServiceAccounts), per namespace; every submission and rerun is
 	// checked against it. Default: baseline everywhere, any ServiceAccount.
