@@ -25,6 +25,8 @@ func newServeCommand() *cobra.Command {
 		writeTimeout  time.Duration
 		// reloadInterval of the token file and TLS certificate.
 		reloadInterval time.Duration
+		nsLevels       map[string]string
+		accounts       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -92,6 +94,15 @@ adopts them and their logs go on from where the archive ends.`,
 			set("replica-id", func() { cfg.ReplicaID = flags.ReplicaID })
 			set("lease-namespace", func() { cfg.LeaseNamespace = flags.LeaseNamespace })
 			set("lease-duration", func() { cfg.LeaseDuration = service.Duration(leaseDuration.String()) })
+			set("pod-security", func() { cfg.PodSecurity = flags.PodSecurity })
+			set("namespace-pod-security", func() { cfg.NamespacePodSecurity = nsLevels })
+			if cmd.Flags().Changed("service-accounts") {
+				sas, err := service.ParseServiceAccounts(accounts)
+				if err != nil {
+					return err
+				}
+				cfg.ServiceAccounts = sas
+			}
 			if cmd.Flags().Changed("namespace") && cfg.DefaultNamespace == "" {
 				cfg.DefaultNamespace = cf.namespace()
 			}
@@ -143,6 +154,9 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringVar(&flags.ReplicaID, "replica-id", "", "this replica's name in the Leases (default host name, process ID and a random suffix)")
 	fs.StringVar(&flags.LeaseNamespace, "lease-namespace", "", "namespace of the Leases (default $POD_NAMESPACE, else the default namespace)")
 	fs.DurationVar(&leaseDuration, "lease-duration", 0, "duration of the Leases: how long a replica that died holds its shards (default 15s)")
+	fs.StringVar(&flags.PodSecurity, "pod-security", "", "Pod Security Standards level every task's pod must meet: privileged, baseline or restricted (default baseline; a namespace's stricter pod-security.kubernetes.io/enforce label wins)")
+	fs.StringToStringVar(&nsLevels, "namespace-pod-security", nil, "the level of some namespaces: NAMESPACE=LEVEL[,NAMESPACE=LEVEL...]")
+	fs.StringSliceVar(&accounts, "service-accounts", nil, "the only ServiceAccounts tasks of a namespace may run as: NAMESPACE/NAME[,...] (namespaces not named: any)")
 	cf.addFlags(fs)
 	return cmd
 }

@@ -527,8 +527,8 @@ func (r *Replica) Get(ctx context.Context, id string) (store.Record, error) {
 }
 
 // Cancel asks for the task to stop; its shard's owner stops it.
-func (r *Replica) Cancel(ctx context.Context, id string) error {
-	return r.executorOf(id).Cancel(ctx, id)
+func (r *Replica) Cancel(ctx context.Context, id string, opts ...executor.CancelOption) error {
+	return r.executorOf(id).Cancel(ctx, id, opts...)
 }
 
 // Healthy is nil while every executor this replica runs can see its pods.

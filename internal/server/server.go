@@ -33,7 +33,7 @@ import (
 type Executor interface {
 	SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error)
 	Get(ctx context.Context, id string) (store.Record, error)
-	Cancel(ctx context.Context, id string) error
+	Cancel(ctx context.Context, id string, opts ...executor.CancelOption) error
 	// Healthy is the liveness of /healthz.
 	Healthy() error
 }
@@ -62,6 +62,16 @@ type Config struct {
 	// (under any name), so that each distinct spec is dry-run once per TTL.
 	// Default 1m; negative: every submission is dry-run.
 	ValidationTTL time.Duration
+	// Namespaces, when set, are the only namespaces tasks may run in (the
+	// executor's): a submission elsewhere is refused before anything else
+	// is asked of the API server, with a 422 that names them.
+	Namespaces []string
+	// PodPolicy is what a task's pod may be (Pod Security Standards level,
+	// ServiceAccounts), per namespace; every submission and rerun is
+	// checked against it. Default: baseline everywhere, any ServiceAccount.
+	// With Client, a namespace's own pod-security.kubernetes.io/enforce
+	// label wins where it is stricter (the server reads namespaces: get).
+	PodPolicy PodPolicy
 	// Auth authenticates callers (NewTokenAuth, NewKubernetesAuth). Nil: no
 	// authentication, every caller may do everything (CheckListen allows
 	// that on loopback only).
@@ -138,6 +148,9 @@ type Config struct {
 	Clock clock.WithTicker
 	// Logger is the structured logger. Default slog.Default().
 	Logger *slog.Logger
+	// AuditLogger receives one line (message "audit") for every mutating
+	// request: who, what, which task, the verdict. Default Logger.
+	AuditLogger *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -211,6 +224,9 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.AuditLogger == nil {
+		c.AuditLogger = c.Logger
+	}
 	return nil
 }
 
@@ -241,6 +257,7 @@ type Server struct {
 	ring    *ring
 	meta    *metaCache
 	valid   *validations
+	pods    *podSecurity
 	logWake *wakers
 
 	requests *slots    // requests being served
@@ -257,6 +274,10 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	pods, err := newPodSecurity(cfg.PodPolicy, cfg.Client, cfg.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server metrics: %w", err)
@@ -268,6 +289,7 @@ func New(cfg Config) (*Server, error) {
 		ring:     newRing(cfg.EventBuffer),
 		meta:     newMetaCache(10000),
 		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
+		pods:     pods,
 		logWake:  newWakers(),
 		requests: newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller),
 		streams:  newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller),
@@ -288,8 +310,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.guardBody(s.refuseUncleanPaths(s.checkHost(s.refuseCrossSite(
-		s.authenticate(s.limitRequests(s.limitBody(mux)))))))))
+	s.handler = s.auditRequests(s.instrument(s.recover(s.guardBody(s.refuseUncleanPaths(s.checkHost(s.refuseCrossSite(
+		s.authenticate(s.limitRequests(s.limitBody(mux))))))))))
 	return s, nil
 }
 

@@ -77,10 +77,17 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be a namespace name"})
 	}
 	c := CallerFrom(ctx)
+	noteAudit(ctx, ActionSubmit, in.Namespace, "")
 	if ok, err := s.allowed(ctx, c, ActionSubmit, in.Namespace); err != nil {
 		return nil, err
 	} else if !ok {
 		return nil, forbidden(c, ActionSubmit, in.Namespace)
+	}
+	if len(s.cfg.Namespaces) > 0 && !slices.Contains(s.cfg.Namespaces, in.Namespace) {
+		return nil, huma.Error422UnprocessableEntity(
+			fmt.Sprintf("namespace %q is not one this kubetask serve runs tasks in (%s): submit to one of those, or ask the operator to add it (kubetask serve --namespaces, and a RoleBinding of the ClusterRole kubetask-tasks there: docs/deploy.md)",
+				in.Namespace, strings.Join(s.cfg.Namespaces, ", ")),
+			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be one of " + strings.Join(s.cfg.Namespaces, ", ")})
 	}
 	id, err := requestedID(in.ID, in.IdempotencyKey)
 	if err != nil {
@@ -88,6 +95,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	t, err := decodeSubmit(in.ContentType, in.RawBody, in.Namespace)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.pods.check(ctx, t, in.Namespace, s.log.Warn); err != nil {
 		return nil, err
 	}
 	if s.cfg.ValidateOnServer {
@@ -114,6 +124,7 @@ func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error)
 	if err := knownQuery(ctx, "id"); err != nil {
 		return nil, err
 	}
+	noteAudit(ctx, ActionRerun, "", in.ID)
 	newID, err := requestedID(in.NewID, in.IdempotencyKey)
 	if err != nil {
 		return nil, err
@@ -130,6 +141,10 @@ func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error)
 		return nil, s.internal("decoding the document of task "+rec.ID, err)
 	}
 	t.Default()
+	// The policy may have changed since the task was submitted.
+	if err := s.pods.check(ctx, &t, rec.Namespace, s.log.Warn); err != nil {
+		return nil, err
+	}
 	return s.submitTask(ctx, newID, &t, rec.ID)
 }
 
@@ -248,9 +263,12 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if doc, err = normalized(doc); err != nil {
 		return nil, s.internal("encoding the task", err)
 	}
-	if id == "" {
+	generated := id == ""
+	if generated {
 		id = s.cfg.NewID()
-	} else {
+	}
+	noteCreated(ctx, id)
+	if !generated {
 		// A retry finds its task with a read, and the store is not asked
 		// to write.
 		rec, err := s.cfg.Executor.Get(ctx, id)
@@ -261,7 +279,7 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 			return nil, s.internal("reading task "+id, err)
 		}
 	}
-	var opts []executor.SubmitOption
+	opts := []executor.SubmitOption{executor.SubmittedBy(actorOf(CallerFrom(ctx)))}
 	if origin != "" {
 		opts = append(opts, executor.Origin(origin))
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -196,14 +197,17 @@ func (s *Server) cancel(ctx context.Context, in *idInput) (*taskOutput, error) {
 	if err := noQuery(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := s.record(ctx, in.ID, ActionCancel); err != nil {
+	noteAudit(ctx, ActionCancel, "", in.ID)
+	rec, err := s.record(ctx, in.ID, ActionCancel)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Executor.Cancel(ctx, in.ID); err != nil {
+	noteAudit(ctx, ActionCancel, rec.Namespace, "")
+	if err := s.cfg.Executor.Cancel(ctx, in.ID, executor.CancelledBy(actorOf(CallerFrom(ctx)))); err != nil {
 		return nil, s.internal("cancelling task "+in.ID, err)
 	}
 	cursor := s.ring.headCursor()
-	rec, err := s.cfg.Executor.Get(ctx, in.ID)
+	rec, err = s.cfg.Executor.Get(ctx, in.ID)
 	if err != nil {
 		return nil, s.internal("reading task "+in.ID, err)
 	}
@@ -360,6 +364,7 @@ func (s *Server) toAPI(rec store.Record, full bool) api.Task {
 	if !rec.CancelledAt.IsZero() {
 		t.CancelledAt = new(rec.CancelledAt)
 	}
+	t.SubmittedBy, t.CancelledBy = apiActor(rec.SubmittedBy), apiActor(rec.CancelledBy)
 	current := false
 	for _, a := range rec.Attempts {
 		current = current || a.Attempt == rec.Attempt

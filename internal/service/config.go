@@ -124,6 +124,19 @@ type Config struct {
 	// LeaseDuration of those Leases: a replica that dies without handing
 	// over leaves its shards for this long. Default 15s.
 	LeaseDuration Duration `json:"leaseDuration,omitempty"`
+	// PodSecurity is the Pod Security Standards level (privileged,
+	// baseline or restricted) every task's pod must meet, checked at
+	// submission (a 422 names each refused field). Default "baseline". A
+	// namespace's own pod-security.kubernetes.io/enforce label wins where
+	// it is stricter.
+	PodSecurity string `json:"podSecurity,omitempty"`
+	// NamespacePodSecurity sets the level of some namespaces (namespace:
+	// level).
+	NamespacePodSecurity map[string]string `json:"namespacePodSecurity,omitempty"`
+	// ServiceAccounts lists, for some namespaces, the ServiceAccounts their
+	// tasks may run as (namespace: [names]); a task that sets none runs as
+	// "default". Namespaces not listed allow any.
+	ServiceAccounts map[string][]string `json:"serviceAccounts,omitempty"`
 }
 
 // Duration is a Go duration written as a string ("90s", "720h").
@@ -216,6 +229,9 @@ func (c *Config) Defaults() error {
 	if c.ReloadInterval == "" {
 		c.ReloadInterval = "10s"
 	}
+	if c.PodSecurity == "" {
+		c.PodSecurity = "baseline"
+	}
 	return nil
 }
 
@@ -302,7 +318,54 @@ func (c *Config) Validate() error {
 	for _, msg := range validation.IsDNS1123Label(c.LeaseNamespace) {
 		errs = append(errs, fmt.Errorf("leaseNamespace %q: %s (--lease-namespace)", c.LeaseNamespace, msg))
 	}
+	errs = append(errs, c.validatePodPolicy()...)
 	return errors.Join(errs...)
+}
+
+func validLevel(l string) bool { return l == "privileged" || l == "baseline" || l == "restricted" }
+
+// validatePodPolicy checks the Pod Security levels and ServiceAccounts.
+func (c *Config) validatePodPolicy() []error {
+	var errs []error
+	if !validLevel(c.PodSecurity) {
+		errs = append(errs, fmt.Errorf("podSecurity %q: want privileged, baseline or restricted (--pod-security)", c.PodSecurity))
+	}
+	for ns, l := range c.NamespacePodSecurity {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, fmt.Errorf("namespacePodSecurity: namespace %q: %s (--namespace-pod-security NAMESPACE=LEVEL)", ns, msg))
+		}
+		if !validLevel(l) {
+			errs = append(errs, fmt.Errorf("namespacePodSecurity[%s] %q: want privileged, baseline or restricted (--namespace-pod-security %s=LEVEL)", ns, l, ns))
+		}
+	}
+	for ns, sas := range c.ServiceAccounts {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, fmt.Errorf("serviceAccounts: namespace %q: %s (--service-accounts NAMESPACE/NAME)", ns, msg))
+		}
+		if len(sas) == 0 {
+			errs = append(errs, fmt.Errorf("serviceAccounts[%s]: list at least one ServiceAccount, or leave the namespace out to allow any", ns))
+		}
+		for _, sa := range sas {
+			for _, msg := range validation.IsDNS1123Subdomain(sa) {
+				errs = append(errs, fmt.Errorf("serviceAccounts[%s]: %q: %s (--service-accounts %s/NAME)", ns, sa, msg, ns))
+			}
+		}
+	}
+	return errs
+}
+
+// ParseServiceAccounts turns NAMESPACE/NAME items (the --service-accounts
+// flag) into ServiceAccounts.
+func ParseServiceAccounts(items []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, it := range items {
+		ns, sa, ok := strings.Cut(it, "/")
+		if !ok || ns == "" || sa == "" {
+			return nil, fmt.Errorf("--service-accounts %q: want NAMESPACE/NAME, e.g. team-a/runner", it)
+		}
+		out[ns] = append(out[ns], sa)
+	}
+	return out, nil
 }
 
 // PostgresURL is the PostgreSQL URL of a postgres store: Store itself, the

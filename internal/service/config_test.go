@@ -48,6 +48,12 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"audiences need kubernetes":    {edit: func(c *Config) { c.AuthAudiences = []string{"kubetask"} }, errs: []string{"--auth kubernetes --auth-audience"}},
 		"bad limits and timeouts": {edit: func(c *Config) { c.AuthQPS, c.AuthBurst, c.BodyTimeout, c.WriteTimeout = -1, -1, "soon", "-1s" },
 			errs: []string{"authQPS", "authBurst", "bodyTimeout", "writeTimeout"}},
+		"pod policy": {edit: func(c *Config) {
+			c.PodSecurity, c.NamespacePodSecurity, c.ServiceAccounts = "restricted", map[string]string{"team-a": "privileged"}, map[string][]string{"team-a": {"runner"}}
+		}},
+		"bad pod policy": {edit: func(c *Config) {
+			c.PodSecurity, c.NamespacePodSecurity, c.ServiceAccounts = "root", map[string]string{"team-a": "lax"}, map[string][]string{"team-b": {"Not_An_SA"}, "team-c": {}}
+		}, errs: []string{`podSecurity "root"`, "namespacePodSecurity[team-a]", "serviceAccounts[team-b]", "serviceAccounts[team-c]: list at least one"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {
@@ -161,5 +167,17 @@ func TestShardLimits(t *testing.T) {
 	}
 	if _, def := shardLimits(nil, 0, 4); def != 0 {
 		t.Errorf("no default limit became %d", def)
+	}
+}
+
+func TestParseServiceAccounts(t *testing.T) {
+	got, err := ParseServiceAccounts([]string{"team-a/runner", "team-a/builder", "team-b/default"})
+	if err != nil || len(got) != 2 || strings.Join(got["team-a"], ",") != "runner,builder" || got["team-b"][0] != "default" {
+		t.Errorf("%v %v", got, err)
+	}
+	for _, bad := range []string{"runner", "team-a/", "/runner"} {
+		if _, err := ParseServiceAccounts([]string{bad}); err == nil || !strings.Contains(err.Error(), "NAMESPACE/NAME") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }

@@ -55,13 +55,27 @@ type Task struct {
 	// then the current one while the task runs (FinishedAt unset).
 	Attempts    []Attempt  `json:"attempts,omitempty" doc:"Every attempt, oldest first; the current one (unfinished) last."`
 	CancelledAt *time.Time `json:"cancelledAt,omitempty" doc:"When cancellation was requested."`
-	CreatedAt   time.Time  `json:"createdAt"`
-	UpdatedAt   time.Time  `json:"updatedAt"`
+	// SubmittedBy is who submitted the task (for a rerun: who asked for
+	// it, Origin naming the task it reruns); CancelledBy who cancelled it.
+	// Unset when unknown (tasks of a library caller, or recorded before
+	// kubetask kept them).
+	SubmittedBy *Actor    `json:"submittedBy,omitempty" doc:"Who submitted the task (of a rerun: who reran it). Every pod of the task carries it in its kubetask.dev/submitted-by annotation."`
+	CancelledBy *Actor    `json:"cancelledBy,omitempty" doc:"Who cancelled the task."`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 	// Events are the recent Kubernetes events of the current attempt's pod,
 	// reported (by Get only) while the task is Pending: why it does not start.
 	Events []PodEvent `json:"events,omitempty" doc:"While Pending (get only): the recent Kubernetes events of the current attempt's pod, oldest first."`
 	// Document is the task as submitted, defaulted (get only).
 	Document json.RawMessage `json:"document,omitempty" doc:"The task document as stored, defaulted (get only)."`
+}
+
+// Actor is who did something to a task, as the server authenticated them.
+type Actor struct {
+	Auth   string   `json:"auth,omitempty" doc:"How they were authenticated: token (the token file), kubernetes (a TokenReview) or none."`
+	User   string   `json:"user" doc:"The token's subject, or the Kubernetes user name." example:"system:serviceaccount:ci:runner"`
+	UID    string   `json:"uid,omitempty" doc:"The Kubernetes user's UID (kubernetes mode)."`
+	Groups []string `json:"groups,omitempty" doc:"The Kubernetes user's groups (kubernetes mode)."`
 }
 
 // ResultBytes returns the task's result bytes (from Result or ResultBase64), nil

@@ -571,6 +571,22 @@ func Origin(id string) SubmitOption {
 	return func(r *store.Record) { r.Origin = id }
 }
 
+// SubmittedBy records who submitted the task; every pod of the task carries
+// it in its task.AnnotationSubmittedBy annotation, so that cluster policies
+// and audits see the submitter, not only the executor's identity.
+func SubmittedBy(a store.Actor) SubmitOption {
+	return func(r *store.Record) { r.SubmittedBy = a }
+}
+
+// CancelOption changes how Cancel records a cancellation.
+type CancelOption func(*store.Record)
+
+// CancelledBy records who asked for the cancellation (kept only by the call
+// that cancels the task: a later one changes nothing).
+func CancelledBy(a store.Actor) CancelOption {
+	return func(r *store.Record) { r.CancelledBy = a }
+}
+
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
 // again returns the existing record and does not start another run. id is
 // any ID task.ValidateID accepts (its pods carry it exactly in an annotation,
@@ -652,7 +668,7 @@ func (e *Executor) watches(ns string) bool {
 // Cancel asks for task id to stop. A main container that already finished
 // keeps its outcome; otherwise the task ends Failed/Cancelled and is not
 // retried. Cancelling a finished task does nothing.
-func (e *Executor) Cancel(ctx context.Context, id string) error {
+func (e *Executor) Cancel(ctx context.Context, id string, opts ...CancelOption) error {
 	for {
 		rec, err := e.store.Get(ctx, id)
 		if err != nil {
@@ -662,6 +678,9 @@ func (e *Executor) Cancel(ctx context.Context, id string) error {
 			return nil
 		}
 		rec.CancelledAt = e.cfg.Clock.Now()
+		for _, o := range opts {
+			o(&rec)
+		}
 		// The user's write, not a term's: it carries no epoch, so whichever
 		// term last wrote the record does not refuse it (the version's
 		// compare-and-swap still orders it with the terms' writes).

@@ -263,6 +263,9 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	if err != nil {
 		return 0, fmt.Errorf("building pod of task %s: %w", rec.ID, err)
 	}
+	if by := rec.SubmittedBy.String(); by != "" {
+		pod.Annotations[task.AnnotationSubmittedBy] = by
+	}
 	if wait := e.createRetryAt(rec.ID, n).Sub(now); wait > 0 {
 		return wait, nil // the previous creation failed: its backoff
 	}

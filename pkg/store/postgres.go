@@ -216,6 +216,11 @@ var postgresMigrations = []string{
 		seen_at         timestamptz NOT NULL,
 		PRIMARY KEY (grp, member)
 	);`,
+	// Migration 4: who submitted (or reran) each task and who cancelled it
+	// (Actor, JSON; '' when unknown).
+	`ALTER TABLE tasks
+		ADD COLUMN submitted_by text NOT NULL DEFAULT '',
+		ADD COLUMN cancelled_by text NOT NULL DEFAULT '';`,
 }
 
 var _ Store = (*postgresStore)(nil)
@@ -352,7 +357,8 @@ func (s *postgresStore) migrate(ctx context.Context, migrations []string) error 
 // scanPostgresRecord's order.
 const postgresColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch`
+	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch,
+	submitted_by, cancelled_by`
 
 // postgresSQL are the statements of the record paths.
 var postgresSQL = struct {
@@ -363,12 +369,12 @@ var postgresSQL = struct {
 	create: `WITH t AS (
 			INSERT INTO tasks (` + postgresColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-				$23, $24, $25, $26)
+				$23, $24, $25, $26, $27, $28)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id, created_at
 		), l AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
-			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($27::bytea[], $28::bytea[]) AS x (k, v)
+			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($29::bytea[], $30::bytea[]) AS x (k, v)
 		)
 		SELECT created_at FROM t`,
 	// The version check is part of the UPDATE: of concurrent updates from
@@ -388,7 +394,8 @@ var postgresSQL = struct {
 				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
 				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
 				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21,
-				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27
+				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27,
+				submitted_by = $29, cancelled_by = $30
 			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
 			WHERE t.id = $1 AND t.version = $2
 				AND ($25 = 0 OR $25 = (SELECT epoch FROM kubetask_terms WHERE instance = $28::text FOR SHARE))
@@ -721,6 +728,7 @@ func postgresArgs(rec Record) ([]any, error) {
 		rec.Terminal, nanosOrNil(rec.CancelledAt), nanosOrNil(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
 		labels, bytesOf(rec.Origin), bytesOf(rec.Nonce), rec.Epoch, bytesOf(rec.PodUID), rec.PodEpoch,
+		rec.SubmittedBy.String(), rec.CancelledBy.String(),
 	}, nil
 }
 
@@ -737,8 +745,8 @@ func postgresCreateArgs(rec Record) ([]any, error) {
 
 // postgresUpdateArgs returns postgresSQL.update's arguments: the ID, the
 // expected version, the columns from namespace to attempts, updated_at,
-// labels, origin, the labels as arrays, nonce, epoch, pod_uid, pod_epoch and
-// the executor as text (for the fence). created_at is not written and the
+// labels, origin, the labels as arrays, nonce, epoch, pod_uid, pod_epoch,
+// the executor as text (for the fence), submitted_by and cancelled_by. created_at is not written and the
 // new version is computed.
 func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	a, err := postgresArgs(rec) // in postgresColumns order
@@ -747,7 +755,7 @@ func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	}
 	keys, values := labelArrays(rec.Labels)
 	args := append([]any{a[0], expected}, a[1:17]...)
-	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor), nil
+	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor, a[26], a[27]), nil
 }
 
 // bytesOf returns s as a non-nil byte slice (an empty string is an empty
@@ -785,12 +793,16 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 		cancelledAt, nextAttemptAt                            *int64
 		attempts, labels                                      []byte
 		createdAt, updatedAt                                  int64
+		submittedBy, cancelledBy                              string
 	)
 	if err := row.Scan(&rec.ID, &namespace, &name, &executor, &rec.Task, &attempt,
 		&phase, &reason, &msg, &rec.ExitCode, &rec.Retryable, &rec.Result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
 		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin,
-		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch); err != nil {
+		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch, &submittedBy, &cancelledBy); err != nil {
+		return Record{}, err
+	}
+	if err := parseActors(&rec, submittedBy, cancelledBy); err != nil {
 		return Record{}, err
 	}
 	rec.Nonce, rec.PodUID = string(nonce), string(podUID)

@@ -86,19 +86,24 @@ func PostgresSetting(ctx context.Context, s Store, name string) (string, error) 
 	return v, err
 }
 
-// PostgresInsertBeforeFence writes rec as a binary of schema version 1 or 2
-// did: without the fence's columns (nonce, epoch, pod_uid, pod_epoch).
-func PostgresInsertBeforeFence(ctx context.Context, c *pgx.Conn, rec Record) error {
+// PostgresInsertAtSchema writes rec as a binary of schema version 1 to 3
+// did: versions 1 and 2 without the fence's columns (nonce, epoch, pod_uid,
+// pod_epoch), 3 without the actors (submitted_by, cancelled_by).
+func PostgresInsertAtSchema(ctx context.Context, c *pgx.Conn, rec Record, version int) error {
 	args, err := postgresArgs(rec)
 	if err != nil {
 		return err
 	}
-	cols := strings.Split(postgresColumns, ",")[:22]
+	n := 22
+	if version == 3 {
+		n = 26
+	}
+	cols := strings.Split(postgresColumns, ",")[:n]
 	marks := make([]string, len(cols))
 	for i := range marks {
 		marks[i] = fmt.Sprintf("$%d", i+1)
 	}
-	_, err = c.Exec(ctx, "INSERT INTO tasks ("+strings.Join(cols, ",")+") VALUES ("+strings.Join(marks, ",")+")", args[:22]...)
+	_, err = c.Exec(ctx, "INSERT INTO tasks ("+strings.Join(cols, ",")+") VALUES ("+strings.Join(marks, ",")+")", args[:n]...)
 	return err
 }
 

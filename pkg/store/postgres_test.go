@@ -138,16 +138,20 @@ func TestPostgresMigrationForward(t *testing.T) {
 			var before store.Record
 			c := rawPostgres(t, url)
 			switch {
-			case k >= 3:
+			case k >= 4:
 				before = mustCreate(t, old, storetest.Sample("old"))
 			case k > 0:
-				// What a binary of that schema wrote: no fence columns.
+				// What a binary of that schema wrote: no actors, and
+				// before 3 no fence columns.
 				before = storetest.Sample("old")
-				before.Nonce, before.PodUID, before.PodEpoch = "", "", 0
-				before.Attempts[0].PodUID = ""
+				before.SubmittedBy, before.CancelledBy = store.Actor{}, store.Actor{}
+				if k < 3 {
+					before.Nonce, before.PodUID, before.PodEpoch = "", "", 0
+					before.Attempts[0].PodUID = ""
+				}
 				before.Version = 1
 				before.CreatedAt, before.UpdatedAt = before.CancelledAt.UTC(), before.CancelledAt.UTC()
-				if err := store.PostgresInsertBeforeFence(ctx, c, before); err != nil {
+				if err := store.PostgresInsertAtSchema(ctx, c, before, k); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"maps"
+	"slices"
 )
 
 // DeepCopy returns a copy of r that shares no memory with r: Labels, Task,
-// Result, ExitCode and Attempts (with each attempt's ExitCode) are copied,
+// Result, ExitCode, Attempts (with each attempt's ExitCode) and the actors'
+// Groups are copied,
 // and nil stays nil while an empty, non-nil map or slice stays empty and
 // non-nil.
 func (r Record) DeepCopy() Record {
@@ -15,6 +17,8 @@ func (r Record) DeepCopy() Record {
 	out.Task = bytes.Clone(r.Task)
 	out.Result = bytes.Clone(r.Result)
 	out.ExitCode = cloneInt32(r.ExitCode)
+	out.SubmittedBy.Groups = slices.Clone(r.SubmittedBy.Groups)
+	out.CancelledBy.Groups = slices.Clone(r.CancelledBy.Groups)
 	if r.Attempts != nil {
 		out.Attempts = make([]AttemptOutcome, len(r.Attempts))
 		for i, a := range r.Attempts {

@@ -205,6 +205,11 @@ var sqliteMigrations = []string{
 		epoch      INTEGER NOT NULL,
 		started_at INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+
+	// 4: who submitted (or reran) each task and who cancelled it (Actor,
+	// JSON; '' when unknown).
+	`ALTER TABLE tasks ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
+	ALTER TABLE tasks ADD COLUMN cancelled_by TEXT NOT NULL DEFAULT '';`,
 }
 
 var (
@@ -339,7 +344,8 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 // sqliteColumns are a record's columns, in recordArgs' and scanRecord's order.
 const sqliteColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch`
+	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch,
+	submitted_by, cancelled_by`
 
 func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
 	if rec.ID == "" {
@@ -513,6 +519,7 @@ func recordArgs(rec Record) ([]any, error) {
 		rec.Terminal, timeArg(rec.CancelledAt), timeArg(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
 		labels, rec.Origin, rec.Nonce, rec.Epoch, rec.PodUID, rec.PodEpoch,
+		rec.SubmittedBy.String(), rec.CancelledBy.String(),
 	}, nil
 }
 
@@ -551,12 +558,16 @@ func scanRecord(row scanner) (Record, error) {
 		cancelledAt, nextAttemptAt sql.NullInt64
 		attempts, labels           sql.NullString
 		createdAt, updatedAt       int64
+		submittedBy, cancelledBy   string
 	)
 	if err := row.Scan(&rec.ID, &rec.Namespace, &rec.Name, &rec.Executor, &task, &rec.Attempt,
 		&rec.Phase, &rec.Reason, &rec.Message, &exitCode, &rec.Retryable, &result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
 		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &rec.Origin,
-		&rec.Nonce, &rec.Epoch, &rec.PodUID, &rec.PodEpoch); err != nil {
+		&rec.Nonce, &rec.Epoch, &rec.PodUID, &rec.PodEpoch, &submittedBy, &cancelledBy); err != nil {
+		return Record{}, err
+	}
+	if err := parseActors(&rec, submittedBy, cancelledBy); err != nil {
 		return Record{}, err
 	}
 	if labels.Valid {

@@ -219,7 +219,7 @@ var sqliteWriteSQL = struct {
 	deleteTask, beginTerm                                            string
 }{
 	insert: `INSERT INTO tasks (` + sqliteColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
 	// The version check is part of the statement, so a conflict writes
@@ -228,7 +228,8 @@ var sqliteWriteSQL = struct {
 		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
 		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
 		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
-		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?
+		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
+		submitted_by = ?, cancelled_by = ?
 		WHERE id = ? AND version = ?
 		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
 		RETURNING created_at`,

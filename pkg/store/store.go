@@ -14,7 +14,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -53,6 +55,57 @@ type AttemptOutcome struct {
 	FinishedAt time.Time `json:"finishedAt"`
 	// ObservedAt is when the executor recorded the outcome (lag metric source).
 	ObservedAt time.Time `json:"observedAt"`
+}
+
+// Actor is who did something to a task, as the service authenticated them.
+type Actor struct {
+	// Auth is how they were authenticated: "token" (the token mode's
+	// file), "kubernetes" (a TokenReview) or "none".
+	Auth string `json:"auth,omitempty"`
+	// User is the token's subject, or the Kubernetes user name.
+	User string `json:"user"`
+	// UID and Groups are the Kubernetes user's (kubernetes mode).
+	UID    string   `json:"uid,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// IsZero reports whether a is unknown.
+func (a Actor) IsZero() bool {
+	return a.Auth == "" && a.User == "" && a.UID == "" && len(a.Groups) == 0
+}
+
+// String is a as compact JSON ("" when zero): the stores' column value and
+// the kubetask.dev/submitted-by annotation of the task's pods.
+func (a Actor) String() string {
+	if a.IsZero() {
+		return ""
+	}
+	b, _ := json.Marshal(a) // strings only: never fails
+	return string(b)
+}
+
+// ParseActor decodes what String returns.
+func ParseActor(s string) (Actor, error) {
+	var a Actor
+	if s == "" {
+		return a, nil
+	}
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return Actor{}, fmt.Errorf("decoding an actor: %w", err)
+	}
+	return a, nil
+}
+
+// parseActors decodes the stored actors of rec.
+func parseActors(rec *Record, submittedBy, cancelledBy string) error {
+	var err error
+	if rec.SubmittedBy, err = ParseActor(submittedBy); err != nil {
+		return fmt.Errorf("task record %s submitter: %w", rec.ID, err)
+	}
+	if rec.CancelledBy, err = ParseActor(cancelledBy); err != nil {
+		return fmt.Errorf("task record %s canceller: %w", rec.ID, err)
+	}
+	return nil
 }
 
 // Record is the durable state of one task.
@@ -110,6 +163,10 @@ type Record struct {
 	Epoch int64
 	// Attempts holds the recorded outcome of every finished attempt, in order.
 	Attempts []AttemptOutcome
+	// SubmittedBy is who submitted the task (for a rerun: who asked for
+	// it); CancelledBy who asked for its cancellation. Zero when unknown (a
+	// library caller, a record written before they were kept).
+	SubmittedBy, CancelledBy Actor
 	// CreatedAt and UpdatedAt are set by the store from its clock (Create
 	// sets both, Update sets UpdatedAt); the caller's values are ignored.
 	CreatedAt, UpdatedAt time.Time

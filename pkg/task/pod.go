@@ -56,6 +56,11 @@ const (
 	// AnnotationNonce carries Identity.Nonce (when set): the nonce of the task
 	// record the pod belongs to.
 	AnnotationNonce = Prefix + "nonce"
+	// AnnotationSubmittedBy carries who submitted the task to kubetask
+	// serve (JSON: auth, user, uid, groups), set by the executor from the
+	// task's record: the pod is created with the service's identity, and
+	// this is how admission policies and audits see the submitter.
+	AnnotationSubmittedBy = Prefix + "submitted-by"
 	// AnnotationEpoch carries the fencing epoch of the executor term that
 	// created the pod (decimal); see FenceGate.
 	AnnotationEpoch = Prefix + "epoch"

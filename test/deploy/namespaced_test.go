@@ -173,10 +173,14 @@ subjects: [{kind: ServiceAccount, name: kubetask}]
 	for _, line := range s.forbidden() {
 		t.Errorf("the service met a permission it does not have: %s", line)
 	}
-	// A submission elsewhere is refused. (The server first checks the task
-	// with a server-side dry run there, which this role forbids: a warning
-	// in the log, not a verdict.)
-	if _, _, err := c.Submit(ctx, metav1.NamespaceDefault, []byte(sidecarTask), client.SubmitOptions{}); !client.IsInvalid(err) && !client.IsForbidden(err) {
-		t.Errorf("submit to a namespace outside --namespaces: %v, want it refused", err)
+	// A submission elsewhere is refused at once with a 422 that says where
+	// tasks run and how to add a namespace, before anything is asked of the
+	// API server there (where the role forbids everything).
+	_, _, err = c.Submit(ctx, metav1.NamespaceDefault, []byte(sidecarTask), client.SubmitOptions{})
+	if !client.IsInvalid(err) || !strings.Contains(err.Error(), "--namespaces") || !strings.Contains(err.Error(), env.Namespace) {
+		t.Errorf("submit to a namespace outside --namespaces: %v, want a 422 naming the namespaces served and the fix", err)
+	}
+	for _, line := range s.forbidden() {
+		t.Errorf("the refused submission met a permission the service does not have: %s", line)
 	}
 }

@@ -249,6 +249,10 @@ func TestActionOutsideRoleIsRefused(t *testing.T) {
 			_, err := cs.CoordinationV1().Leases(env.Namespace).List(ctx, metav1.ListOptions{})
 			return err
 		},
+		"get its namespace (its Pod Security labels)": func() error {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
+			return err
+		},
 		"create a TokenReview": func() error {
 			_, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{})
 			return err
@@ -276,8 +280,8 @@ func TestActionOutsideRoleIsRefused(t *testing.T) {
 			_, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"get its namespace": func() error {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
+		"list namespaces": func() error {
+			_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 			return err
 		},
 		"list Leases outside its namespace": func() error {

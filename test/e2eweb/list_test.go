@@ -94,6 +94,15 @@ func TestWebListTaskPageCancelRerun(t *testing.T) {
 		if !tk.Terminal || tk.Phase != "Failed" || tk.Reason != "Cancelled" || tk.CancelledAt == nil {
 			t.Errorf("after cancel from the page the task is %s/%s (terminal %v)", tk.Phase, tk.Reason, tk.Terminal)
 		}
+		// The page says who submitted and who cancelled it (the token's
+		// subject).
+		if tk.SubmittedBy == nil || tk.CancelledBy == nil || tk.CancelledBy.User != tk.SubmittedBy.User {
+			t.Errorf("the cancelled task's submitter %+v and canceller %+v: want the token's subject", tk.SubmittedBy, tk.CancelledBy)
+		} else {
+			b.wait(20*time.Second, "the page to name the submitter and the canceller", fmt.Sprintf(
+				`(() => { const f = Object.fromEntries([...document.querySelectorAll('.facts dt')].map((dt) => [dt.textContent, dt.nextElementSibling.textContent])); return f['Submitted by'] === %s && f['Cancelled by'] === %s; })()`,
+				jsString(tk.SubmittedBy.User), jsString(tk.CancelledBy.User)))
+		}
 		// The container (sleep 600) was stopped: its attempt ended now, and
 		// its pod is gone.
 		a := tk.Attempts[len(tk.Attempts)-1]

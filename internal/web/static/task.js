@@ -148,6 +148,14 @@ export function mount(main, {params, navigate}) {
     drawTabs();
   }
 
+  // actorEl shows who did something: the user, and how they signed in
+  // (with the Kubernetes UID and groups on hover).
+  function actorEl(a) {
+    const more = [a.auth && `signed in with ${a.auth === 'none' ? 'no authentication' : a.auth === 'token' ? 'a kubetask token' : 'a Kubernetes token'}`,
+      a.uid && `UID ${a.uid}`, a.groups?.length && `groups ${a.groups.join(', ')}`].filter(Boolean).join('; ');
+    return h('span', {class: 'actor', title: more}, a.user);
+  }
+
   function drawSummary() {
     const x = explain(t);
     const facts = [
@@ -155,12 +163,14 @@ export function mount(main, {params, navigate}) {
       ['Namespace', t.namespace],
       t.labels && Object.keys(t.labels).length ? ['Labels', h('span', {class: 'labels'}, Object.entries(t.labels).map(([k, v]) => h('code', {class: 'label'}, `${k}=${v}`)))] : null,
       t.origin ? ['Rerun of', h('a', {href: `/tasks/${encodeURIComponent(t.origin)}`}, t.origin)] : null,
+      t.submittedBy ? [t.origin ? 'Rerun by' : 'Submitted by', actorEl(t.submittedBy)] : null,
       ['Created', timeEl(t.createdAt)],
       t.terminal ? ['Finished', timeEl((t.attempts || []).at(-1)?.finishedAt || t.updatedAt)] : ['Updated', timeEl(t.updatedAt)],
       [t.terminal ? 'Took' : 'Age', fmtDuration(taskDuration(t))],
       ['Attempts', String((t.attempts || []).length || t.attempt + 1)],
       t.exitCode != null ? ['Exit code', String(t.exitCode)] : null,
       t.cancelledAt ? ['Cancel requested', timeEl(t.cancelledAt)] : null,
+      t.cancelledBy ? ['Cancelled by', actorEl(t.cancelledBy)] : null,
     ].filter(Boolean);
     replace(summary,
       h('h2', {id: 'sum-h', class: 'sr-only'}, 'Summary'),

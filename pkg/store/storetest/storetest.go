@@ -121,6 +121,8 @@ func Sample(id string) store.Record {
 		PodUID:        "uid-" + id,
 		PodEpoch:      3,
 		Nonce:         "nonce-" + id,
+		SubmittedBy:   store.Actor{Auth: "kubernetes", User: "system:serviceaccount:ci:runner \"é\"", UID: "uid-1", Groups: []string{"system:serviceaccounts", "ci"}},
+		CancelledBy:   store.Actor{Auth: "token", User: "ops"},
 		Attempts: []store.AttemptOutcome{{
 			Attempt:    0,
 			Pod:        "task-" + id + "-0",
