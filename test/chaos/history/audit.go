@@ -182,7 +182,7 @@ func FromAudit(evs []auditv1.Event) *Audit {
 		if at.After(a.Last) {
 			a.Last = at
 		}
-		if !succeeded(ev) {
+		if !succeeded(ev) || dryRun(ev) {
 			continue
 		}
 		key := ref.Namespace + "/" + ref.Name
@@ -279,16 +279,12 @@ func (a *Audit) created(ev *auditv1.Event) *Pod {
 	return p
 }
 
-// statusReport is what a status write (a full pod or a patch of any kind)
-// says: the fields are read wherever the write puts them, so a strategic
-// merge patch that names only the containers that changed is read as well
-// as a whole status.
-type statusReport struct {
-	Status struct {
-		Phase                 corev1.PodPhase   `json:"phase"`
-		ContainerStatuses     []containerReport `json:"containerStatuses"`
-		InitContainerStatuses []containerReport `json:"initContainerStatuses"`
-	} `json:"status"`
+// status is what a status write says: a strategic merge patch that names
+// only the containers that changed is read as well as a whole status.
+type status struct {
+	Phase                 corev1.PodPhase   `json:"phase"`
+	ContainerStatuses     []containerReport `json:"containerStatuses"`
+	InitContainerStatuses []containerReport `json:"initContainerStatuses"`
 }
 
 type containerReport struct {
@@ -302,11 +298,11 @@ type containerReport struct {
 }
 
 func (p *Pod) statusWritten(ev *auditv1.Event, at time.Time) {
-	var r statusReport
-	if decode(ev.RequestObject, &r) != nil {
+	r, ok := readStatus(ev)
+	if !ok {
 		return
 	}
-	for _, c := range append(r.Status.ContainerStatuses, r.Status.InitContainerStatuses...) {
+	for _, c := range append(r.ContainerStatuses, r.InitContainerStatuses...) {
 		if c.Name == p.MainContainer && (c.State.Running != nil || c.State.Terminated != nil) {
 			p.MainStarted = true
 		}
@@ -319,7 +315,7 @@ func (p *Pod) statusWritten(ev *auditv1.Event, at time.Time) {
 			p.MainExit, p.MainExitAt = &code, at
 		}
 	}
-	if r.Status.Phase == corev1.PodSucceeded || r.Status.Phase == corev1.PodFailed {
+	if r.Phase == corev1.PodSucceeded || r.Phase == corev1.PodFailed {
 		p.stop(at, "phase")
 	}
 	all := len(p.Containers) > 0
@@ -331,6 +327,55 @@ func (p *Pod) statusWritten(ev *auditv1.Event, at time.Time) {
 	}
 }
 
+// readStatus reads what a status write says, whatever its form: a whole
+// pod (update), a strategic or JSON merge patch ({"status": ...}), or a
+// JSON patch whose operations set /status, its phase or its container
+// status lists (as the local node writes). ok is false for a body it cannot
+// read.
+func readStatus(ev *auditv1.Event) (st status, ok bool) {
+	if ev.RequestObject == nil || len(ev.RequestObject.Raw) == 0 {
+		return st, false
+	}
+	raw := ev.RequestObject.Raw
+	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+		var ops []struct {
+			Op    string          `json:"op"`
+			Path  string          `json:"path"`
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(raw, &ops) != nil {
+			return st, false
+		}
+		for _, op := range ops {
+			if op.Op != "replace" && op.Op != "add" {
+				continue
+			}
+			var err error
+			switch op.Path {
+			case "/status":
+				err = json.Unmarshal(op.Value, &st)
+			case "/status/phase":
+				err = json.Unmarshal(op.Value, &st.Phase)
+			case "/status/containerStatuses":
+				err = json.Unmarshal(op.Value, &st.ContainerStatuses)
+			case "/status/initContainerStatuses":
+				err = json.Unmarshal(op.Value, &st.InitContainerStatuses)
+			}
+			if err != nil {
+				return st, false
+			}
+		}
+		return st, true
+	}
+	var body struct {
+		Status status `json:"status"`
+	}
+	if json.Unmarshal(raw, &body) != nil {
+		return st, false
+	}
+	return body.Status, true
+}
+
 func (p *Pod) stop(at time.Time, by string) {
 	if p.Stopped.IsZero() || at.Before(p.Stopped) {
 		p.Stopped, p.StoppedBy = at, by
@@ -340,6 +385,13 @@ func (p *Pod) stop(at time.Time, by string) {
 // succeeded reports a 2xx answer.
 func succeeded(ev *auditv1.Event) bool {
 	return ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 200 && ev.ResponseStatus.Code < 300
+}
+
+// dryRun reports a request made with dryRun (kubetask validates tasks
+// with a dry-run create): it changed nothing.
+func dryRun(ev *auditv1.Event) bool {
+	u, err := url.Parse(ev.RequestURI)
+	return err == nil && u.Query().Get("dryRun") != ""
 }
 
 // writtenUID is the pod UID a write names: a binding's, a full pod's, or a

@@ -59,6 +59,9 @@ type Violation struct {
 	Task    string
 	Attempt int
 	Detail  string
+	// At is when the offending pod was created (invariants 1 and 2) or
+	// bound (3); zero for the others.
+	At time.Time
 }
 
 func (v Violation) String() string {
@@ -152,7 +155,11 @@ type checker struct {
 func (c *checker) judged(ns string) bool { return len(c.namespaces) == 0 || c.namespaces[ns] }
 
 func (c *checker) violate(inv Invariant, taskID string, attempt int, format string, args ...any) {
-	c.r.Violations = append(c.r.Violations, Violation{Invariant: inv, Task: taskID, Attempt: attempt, Detail: fmt.Sprintf(format, args...)})
+	c.violateAt(time.Time{}, inv, taskID, attempt, format, args...)
+}
+
+func (c *checker) violateAt(at time.Time, inv Invariant, taskID string, attempt int, format string, args ...any) {
+	c.r.Violations = append(c.r.Violations, Violation{Invariant: inv, Task: taskID, Attempt: attempt, Detail: fmt.Sprintf(format, args...), At: at})
 }
 
 // history indexes the pods and reports the gaps of the history.
@@ -227,7 +234,7 @@ func (c *checker) task(t Task) {
 		}
 		if len(attemptRan) > 1 {
 			c.r.SeveralRuns++
-			c.violate(OneRunPerAttempt, rec.ID, a, "%d pods ran: %s", len(attemptRan), describe(attemptRan))
+			c.violateAt(attemptRan[len(attemptRan)-1].Created, OneRunPerAttempt, rec.ID, a, "%d pods ran: %s", len(attemptRan), describe(attemptRan))
 		}
 		c.afterOutcome(rec, a, pods, out)
 		if out != nil {
@@ -275,7 +282,7 @@ func (c *checker) afterOutcome(rec store.Record, a int, pods []*Pod, out *store.
 		}
 		c.r.CreatedAfterOutcome++
 		if p.Ran() {
-			c.violate(NoRunAfterOutcome, rec.ID, a, "pod %s was created %s after the outcome was recorded (%s) and ran on %s from %s",
+			c.violateAt(p.Created, NoRunAfterOutcome, rec.ID, a, "pod %s was created %s after the outcome was recorded (%s) and ran on %s from %s",
 				p, p.Created.Sub(at).Round(time.Millisecond), at.Format(time.RFC3339Nano), p.Node, p.Bound.Format(time.RFC3339Nano))
 		}
 	}
@@ -291,7 +298,7 @@ func (c *checker) concurrent(id string, ran []*Pod) {
 				if !p.Stopped.IsZero() {
 					until = fmt.Sprintf("it stopped (%s) %s later", p.StoppedBy, p.Stopped.Sub(q.Bound).Round(time.Millisecond))
 				}
-				c.violate(NoConcurrentRuns, id, q.Attempt, "pod %s (attempt %d) was bound at %s while pod %s (attempt %d) ran: %s",
+				c.violateAt(q.Bound, NoConcurrentRuns, id, q.Attempt, "pod %s (attempt %d) was bound at %s while pod %s (attempt %d) ran: %s",
 					q, q.Attempt, q.Bound.Format(time.RFC3339Nano), p, p.Attempt, until)
 			}
 		}

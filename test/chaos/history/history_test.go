@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -229,6 +230,19 @@ func TestCheck(t *testing.T) {
 			check: func(t *testing.T, r *Report) {
 				if r.PodsCreated != 1 || r.PodsRan != 1 || r.Stopped["delete"] != 1 {
 					t.Errorf("created %d ran %d stopped %v", r.PodsCreated, r.PodsRan, r.Stopped)
+				}
+			},
+		},
+		"a dry-run create is no pod": {
+			history: func(h *h) {
+				h.run(pod(t, "a", 0, "u1"), 0, 0)
+				h.create(pod(t, "zz", 0, "u2"), 1)
+				h.evs[len(h.evs)-1].RequestURI += "?dryRun=All"
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			check: func(t *testing.T, r *Report) {
+				if r.PodsCreated != 1 {
+					t.Errorf("created %d, want 1", r.PodsCreated)
 				}
 			},
 		},
@@ -486,5 +500,46 @@ func TestFromAuditOrder(t *testing.T) {
 	}
 	if got.Node != "sim-0" || !got.Bound.Equal(at(0.1)) || !got.Stopped.Equal(at(3.1)) || got.StoppedBy != "delete" {
 		t.Errorf("node %s bound %s stopped %s by %s", got.Node, got.Bound, got.Stopped, got.StoppedBy)
+	}
+}
+
+// TestReadAuditRealLog reads the audit log kube-apiserver wrote for two
+// pods of a chaos run: one on a kwok node (main exits 0, its sidecar runs
+// until kwok removes the deleted pod: strategic merge patches of the
+// status, a grace-0 delete) and one on the local process node (JSON patches
+// of the whole status, phase Succeeded).
+func TestReadAuditRealLog(t *testing.T) {
+	f, err := os.Open("testdata/audit.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := ReadAudit(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.BadLines != 0 || len(a.Unresolved) != 0 || len(a.Order) != 2 {
+		t.Fatalf("bad lines %d, unresolved %v, %d pods", a.BadLines, a.Unresolved, len(a.Order))
+	}
+	want := map[string]struct {
+		node, stoppedBy string
+		exit            int32
+	}{
+		"chaos-cspvbh5urq-0": {"sim-0", "delete", 0},
+		"chaos-e72m7c3c43-0": {"local-0", "phase", 0},
+	}
+	for _, p := range a.Order {
+		w, ok := want[p.Name]
+		if !ok {
+			t.Fatalf("unexpected pod %s", p)
+		}
+		if !p.Ran() || p.Node != w.node || p.StoppedBy != w.stoppedBy || !p.MainStarted || p.MainExit == nil || *p.MainExit != w.exit ||
+			p.MainContainer != "main" || p.Attempt != 0 || p.Task == "" || p.Gated {
+			t.Errorf("%s: ran %v on %q, stopped by %q, main started %v exit %s, main %q, task %q attempt %d, gated %v",
+				p, p.Ran(), p.Node, p.StoppedBy, p.MainStarted, code(p.MainExit), p.MainContainer, p.Task, p.Attempt, p.Gated)
+		}
+		if !p.Bound.After(p.Created) || !p.MainExitAt.After(p.Bound) || p.Stopped.Before(p.MainExitAt) {
+			t.Errorf("%s: created %s, bound %s, main exited %s, stopped %s: out of order", p, p.Created, p.Bound, p.MainExitAt, p.Stopped)
+		}
 	}
 }
