@@ -35,8 +35,12 @@ const (
 )
 
 // faultKinds are the kinds drawn at random (SIGSTOP is also planned on
-// purpose, see plan).
+// purpose, see planFaults).
 var faultKinds = []string{faultStop, faultKill, faultTerm, faultAPIServer, faultStorm, faultPostgres, faultForce, faultEvict, faultNode}
+
+// faultNames are the kinds' short names, for KUBETASK_CHAOS_FAULTS.
+var faultNames = map[string]string{"stop": faultStop, "kill": faultKill, "term": faultTerm, "apiserver": faultAPIServer,
+	"storm": faultStorm, "postgres": faultPostgres, "force": faultForce, "evict": faultEvict, "node": faultNode}
 
 // fault is one injected fault: what, when (from the run's start) and what
 // it did.
@@ -86,13 +90,13 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 	return f
 }
 
-// sigstop is defect 1's scenario (issue 20): a burst of quick tasks is
-// submitted to the other replicas while the replica holding the most
-// shards admits its share of them; once it has a backlog (tasks of its
-// shards submitted at least 300 ms ago that have no pod yet: admitted,
-// their creations waiting for its client's rate limiter) it is SIGSTOPped,
-// kept stopped until the others hold its shards and the burst's tasks are
-// finished, then SIGCONTed.
+// sigstop is defect 1's scenario (issue 20): the replica holding the most
+// shards stalls for 2.5 s (less than the lease: a long GC pause, a
+// throttled CPU) while a burst of quick tasks is submitted to the others;
+// it resumes and admits its share all at once, more creations than its
+// client's rate limiter lets out at once; as soon as the first of them has
+// made its pod it is SIGSTOPped again, kept stopped until the others hold
+// its shards and the burst's tasks are finished, then SIGCONTed.
 func (in *injector) sigstop(ctx context.Context) (string, error) {
 	live := in.g.live()
 	if len(live) < 2 {
@@ -122,9 +126,17 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 			mine = append(mine, id)
 		}
 	}
-	sent := make(chan error, 1)
+	cont := func() { _ = in.g.signal(victim, syscall.SIGCONT) }
+
+	// The stall, while the burst is submitted to the others.
+	if err := in.g.signal(victim, syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	sent := make(chan struct{})
+	var sendErr error
 	go func() {
-		sent <- in.w.send(ctx, jobs, func() []*replicaProc {
+		defer close(sent)
+		sendErr = in.w.send(ctx, jobs, func() []*replicaProc {
 			var out []*replicaProc
 			for _, r := range in.g.live() {
 				if r.id != victim {
@@ -134,7 +146,35 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 			return out
 		})
 	}()
-	backlog, err := in.waitBacklog(ctx, mine, executors, sent)
+	select {
+	case <-sent:
+	case <-time.After(2500 * time.Millisecond): // the stall's length: the rest of the burst comes later
+	}
+	cont()
+
+	// The pause, once the victim's creations have begun.
+	sel := fmt.Sprintf("%s=%s,%s in (%s)", task.LabelManagedBy, task.ManagedByValue, task.LabelExecutor, strings.Join(executors, ","))
+	pods := in.g.env.Client.CoreV1().Pods(in.g.env.Namespace)
+	withPod := func(ctx context.Context) (int, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, p := range l.Items {
+			if slices.Contains(mine, p.Labels[task.LabelRun]) {
+				n++
+			}
+		}
+		return n, nil
+	}
+	err = waitEvery(ctx, 30*time.Second, 10*time.Millisecond, func(ctx context.Context) error {
+		n, err := withPod(ctx)
+		if err == nil && n == 0 {
+			err = errors.New("no pod of the victim's share yet")
+		}
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -142,10 +182,11 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 		return "", err
 	}
 	stopped := time.Now()
-	cont := func() { _ = in.g.signal(victim, syscall.SIGCONT) }
-	if err := <-sent; err != nil {
+	had, _ := withPod(ctx)
+	<-sent
+	if sendErr != nil {
 		cont()
-		return "", err
+		return "", sendErr
 	}
 	if err := in.g.waitHeldBy(ctx, 3*in.g.lease+time.Minute, others...); err != nil {
 		cont()
@@ -158,64 +199,8 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 	paused := time.Since(stopped)
 	cont()
 	err = waitFor(ctx, 2*time.Minute, func(context.Context) error { return in.g.get(victim).ready() })
-	return fmt.Sprintf("%s (%d of %d shards, %d of the burst's %d tasks, %d of them submitted without a pod) stopped; the others held its shards %s later; SIGCONT after %s",
-		victim, len(executors), in.g.shards, len(mine), len(burst), backlog, secs(takeover), secs(paused)), err
-}
-
-// waitBacklog waits until, of the tasks mine (the victim's share of the
-// burst), at least a third have been submitted for 300 ms or more without
-// a pod of the victim's executors, or until the burst is sent (then it
-// waits for one such task at most 5 s more). It returns their number.
-func (in *injector) waitBacklog(ctx context.Context, mine, executors []string, sent <-chan error) (int, error) {
-	sel := fmt.Sprintf("%s=%s,%s in (%s)", task.LabelManagedBy, task.ManagedByValue, task.LabelExecutor, strings.Join(executors, ","))
-	pods := in.g.env.Client.CoreV1().Pods(in.g.env.Namespace)
-	submitted := map[string]time.Time{}
-	var done time.Time
-	var backlog int
-	for {
-		select {
-		case err := <-sent:
-			if err != nil {
-				return 0, err
-			}
-			done = time.Now()
-			sent = nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		recs, err := in.st.List(ctx, store.ListOptions{NonTerminal: true})
-		if err != nil {
-			continue // PostgreSQL restarting
-		}
-		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err != nil {
-			continue
-		}
-		withPod := map[string]bool{}
-		for _, p := range l.Items {
-			withPod[p.Labels[task.LabelRun]] = true
-		}
-		now := time.Now()
-		backlog = 0
-		for _, r := range recs {
-			if !slices.Contains(mine, r.ID) {
-				continue
-			}
-			if _, ok := submitted[r.ID]; !ok {
-				submitted[r.ID] = now
-			}
-			if !withPod[r.ID] && now.Sub(submitted[r.ID]) >= 300*time.Millisecond {
-				backlog++
-			}
-		}
-		switch {
-		case backlog > 0 && backlog*3 >= len(mine):
-			return backlog, nil
-		case !done.IsZero() && (backlog > 0 || time.Since(done) > 5*time.Second):
-			return backlog, nil
-		}
-	}
+	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s",
+		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused)), err
 }
 
 // restartAfter ends a random live replica with sig, waits until the others

@@ -15,8 +15,8 @@
 //	KUBETASK_CHAOS_SEED=42 ...                             # replay a run's choices (tasks, faults, victims)
 //
 // A run fails on each violation (and on a harness that could not do its
-// part: a replica that would not start). The run directory (replica logs,
-// and the audit log when the run failed) is kept when the run fails.
+// part: a replica that would not start). The run directory (replica logs
+// and the audit log) is kept when the run fails, or with KUBETASK_CHAOS_KEEP=1.
 // docs/chaos.md describes the invariants, the faults and the runs.
 package chaos
 
@@ -55,9 +55,9 @@ type size struct {
 
 var (
 	tiny = size{name: "tiny", tasks: 30, stream: 40 * time.Second, stops: 1, faults: 4, burst: 60,
-		gap: [2]time.Duration{2 * time.Second, 5 * time.Second}, finish: 5 * time.Minute, qps: 10, qpsBurst: 10}
+		gap: [2]time.Duration{2 * time.Second, 5 * time.Second}, finish: 5 * time.Minute, qps: 10, qpsBurst: 1}
 	full = size{name: "full", tasks: 2000, stream: 8 * time.Minute, stops: 3, faults: 24, burst: 150,
-		gap: [2]time.Duration{5 * time.Second, 15 * time.Second}, finish: 20 * time.Minute, qps: 20, qpsBurst: 40}
+		gap: [2]time.Duration{5 * time.Second, 15 * time.Second}, finish: 20 * time.Minute, qps: 10, qpsBurst: 1}
 )
 
 // TestChaosTiny runs the suite at a tiny size: every invariant must hold.

@@ -57,7 +57,7 @@ func runChaos(tb testing.TB, sz size) result {
 		tb.Fatal(err)
 	}
 	defer func() {
-		if tb.Failed() {
+		if tb.Failed() || os.Getenv("KUBETASK_CHAOS_KEEP") != "" {
 			if a := clustertest.Cluster().AuditLogPath(); a != "" {
 				_ = copyFile(a, filepath.Join(dir, "audit.log"))
 			}
@@ -101,7 +101,7 @@ func runChaos(tb testing.TB, sz size) result {
 
 	w := &workload{g: g, ns: env.Namespace, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), byKind: map[string]int{}}
 	in := &injector{g: g, w: w, c: env.Cluster, pg: pg, st: st, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), begin: time.Now(), burst: sz.burst}
-	plan := planFaults(rng, sz)
+	plan := planFaults(tb, rng, sz)
 	tb.Logf("fault plan: %s", strings.Join(plan, "; "))
 
 	// The stream of tasks and the faults, at once.
@@ -184,11 +184,25 @@ func runChaos(tb testing.TB, sz size) result {
 }
 
 // planFaults is the run's faults in order: sz.stops SIGSTOPs spread over
-// sz.faults random ones (the first fault of the run is a SIGSTOP).
-func planFaults(rng *rand.Rand, sz size) []string {
+// sz.faults random ones (the first fault of the run is a SIGSTOP). The
+// random ones are drawn from every kind, or from those that
+// KUBETASK_CHAOS_FAULTS names (comma-separated short names: stop, kill,
+// term, apiserver, storm, postgres, force, evict, node).
+func planFaults(tb testing.TB, rng *rand.Rand, sz size) []string {
+	kinds := faultKinds
+	if env := os.Getenv("KUBETASK_CHAOS_FAULTS"); env != "" {
+		kinds = nil
+		for _, n := range strings.Split(env, ",") {
+			k, ok := faultNames[strings.TrimSpace(n)]
+			if !ok {
+				tb.Fatalf("KUBETASK_CHAOS_FAULTS: no fault %q (want some of stop, kill, term, apiserver, storm, postgres, force, evict, node)", n)
+			}
+			kinds = append(kinds, k)
+		}
+	}
 	var plan []string
 	for range sz.faults {
-		plan = append(plan, faultKinds[rng.IntN(len(faultKinds))])
+		plan = append(plan, kinds[rng.IntN(len(kinds))])
 	}
 	for i := range sz.stops {
 		at := i * (len(plan) + 1) / max(sz.stops, 1)

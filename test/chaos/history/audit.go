@@ -74,6 +74,10 @@ type Pod struct {
 	// Deleted is the first delete (also a force delete), Evicted the first
 	// eviction that was granted (zero: none).
 	Deleted, Evicted time.Time
+	// Refused are the receipts of later creates of the pod's name that
+	// were answered 409 AlreadyExists while it existed: creations the
+	// same-name guard stopped.
+	Refused []time.Time
 
 	terminated map[string]bool
 }
@@ -182,10 +186,18 @@ func FromAudit(evs []auditv1.Event) *Audit {
 		if at.After(a.Last) {
 			a.Last = at
 		}
-		if !succeeded(ev) || dryRun(ev) {
+		if dryRun(ev) {
 			continue
 		}
 		key := ref.Namespace + "/" + ref.Name
+		if !succeeded(ev) {
+			if ev.Verb == "create" && ref.Subresource == "" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == 409 {
+				if p := current[key]; p != nil {
+					p.Refused = append(p.Refused, at)
+				}
+			}
+			continue
+		}
 		if ev.Verb == "create" && ref.Subresource == "" {
 			current[key] = a.created(ev)
 			continue

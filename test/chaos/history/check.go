@@ -106,6 +106,11 @@ type Report struct {
 	// CreatedAfterOutcome counts pods created after their attempt's
 	// outcome was recorded, whether they ran or not.
 	CreatedAfterOutcome int
+	// Refused counts creates answered AlreadyExists (the same-name guard),
+	// RefusedAfterOutcome those sent after the attempt's outcome was
+	// recorded: stale creations the guard stopped because the pod was
+	// still there.
+	Refused, RefusedAfterOutcome int
 	// Stopped counts how the pods that ran were seen to stop ("status",
 	// "phase", "delete"; "never" for none).
 	Stopped map[string]int
@@ -190,6 +195,7 @@ func (c *checker) history() {
 		}
 		c.pods[p.Task][p.Attempt] = append(c.pods[p.Task][p.Attempt], p)
 		c.r.PodsCreated++
+		c.r.Refused += len(p.Refused)
 		switch {
 		case p.Ran():
 			c.r.PodsRan++
@@ -277,6 +283,11 @@ func (c *checker) afterOutcome(rec store.Record, a int, pods []*Pod, out *store.
 		return
 	}
 	for _, p := range pods {
+		for _, r := range p.Refused {
+			if r.After(at) {
+				c.r.RefusedAfterOutcome++
+			}
+		}
 		if !p.Created.After(at) {
 			continue
 		}

@@ -253,8 +253,21 @@ func TestCheck(t *testing.T) {
 			},
 			tasks: []Task{withLogs(succeeded("a", 2.5))},
 			check: func(t *testing.T, r *Report) {
-				if r.PodsCreated != 1 {
-					t.Errorf("created %d, want 1", r.PodsCreated)
+				if r.PodsCreated != 1 || r.Refused != 1 || r.RefusedAfterOutcome != 0 {
+					t.Errorf("created %d, refused %d (%d after the outcome), want 1, 1 (0)", r.PodsCreated, r.Refused, r.RefusedAfterOutcome)
+				}
+			},
+		},
+		"a stale create the same-name guard refused": {
+			history: func(h *h) {
+				p := pod(t, "a", 0, "u1")
+				h.create(p, 0).bind(p, "sim-0", 0.1).status(p, 2, map[string]any{"main": 0, "envoy": "running"}).
+					createFails(p, 3).del(p, 4, 0)
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			check: func(t *testing.T, r *Report) {
+				if r.Refused != 1 || r.RefusedAfterOutcome != 1 {
+					t.Errorf("refused %d (%d after the outcome), want 1 (1)", r.Refused, r.RefusedAfterOutcome)
 				}
 			},
 		},

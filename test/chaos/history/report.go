@@ -18,6 +18,7 @@ func (r *Report) Table() string {
 	fmt.Fprintf(&b, "| created, never ran: fenced (gated) / other | %d / %d |\n", r.Fenced, r.NotRun)
 	fmt.Fprintf(&b, "| attempts with several pods created / run | %d / %d |\n", r.SeveralCreates, r.SeveralRuns)
 	fmt.Fprintf(&b, "| pods created after their attempt's outcome | %d |\n", r.CreatedAfterOutcome)
+	fmt.Fprintf(&b, "| creates answered AlreadyExists (after the attempt's outcome) | %d (%d) |\n", r.Refused, r.RefusedAfterOutcome)
 	fmt.Fprintf(&b, "| pods that ran seen stopped by | %s |\n", counts(r.Stopped))
 	fmt.Fprintf(&b, "| logs archived (ending in a marker) | %d (%s) |\n", r.Logs, counts(r.Markers))
 	fmt.Fprintf(&b, "\n| invariant | violations |\n| --- | --- |\n")
