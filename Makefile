@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up demo down test test-repeat unit importcheck lint vet fmt bench clean
+.PHONY: help build components up demo down test test-repeat unit importcheck lint vet fmt bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ test-repeat: fmt vet components ## run the whole suite N times in a row (N=5), e
 
 bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 19 min on 2 cores
 	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
+
+chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2,000+ tasks, 27 faults, the history checker's table; SEED=n replays a run
+	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...

@@ -96,7 +96,8 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 // it resumes and admits its share all at once, more creations than its
 // client's rate limiter lets out at once; as soon as the first of them has
 // made its pod it is SIGSTOPped again, kept stopped until the others hold
-// its shards and the burst's tasks are finished, then SIGCONTed.
+// its shards, have finished every task of them and their pods are gone,
+// then SIGCONTed.
 func (in *injector) sigstop(ctx context.Context) (string, error) {
 	live := in.g.live()
 	if len(live) < 2 {
@@ -193,14 +194,35 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the others did not take %s's shards: %w", victim, err)
 	}
 	takeover := time.Since(stopped)
-	// The burst finished by the others (a row the victim locked would hold
-	// some: go on after 2 minutes).
-	_ = waitFor(ctx, 2*time.Minute, func(ctx context.Context) error { return terminal(ctx, in.st, burst) })
+	// Every task of its shards submitted so far finished by the others and
+	// its pod gone (a row the victim locked, a log the node does not serve
+	// would hold some: go on after 2 minutes).
+	var theirs []string
+	for _, id := range in.w.all() {
+		if slices.Contains(executors, replica.ShardID(in.g.name, replica.ShardOf(id, in.g.shards))) {
+			theirs = append(theirs, id)
+		}
+	}
+	_ = waitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
+		if err := terminal(ctx, in.st, theirs); err != nil {
+			return err
+		}
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+		if err != nil {
+			return err
+		}
+		for _, p := range l.Items {
+			if slices.Contains(theirs, p.Labels[task.LabelRun]) {
+				return fmt.Errorf("pod %s is still there", p.Name)
+			}
+		}
+		return nil
+	})
 	paused := time.Since(stopped)
 	cont()
 	err = waitFor(ctx, 2*time.Minute, func(context.Context) error { return in.g.get(victim).ready() })
-	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s",
-		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused)), err
+	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s, once its shards' %d tasks were finished and their pods gone",
+		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused), len(theirs)), err
 }
 
 // restartAfter ends a random live replica with sig, waits until the others
