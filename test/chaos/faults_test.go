@@ -185,6 +185,13 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 	stopped := time.Now()
 	had, _ := withPod(ctx)
 	<-sent
+	// The tasks of its shards submitted so far.
+	var theirs []string
+	for _, id := range in.w.all() {
+		if slices.Contains(executors, replica.ShardID(in.g.name, replica.ShardOf(id, in.g.shards))) {
+			theirs = append(theirs, id)
+		}
+	}
 	if sendErr != nil {
 		cont()
 		return "", sendErr
@@ -194,15 +201,9 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the others did not take %s's shards: %w", victim, err)
 	}
 	takeover := time.Since(stopped)
-	// Every task of its shards submitted so far finished by the others and
-	// its pod gone (a row the victim locked, a log the node does not serve
-	// would hold some: go on after 2 minutes).
-	var theirs []string
-	for _, id := range in.w.all() {
-		if slices.Contains(executors, replica.ShardID(in.g.name, replica.ShardOf(id, in.g.shards))) {
-			theirs = append(theirs, id)
-		}
-	}
+	// Every one of those finished by the others and its pod gone (a row the
+	// victim locked, a log the node does not serve would hold some: go on
+	// after 2 minutes).
 	_ = waitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
 		if err := terminal(ctx, in.st, theirs); err != nil {
 			return err

@@ -43,8 +43,9 @@ type size struct {
 	// tasks are submitted evenly over stream.
 	tasks  int
 	stream time.Duration
-	// stops SIGSTOP faults, each right after a burst of burst quick tasks,
-	// and faults more faults of random kinds, gap apart.
+	// stops SIGSTOP faults, each with a burst of burst quick tasks, and
+	// faults others (each kind once as far as they go, then random kinds),
+	// gap apart.
 	stops, faults, burst int
 	gap                  [2]time.Duration
 	// finish bounds the wait for every task to end after the faults.

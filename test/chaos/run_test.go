@@ -61,6 +61,7 @@ func runChaos(tb testing.TB, sz size) result {
 			if a := clustertest.Cluster().AuditLogPath(); a != "" {
 				_ = copyFile(a, filepath.Join(dir, "audit.log"))
 			}
+			_ = os.Remove(filepath.Join(dir, "kubetask")) // the binary: 160 MB
 			tb.Logf("kept the run directory (replica logs, audit log): %s", dir)
 			return
 		}
@@ -100,7 +101,7 @@ func runChaos(tb testing.TB, sz size) result {
 	defer st.Close()
 
 	w := &workload{g: g, ns: env.Namespace, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), byKind: map[string]int{}}
-	in := &injector{g: g, w: w, c: env.Cluster, pg: pg, st: st, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), begin: time.Now(), burst: sz.burst}
+	inj := &injector{g: g, w: w, c: env.Cluster, pg: pg, st: st, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), begin: time.Now(), burst: sz.burst}
 	plan := planFaults(tb, rng, sz)
 	tb.Logf("fault plan: %s", strings.Join(plan, "; "))
 
@@ -115,7 +116,7 @@ func runChaos(tb testing.TB, sz size) result {
 		case <-ctx.Done():
 		case <-time.After(gap): // the pause between faults is part of the plan
 		}
-		f := in.inject(ctx, kind)
+		f := inj.inject(ctx, kind)
 		tb.Logf("fault %d at %s: %s: %s (%v)", len(faults)+1, secs(f.start), f.kind, f.note, f.err)
 		faults = append(faults, f)
 	}
@@ -171,9 +172,19 @@ func runChaos(tb testing.TB, sz size) result {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rep := history.Check(history.Input{Audit: audit, Tasks: tasks, Namespaces: []string{env.Namespace}, Left: left.Items})
+	in := history.Input{Audit: audit, Tasks: tasks, Namespaces: []string{env.Namespace}, Left: left.Items}
+	rep := history.Check(in)
+	defer func() {
+		// What the checker read besides the audit log, for
+		// `go test ./test/chaos/history -run TestRecheck` on a kept run.
+		if tb.Failed() || os.Getenv("KUBETASK_CHAOS_KEEP") != "" {
+			if err := history.SaveInput(dir, in); err != nil {
+				tb.Logf("saving the store's records: %v", err)
+			}
+		}
+	}()
 	res := result{report: rep}
-	res.summary = summary(sz, seed, w, faults, rep, in.begin, finished)
+	res.summary = summary(sz, seed, w, faults, rep, inj.begin, finished)
 	if len(rep.Violations) > 0 {
 		tb.Errorf("%d violations:\n%s", len(rep.Violations), rep.Examples(5))
 	}
@@ -183,9 +194,9 @@ func runChaos(tb testing.TB, sz size) result {
 	return res
 }
 
-// planFaults is the run's faults in order: sz.stops SIGSTOPs spread over
-// sz.faults random ones (the first fault of the run is a SIGSTOP). The
-// random ones are drawn from every kind, or from those that
+// planFaults is the run's faults in order: a SIGSTOP first, then, shuffled,
+// sz.stops-1 more SIGSTOPs and sz.faults others: each kind once (as many
+// as fit), the rest drawn at random. The kinds are every kind, or those that
 // KUBETASK_CHAOS_FAULTS names (comma-separated short names: stop, kill,
 // term, apiserver, storm, postgres, force, evict, node).
 func planFaults(tb testing.TB, rng *rand.Rand, sz size) []string {
@@ -200,15 +211,20 @@ func planFaults(tb testing.TB, rng *rand.Rand, sz size) []string {
 			kinds = append(kinds, k)
 		}
 	}
-	var plan []string
-	for range sz.faults {
-		plan = append(plan, kinds[rng.IntN(len(kinds))])
+	others := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == faultStop })
+	if len(others) == 0 {
+		others = kinds
 	}
-	for i := range sz.stops {
-		at := i * (len(plan) + 1) / max(sz.stops, 1)
-		plan = slices.Insert(plan, min(at, len(plan)), faultStop)
+	rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	rest := others[:min(sz.faults, len(others))]
+	for len(rest) < sz.faults {
+		rest = append(rest, kinds[rng.IntN(len(kinds))])
 	}
-	return plan
+	for range sz.stops - 1 {
+		rest = append(rest, faultStop)
+	}
+	rng.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append([]string{faultStop}, rest...)
 }
 
 // stream submits sz.tasks tasks evenly over sz.stream.

@@ -163,15 +163,12 @@ func ReadAudit(r io.Reader) (*Audit, error) {
 // FromAudit builds the pods' histories from audit events (in any order).
 func FromAudit(evs []auditv1.Event) *Audit {
 	a := &Audit{Pods: map[types.UID]*Pod{}}
-	evs = slices.Clone(evs)
-	// By completion: a write completes after the create of the pod it
-	// wrote to completed.
-	slices.SortStableFunc(evs, func(x, y auditv1.Event) int {
-		return x.StageTimestamp.Compare(y.StageTimestamp.Time)
-	})
-	// namespace/name -> the pod of the latest create; nil for a pod that
-	// is not kubetask's.
-	current := map[string]*Pod{}
+	var writes []*auditv1.Event
+	// The creates first, each name's in the order they were received: a
+	// create's response can complete after the scheduler has bound the pod
+	// (seen at 1.1 s under load), so completion order is not the order of
+	// the pod's life.
+	creates := map[string][]create{}
 	for i := range evs {
 		ev := &evs[i]
 		ref := ev.ObjectRef
@@ -190,19 +187,34 @@ func FromAudit(evs []auditv1.Event) *Audit {
 			continue
 		}
 		key := ref.Namespace + "/" + ref.Name
-		if !succeeded(ev) {
-			if ev.Verb == "create" && ref.Subresource == "" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == 409 {
-				if p := current[key]; p != nil {
-					p.Refused = append(p.Refused, at)
-				}
+		if ev.Verb == "create" && ref.Subresource == "" && succeeded(ev) {
+			creates[key] = append(creates[key], create{received: at, pod: a.created(ev)})
+			continue
+		}
+		writes = append(writes, ev)
+	}
+	for _, cs := range creates {
+		slices.SortStableFunc(cs, func(x, y create) int { return x.received.Compare(y.received) })
+	}
+	slices.SortStableFunc(a.Order, func(x, y *Pod) int { return x.Created.Compare(y.Created) })
+	slices.SortStableFunc(writes, func(x, y *auditv1.Event) int {
+		return x.RequestReceivedTimestamp.Compare(y.RequestReceivedTimestamp.Time)
+	})
+	for _, ev := range writes {
+		ref := ev.ObjectRef
+		at := ev.RequestReceivedTimestamp.Time
+		key := ref.Namespace + "/" + ref.Name
+		// The pod a write went to: the one its body names, else the one of
+		// the name's latest create received before the write completed
+		// (two pods of one name never exist at once; a write needs its pod
+		// to exist). seen is false when no create of the name is known.
+		var p *Pod
+		seen := false
+		for _, c := range creates[key] {
+			if !c.received.After(ev.StageTimestamp.Time) {
+				p, seen = c.pod, true
 			}
-			continue
 		}
-		if ev.Verb == "create" && ref.Subresource == "" {
-			current[key] = a.created(ev)
-			continue
-		}
-		p, seen := current[key]
 		if uid := writtenUID(ev); uid != "" {
 			if q, ok := a.Pods[uid]; ok {
 				p, seen = q, true
@@ -210,15 +222,21 @@ func FromAudit(evs []auditv1.Event) *Audit {
 				p, seen = nil, false // a UID the log never saw created
 			}
 		}
+		if !succeeded(ev) {
+			if p != nil && ev.Verb == "create" && ref.Subresource == "" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == 409 {
+				p.Refused = append(p.Refused, at)
+			}
+			continue
+		}
 		if p == nil {
 			if !seen {
 				a.Unresolved = append(a.Unresolved, Write{Verb: ev.Verb, Namespace: ref.Namespace, Name: ref.Name, Subresource: ref.Subresource, At: at})
 			}
-			continue
+			continue // a pod that is not kubetask's
 		}
 		switch {
 		case ev.Verb == "create" && ref.Subresource == "binding":
-			if p.Bound.IsZero() {
+			if p.Bound.IsZero() || at.Before(p.Bound) {
 				p.Bound = at
 				var b corev1.Binding
 				if decode(ev.RequestObject, &b) == nil {
@@ -245,6 +263,13 @@ func FromAudit(evs []auditv1.Event) *Audit {
 		}
 	}
 	return a
+}
+
+// create is a successful create of a name: when it was received, and its
+// pod (nil for a pod that is not kubetask's).
+type create struct {
+	received time.Time
+	pod      *Pod
 }
 
 // created records a successful pod create; nil for a pod that is not

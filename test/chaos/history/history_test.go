@@ -246,6 +246,19 @@ func TestCheck(t *testing.T) {
 				}
 			},
 		},
+		"a create answered after its pod was bound": {
+			history: func(h *h) {
+				p := pod(t, "a", 0, "u1")
+				h.run(p, 0, 0)
+				h.evs[0].StageTimestamp = metav1.NewMicroTime(at(1.5)) // the response took 1.5 s
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			check: func(t *testing.T, r *Report) {
+				if r.PodsRan != 1 {
+					t.Errorf("ran %d, want 1", r.PodsRan)
+				}
+			},
+		},
 		"a duplicate create answered AlreadyExists is no pod": {
 			history: func(h *h) {
 				p := pod(t, "a", 0, "u1")
@@ -554,5 +567,34 @@ func TestReadAuditRealLog(t *testing.T) {
 		if !p.Bound.After(p.Created) || !p.MainExitAt.After(p.Bound) || p.Stopped.Before(p.MainExitAt) {
 			t.Errorf("%s: created %s, bound %s, main exited %s, stopped %s: out of order", p, p.Created, p.Bound, p.MainExitAt, p.Stopped)
 		}
+	}
+}
+
+// TestRecheck judges a kept chaos run again with this checker:
+// KUBETASK_CHAOS_RECHECK=<run directory> (it holds audit.log and
+// input.json). Without it, it round-trips a history through SaveInput and
+// LoadInput.
+func TestRecheck(t *testing.T) {
+	dir := os.Getenv("KUBETASK_CHAOS_RECHECK")
+	if dir == "" {
+		dir = t.TempDir()
+		hist := &h{tb: t}
+		hist.run(pod(t, "a", 0, "u1"), 0, 0)
+		hist.run(pod(t, "a", 0, "u2"), 10, 0)
+		if err := os.WriteFile(dir+"/audit.log", hist.log(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := SaveInput(dir, Input{Tasks: []Task{withLogs(record("a", outcome(0, "Succeeded", "Completed", exit(0), 2.5)))}, Namespaces: []string{ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := LoadInput(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(in)
+	t.Logf("\n%s\n%s", r.Table(), r.Examples(5))
+	if os.Getenv("KUBETASK_CHAOS_RECHECK") == "" && (r.Count(OneRunPerAttempt) != 1 || r.Count(NoRunAfterOutcome) != 1 || len(r.Violations) != 2) {
+		t.Errorf("round trip: %d violations, want the two of the stale create", len(r.Violations))
 	}
 }

@@ -2,8 +2,13 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubetask/kubetask/pkg/store"
 )
@@ -57,4 +62,43 @@ func ReadStore(ctx context.Context, st store.Store) ([]Task, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// SaveInput writes what Check read besides the audit log (the tasks, the
+// namespaces and the pods left) to dir/input.json, so that a run can be
+// judged again (LoadInput) with the audit log kept beside it.
+func SaveInput(dir string, in Input) error {
+	data, err := json.Marshal(savedInput{Tasks: in.Tasks, Namespaces: in.Namespaces, Left: in.Left})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "input.json"), data, 0o600)
+}
+
+// LoadInput reads dir/input.json and dir/audit.log back into an Input.
+func LoadInput(dir string) (Input, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "input.json"))
+	if err != nil {
+		return Input{}, err
+	}
+	var s savedInput
+	if err := json.Unmarshal(data, &s); err != nil {
+		return Input{}, fmt.Errorf("decoding %s: %w", filepath.Join(dir, "input.json"), err)
+	}
+	f, err := os.Open(filepath.Join(dir, "audit.log"))
+	if err != nil {
+		return Input{}, err
+	}
+	defer f.Close()
+	a, err := ReadAudit(f)
+	if err != nil {
+		return Input{}, err
+	}
+	return Input{Audit: a, Tasks: s.Tasks, Namespaces: s.Namespaces, Left: s.Left}, nil
+}
+
+type savedInput struct {
+	Tasks      []Task       `json:"tasks"`
+	Namespaces []string     `json:"namespaces"`
+	Left       []corev1.Pod `json:"left"`
 }
