@@ -188,6 +188,11 @@ func runChaos(tb testing.TB, sz size) result {
 	if len(rep.Violations) > 0 {
 		tb.Errorf("%d violations:\n%s", len(rep.Violations), rep.Examples(5))
 	}
+	for i, f := range faults {
+		if f.err != nil {
+			tb.Errorf("fault %d (%s) failed: %v", i+1, f.kind, f.err)
+		}
+	}
 	if len(tasks) != len(ids) {
 		tb.Errorf("the store has %d records, %d tasks were submitted", len(tasks), len(ids))
 	}
