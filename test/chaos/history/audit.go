@@ -54,7 +54,8 @@ type Pod struct {
 	// a write removed it (zero if never).
 	Gated   bool
 	Ungated time.Time
-	// Created is when the create was received, CreatedAt when it answered.
+	// Created is when the create was received, CreateAnswered when it was
+	// answered.
 	Created, CreateAnswered time.Time
 	// Bound is when the binding was received (zero: never bound, never
 	// ran); Node is the node.

@@ -27,6 +27,12 @@
 //     collector or a force delete sends once nothing runs or nothing may).
 //     A pod is running from its binding's receipt until it stopped.
 //
-// The package is pure: it reads what it is given and judges; the suite
-// collects the inputs.
+// A write that does not name its pod's UID goes to the pod of its name's
+// latest create received before the write completed: two pods of one name
+// never exist at once, and a create can be answered after the scheduler
+// already bound its pod.
+//
+// The package reads what it is given and judges; the suite collects the
+// inputs (ReadStore reads a store, SaveInput and LoadInput keep a run's
+// inputs for TestRecheck).
 package history

@@ -509,8 +509,8 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestFromAuditOrder: events are judged in the order the API server
-// completed them, whatever the order of the lines.
+// TestFromAuditOrder: a pod's history does not depend on the order of the
+// log's lines.
 func TestFromAuditOrder(t *testing.T) {
 	hist := &h{tb: t}
 	p := pod(t, "a", 0, "u1")
