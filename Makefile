@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components up demo down test test-repeat unit importcheck lint vet fmt bench chaos clean
+.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -17,6 +17,12 @@ build: ## build bin/kubetask
 components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
 	$(BIN)/kubetask cluster build
 	@ln -sf "$$($(BIN)/kubetask cluster build 2>/dev/null | awk '$$1=="kubectl"{print $$3}')" $(BIN)/kubectl
+
+LIGHTHOUSE := tools/lighthouse/node_modules/.bin/lighthouse
+lighthouse: $(LIGHTHOUSE) ## install the pinned Lighthouse that test/e2eweb runs (npm ci in tools/lighthouse)
+$(LIGHTHOUSE): tools/lighthouse/package-lock.json
+	npm ci --prefix tools/lighthouse --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $@
 
 up: components ## start the local cluster in the background (one local process node)
 	$(BIN)/kubetask cluster up
@@ -40,11 +46,11 @@ unit: ## unit tests only (no cluster)
 importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/store, pkg/task (go mod tidy, build, vet)
 	GO="$(GO)" test/importcheck/check.sh
 
-test: fmt vet importcheck components ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
+test: fmt vet importcheck components lighthouse ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 N ?= 5
-test-repeat: fmt vet components ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed
+test-repeat: fmt vet components lighthouse ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed
 	@mkdir -p /tmp/kubetask-test-repeat; fails=0; \
 	for i in $$(seq 1 $(N)); do \
 	  log=/tmp/kubetask-test-repeat/run-$$i.log; start=$$(date +%s); \

@@ -348,7 +348,7 @@ func newCancelCommand() *cobra.Command {
 			case before.CancelledAt != nil:
 				fmt.Fprintf(cmd.OutOrStdout(), "task %s: cancellation was requested already (%s)\n", t.ID, state(t.Phase, t.Reason))
 			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "task %s: cancellation requested (%s); kubetask get %s shows the outcome\n", t.ID, state(t.Phase, t.Reason), t.ID)
+				fmt.Fprintf(cmd.OutOrStdout(), "task %s: cancellation requested (%s); kubetask get %s shows the outcome\n", t.ID, state(t.Phase, t.Reason), shellWord(t.ID))
 			}
 			return nil
 		},

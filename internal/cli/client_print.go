@@ -248,3 +248,14 @@ func resultText(tk *api.Task) string {
 	}
 	return text
 }
+
+// shellWord is s as one word of a POSIX shell command line: as it is when it
+// holds only characters no shell treats specially, else in single quotes
+// (a task ID may hold spaces, '$', quotes...), so that a printed command can
+// be pasted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:+,@%=/") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -175,3 +175,23 @@ see: kubetask get t; kubetask logs t --attempt 2
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 }
+
+func TestShellWord(t *testing.T) {
+	for in, want := range map[string]string{
+		"hello-cli": "hello-cli",
+		"etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.1": "etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.1",
+		"with spaces":  "'with spaces'",
+		"it's $HOME":   `'it'\''s $HOME'`,
+		"Ünïcödé":      "'Ünïcödé'",
+		"a;rm -rf x":   "'a;rm -rf x'",
+		"":             "''",
+		"back`tick`":   "'back`tick`'",
+		"glob*?[x]":    "'glob*?[x]'",
+		"~tilde":       "'~tilde'",
+		"#not-comment": "'#not-comment'",
+	} {
+		if got := shellWord(in); got != want {
+			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

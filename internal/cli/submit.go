@@ -99,7 +99,7 @@ the request.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.file, "filename", "f", "", "task or pod manifest (YAML or JSON); - reads stdin")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", "namespace to run the task in (default: the document's, else default)")
-	fl.StringVar(&f.id, "id", "", "task ID (a label value): makes the submission idempotent; default: one the server makes")
+	fl.StringVar(&f.id, "id", "", "task ID (printable text up to 512 bytes, no '/', such as an Airflow task-instance key): makes the submission idempotent; default: one the server makes")
 	f.await.add(cmd)
 	cf.add(fl)
 	return cmd
@@ -223,7 +223,7 @@ func awaitTask(ctx context.Context, c *client.Client, conn *connection, id strin
 		if errors.As(context.Cause(ctx), &sig) || errors.Is(err, context.Canceled) {
 			return &ExitError{
 				Code: ExitCode(&runner.Outcome{Reason: podstate.ReasonCancelled}, context.Cause(ctx)),
-				Err:  fmt.Errorf("stopped waiting; task %s goes on (kubetask get %s, kubetask cancel %s)", id, id, id),
+				Err:  fmt.Errorf("stopped waiting; task %s goes on (kubetask get %s, kubetask cancel %s)", id, shellWord(id), shellWord(id)),
 			}
 		}
 		return &ExitError{Code: ExitCluster, Err: conn.explain(err)}
@@ -331,5 +331,5 @@ func printOutcome(w io.Writer, t *api.Task, quiet bool, waited time.Duration) {
 		return
 	}
 	fmt.Fprintf(w, "outcome: FAILED %s%s (task %s, %s; waited %.1fs)\n", state(t.Phase, t.Reason), msg, t.ID, attempts, waited.Seconds())
-	fmt.Fprintf(w, "see: kubetask get %s; kubetask logs %s --attempt %d\n", t.ID, t.ID, t.Attempt)
+	fmt.Fprintf(w, "see: kubetask get %s; kubetask logs %s --attempt %d\n", shellWord(t.ID), shellWord(t.ID), t.Attempt)
 }

@@ -453,8 +453,13 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 // until it has exited. Restart starts it again.
 func (s *Server) Crash() error { return s.signal(syscall.SIGQUIT, 30*time.Second) }
 
-// Restart starts a server stopped by Crash (or Stop, while its directory
-// still exists) again on the same port and data.
+// Shutdown stops a started server as an administrator would (pg_ctl stop
+// -m fast: its sessions are terminated, 57P01, and it checkpoints) and waits
+// until it has exited; its data stays, and Restart starts it again.
+func (s *Server) Shutdown() error { return s.signal(syscall.SIGINT, 30*time.Second) }
+
+// Restart starts a server stopped by Crash or Shutdown (or Stop, while its
+// directory still exists) again on the same port and data.
 func (s *Server) Restart(ctx context.Context) error {
 	if s.dir == "" {
 		return errors.New("not a started server")

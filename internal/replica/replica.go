@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +54,12 @@ type Config struct {
 	// Changes, when set, tells the owner of a shard promptly about records
 	// another replica created or cancelled (the store's).
 	Changes store.Changes
+	// Groups, when set (the store's), is where replicas check, before they
+	// join, that the group's settings agree: no unfinished record belongs
+	// to a shard of Shards or more (their executors would never run), and
+	// no live member holds its Leases in another namespace (it would not see
+	// this one's, and both would act).
+	Groups store.Groups
 	// Registerer receives the replica's metrics. Default: none.
 	Registerer prometheus.Registerer
 	Clock      clock.WithTicker
@@ -121,6 +129,7 @@ type Replica struct {
 	leaving   bool
 	renewedAt time.Time // last renewal of the membership Lease
 	stops     sync.WaitGroup
+	beat      sync.Mutex // held by the heartbeat in flight (Config.Groups)
 }
 
 // shardRun is a started executor of one owned shard.
@@ -193,6 +202,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		factory.Shutdown()
 	}()
 
+	if err := r.checkGroup(ctx); err != nil {
+		return err
+	}
 	var member *coordinationv1.Lease
 	for member == nil {
 		var err error
@@ -206,6 +218,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		}
 	}
 	r.noteRenewed()
+	r.heartbeat(ctx)
 	r.log.Info("joined the replica group", "group", r.cfg.Group, "lease", r.cfg.Namespace+"/"+member.Name, "shards", r.cfg.Shards)
 	if !cache.WaitForCacheSync(ctx.Done(), leases.Informer().HasSynced) {
 		r.leave(member)
@@ -231,6 +244,7 @@ func (r *Replica) Run(ctx context.Context) error {
 				member = l
 				r.noteRenewed()
 			}
+			r.heartbeat(ctx)
 			nextRenew = now.Add(r.cfg.RetryPeriod)
 		}
 		if ctx.Err() != nil {
@@ -240,7 +254,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
 		expired := r.expiredShards(leases.Lister(), observedShards, live, now)
 		for _, k := range want {
-			if l := expired[k]; l != nil && !r.runs(k) {
+			// Also when this replica's executor of k already runs: it
+			// waits in leaderelection, which judges expiry from its own
+			// first sight of the Lease, a whole lease duration more
+			// (takeovers took two leases when the member's Lease expired
+			// before the shard's).
+			if l := expired[k]; l != nil {
 				r.freeShard(ctx, l)
 			}
 		}
@@ -258,10 +277,88 @@ func (r *Replica) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Replica) runs(k int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running[k] != nil
+// checkGroup refuses to join a group whose settings this replica's
+// disagree with (Config.Groups): unfinished records of shards beyond
+// Shards, or a live member under another lease namespace.
+func (r *Replica) checkGroup(ctx context.Context) error {
+	g := r.cfg.Groups
+	if g == nil {
+		return nil
+	}
+	counts, err := retryStoreCall(ctx, r, func(ctx context.Context) (map[string]int, error) { return g.UnfinishedByExecutor(ctx) })
+	if err != nil {
+		return nil // ctx ended
+	}
+	if err := beyondShards(counts, r.cfg.Group, r.cfg.Shards); err != nil {
+		return err
+	}
+	members, err := retryStoreCall(ctx, r, func(ctx context.Context) ([]store.Member, error) {
+		return g.Members(ctx, r.cfg.Group, 2*r.cfg.LeaseDuration)
+	})
+	if err != nil {
+		return nil
+	}
+	for _, m := range members {
+		if m.Identity != r.cfg.Identity && m.LeaseNamespace != r.cfg.Namespace {
+			return fmt.Errorf("replica %s of group %s holds its Leases in namespace %q (heard of %s ago), this one in %q: "+
+				"replicas of one group must use one lease namespace, or they cannot see each other and both act: "+
+				"start this one with --lease-namespace %s, or stop that one first",
+				m.Identity, r.cfg.Group, m.LeaseNamespace, m.Age.Round(time.Second), r.cfg.Namespace, m.LeaseNamespace)
+		}
+	}
+	return nil
+}
+
+// beyondShards fails when counts (unfinished records by executor) has
+// records of group's shards numbered shards or more: with fewer shards
+// nobody would run them.
+func beyondShards(counts map[string]int, group string, shards int) error {
+	prefix := group + "-shard-"
+	most, n := -1, 0
+	for exec, c := range counts {
+		k, err := strconv.Atoi(strings.TrimPrefix(exec, prefix))
+		if !strings.HasPrefix(exec, prefix) || err != nil || k < shards {
+			continue
+		}
+		most, n = max(most, k), n+c
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d unfinished tasks of group %s belong to shards up to %d, beyond the %d of --shards: nobody would run them; "+
+		"start with --shards %d (or more) until they finished", n, group, most, shards, most+1)
+}
+
+// retryStoreCall calls fn until it succeeds or ctx ends, logging failures.
+func retryStoreCall[T any](ctx context.Context, r *Replica, fn func(context.Context) (T, error)) (T, error) {
+	for {
+		v, err := fn(ctx)
+		if err == nil {
+			return v, nil
+		}
+		r.log.Warn("checking the group in the store", "err", err)
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-r.cfg.Clock.After(r.cfg.RetryPeriod):
+		}
+	}
+}
+
+// heartbeat tells the store that this replica runs (Config.Groups), in the
+// background: a slow store never holds up the membership Lease's renewal,
+// and while one heartbeat is in flight the next is skipped.
+func (r *Replica) heartbeat(ctx context.Context) {
+	if r.cfg.Groups == nil || !r.beat.TryLock() {
+		return
+	}
+	go func() {
+		defer r.beat.Unlock()
+		err := r.cfg.Groups.Heartbeat(ctx, r.cfg.Group, r.cfg.Identity, r.cfg.Namespace)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("telling the store this replica runs", "err", err)
+		}
+	}()
 }
 
 // rebalance starts the executors of the shards in want that do not run and
@@ -355,6 +452,13 @@ func (r *Replica) leave(member *coordinationv1.Lease) {
 			r.log.Warn("deleting the membership lease (the others wait for it to expire)", "err", err)
 		}
 	}
+	if r.cfg.Groups != nil {
+		r.beat.Lock() // a heartbeat after the leave would keep the entry
+		defer r.beat.Unlock()
+		if err := r.cfg.Groups.Leave(ctx, r.cfg.Group, r.cfg.Identity); err != nil {
+			r.log.Warn("leaving the group in the store (the entry ages out)", "err", err)
+		}
+	}
 	r.log.Info("left the replica group: shards released")
 }
 
@@ -400,6 +504,12 @@ func (r *Replica) executorOf(id string) *executor.Executor {
 // Submit records the task in its shard; the shard's owner runs it.
 func (r *Replica) Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error) {
 	return r.executorOf(id).Submit(ctx, id, t, opts...)
+}
+
+// SubmitCreated is Submit that also reports whether this call created the
+// task's record (executor.Executor.SubmitCreated).
+func (r *Replica) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error) {
+	return r.executorOf(id).SubmitCreated(ctx, id, t, opts...)
 }
 
 // Get returns the task's record (with the live state when this replica runs

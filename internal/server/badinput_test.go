@@ -93,9 +93,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 			method: http.MethodPost, path: submitPath, body: taskDoc("x"),
 			status: http.StatusUnsupportedMediaType, location: "header.Content-Type",
 		},
-		"bad task ID": {
-			method: http.MethodPost, path: submitPath + "?id=Not%20a%20label", body: taskDoc("x"), hdr: yaml,
-			status: http.StatusBadRequest, detail: "label value", location: "query.id",
+		"task ID with a slash": {
+			method: http.MethodPost, path: submitPath + "?id=a%2Fb", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "has a '/'", location: "query.id",
+		},
+		"task ID with a control character": {
+			method: http.MethodPost, path: submitPath + "?id=a%0Ab", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "control character", location: "query.id",
+		},
+		"task ID too long": {
+			method: http.MethodPost, path: submitPath + "?id=" + strings.Repeat("k", 513), body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "longer than 512", location: "query.id",
+		},
+		"task ID with white space at its end": {
+			method: http.MethodPost, path: submitPath + "?id=a%20", body: taskDoc("x"), hdr: yaml,
+			status: http.StatusBadRequest, detail: "white space", location: "query.id",
+		},
+		"task ID ..": {
+			method: http.MethodPost, path: submitPath, body: taskDoc("x"), hdr: append([]string{"Idempotency-Key", ".."}, yaml...),
+			status: http.StatusBadRequest, detail: "relative path segment", location: "header.Idempotency-Key",
 		},
 		"id and Idempotency-Key differ": {
 			method: http.MethodPost, path: submitPath + "?id=a", body: taskDoc("x"), hdr: append([]string{"Idempotency-Key", "b"}, yaml...),
@@ -200,6 +216,33 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"unknown container": {
 			method: http.MethodGet, path: api.Prefix + "/tasks/taken/logs?container=envoy", hdr: bearer(admin),
 			status: http.StatusNotFound, detail: `keeps no log of container "envoy"`, location: "query.container",
+		},
+		"number too large for any field, in JSON": {
+			method: http.MethodPost, path: submitPath, hdr: jsonCT,
+			body: `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"x"},"spec":{"retries":{"limit":1e400},` +
+				`"template":{"spec":{"containers":[{"name":"main","image":"busybox:1.37"}]}}}}`,
+			status: http.StatusUnprocessableEntity, detail: "whole number", location: "body.spec.retries.limit",
+		},
+		"number too large for any field, in YAML": {
+			method: http.MethodPost, path: submitPath, hdr: yaml,
+			body:   strings.Replace(taskDoc("x"), "  template:", "  retries: {limit: 1e400}\n  template:", 1),
+			status: http.StatusUnprocessableEntity, detail: "whole number", location: "body.spec.retries.limit",
+		},
+		"raw .. in the task path": {
+			method: http.MethodGet, path: api.Prefix + "/tasks/../x", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"raw . in the task path": {
+			method: http.MethodPost, path: api.Prefix + "/tasks/./taken/cancel", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"raw .. as the task ID": {
+			method: http.MethodGet, path: api.Prefix + "/tasks/..", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "'.' or '..'", location: "path",
+		},
+		"repeated slash in the path": {
+			method: http.MethodGet, path: api.Prefix + "//tasks", hdr: bearer(admin),
+			status: http.StatusBadRequest, detail: "repeated '/'", location: "path",
 		},
 		"unknown endpoint": {
 			method: http.MethodGet, path: api.Prefix + "/taks", hdr: bearer(admin),

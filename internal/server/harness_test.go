@@ -47,9 +47,9 @@ type countingExecutor struct {
 	submits atomic.Int32
 }
 
-func (c *countingExecutor) Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error) {
+func (c *countingExecutor) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error) {
 	c.submits.Add(1)
-	return c.Executor.Submit(ctx, id, t, opts...)
+	return c.Executor.SubmitCreated(ctx, id, t, opts...)
 }
 
 type nopExec struct{}
@@ -62,7 +62,15 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func newHarness(t *testing.T, mod func(*server.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, store: store.NewMemory(), client: fake.NewClientset(), logs: newFakeLogs()}
+	return newHarnessOn(t, store.NewMemory(), mod)
+}
+
+// newHarnessOn is newHarness over st (closed when t ends) instead of a
+// memory store.
+func newHarnessOn(t *testing.T, st store.Store, mod func(*server.Config)) *harness {
+	t.Helper()
+	t.Cleanup(func() { _ = st.Close() })
+	h := &harness{t: t, store: st, client: fake.NewClientset(), logs: newFakeLogs()}
 	var srv atomic.Pointer[server.Server]
 	ex, err := executor.New(executor.Config{
 		Client: h.client, Execer: nopExec{}, InstanceID: "srv", Store: h.store, Logger: quiet(),
@@ -110,7 +118,10 @@ func (h *harness) do(method, path string, body []byte, hdr ...string) (*http.Res
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := h.ts.Client().Do(req)
+	hc := *h.ts.Client()
+	// The API never redirects: a redirect is answered, not followed.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,12 @@ type metrics struct {
 	streams  *prometheus.GaugeVec
 	expired  prometheus.Counter
 	events   prometheus.Counter
+	// submitSteps times the steps of a submission: the API server's dry
+	// run (validate) and the store's write (store).
+	submitSteps *prometheus.HistogramVec
+	// validations counts the submissions validated on the API server by
+	// where the verdict came from: dry-run, shared, cached.
+	validations *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,8 +55,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubetask_watch_events_published_total", Help: "Task events published to watches.",
 		}),
+		submitSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_submit_step_seconds", Help: "Time of each step of a submission: validate (each dry run on the API server, client rate limiter included), store (the task's record written).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"step"}),
+		validations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubetask_submit_validations_total",
+			Help: "Submissions validated on the API server, by where the verdict came from: dry-run (their own), shared (a concurrent submission's of the same spec), cached (the spec was accepted in the namespace within the validation TTL).",
+		}, []string{"source"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.inFlight, m.streams, m.expired, m.events, m.submitSteps, m.validations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -187,6 +202,43 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
+// refuseUncleanPaths answers 400 for a path with '.' or '..' segments or a
+// repeated '/', which the router would otherwise redirect (307, text/html)
+// to another path: a client that sent them did not mean that other path (a
+// task ID "..", sent unescaped, would become the parent's URL), so it is told
+// what is wrong instead. The server never redirects.
+func (s *Server) refuseUncleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if r.Method == http.MethodConnect || p == cleanPath(p) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		detail, msg := "the path has '.' or '..' segments: send the path itself (task IDs are never '.' or '..'; escape an ID as a path segment)", "has '.' or '..' segments"
+		if !strings.Contains("/"+p+"/", "/./") && !strings.Contains("/"+p+"/", "/../") {
+			detail, msg = "the path has a repeated '/': send it with single slashes (task IDs never contain '/')", "has a repeated '/'"
+		}
+		writeProblem(w, http.StatusBadRequest, detail, api.ProblemDetail{Location: "path", Value: p, Message: msg})
+	})
+}
+
+// cleanPath is the path the router serves for p (net/http's cleaning):
+// rooted, without '.' and '..' segments or repeated slashes, keeping a
+// trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
 // limitBody reads request bodies up to MaxBodyBytes and answers 413 beyond,
 // before any handler decodes them.
 func (s *Server) limitBody(next http.Handler) http.Handler {
@@ -269,6 +321,11 @@ func writeProblem(w http.ResponseWriter, status int, detail string, errs ...api.
 	b, _ := json.Marshal(api.Problem{Title: http.StatusText(status), Status: status, Detail: detail, Errors: errs})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusServiceUnavailable {
+		for k, v := range retryAfterHeader() {
+			w.Header()[k] = v
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

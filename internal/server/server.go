@@ -25,11 +25,13 @@ import (
 )
 
 // Executor is what the server needs of the executor; *executor.Executor is
-// one. Submit must be idempotent by ID (return the existing record for an ID
-// it knows), Get must return an error wrapping store.ErrNotFound for an
-// unknown ID, and Cancel must do nothing for a finished task.
+// one. SubmitCreated must be idempotent by ID (return the existing record
+// for an ID it knows) and report whether this call created the record,
+// decided atomically (of concurrent calls with one ID exactly one is told
+// true); Get must return an error wrapping store.ErrNotFound for an unknown
+// ID, and Cancel must do nothing for a finished task.
 type Executor interface {
-	Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error)
+	SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error)
 	Get(ctx context.Context, id string) (store.Record, error)
 	Cancel(ctx context.Context, id string) error
 	// Healthy is the liveness of /healthz.
@@ -55,6 +57,11 @@ type Config struct {
 	// creation of its pod (task.ValidateOnServer) before accepting it: an
 	// invalid pod spec is a 422 at submission instead of a failed task.
 	ValidateOnServer bool
+	// ValidationTTL is how long the API server's acceptance of a task spec
+	// in a namespace stands for later submissions of the same spec there
+	// (under any name), so that each distinct spec is dry-run once per TTL.
+	// Default 1m; negative: every submission is dry-run.
+	ValidationTTL time.Duration
 	// Auth authenticates callers (NewTokenAuth, NewKubernetesAuth). Nil: no
 	// authentication, every caller may do everything (CheckListen allows
 	// that on loopback only).
@@ -145,6 +152,7 @@ func (c *Config) defaults() error {
 	setDuration(&c.LogPollInterval, time.Second)
 	setDuration(&c.LogWait, 30*time.Second)
 	setDuration(&c.ShutdownTimeout, 10*time.Second)
+	setDuration(&c.ValidationTTL, time.Minute)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -173,6 +181,7 @@ type Server struct {
 	handler http.Handler
 	ring    *ring
 	meta    *metaCache
+	valid   *validations
 	logWake *wakers
 
 	stopOnce sync.Once
@@ -195,10 +204,12 @@ func New(cfg Config) (*Server, error) {
 		metrics:  m,
 		ring:     newRing(cfg.EventBuffer),
 		meta:     newMetaCache(10000),
+		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
 		logWake:  newWakers(),
 		stopping: make(chan struct{}),
 	}
 	mux := routeMux{http.NewServeMux()}
+	s.valid.observe = func(d time.Duration) { m.submitSteps.WithLabelValues("validate").Observe(d.Seconds()) }
 	s.api = huma.NewAPI(apiConfig(), humago.NewAdapter(mux, ""))
 	s.register()
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -211,7 +222,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.authenticate(s.limitBody(mux))))
+	s.handler = s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux)))))
 	return s, nil
 }
 

@@ -9,8 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -24,8 +26,8 @@ import (
 
 type submitInput struct {
 	Namespace      string `path:"ns" doc:"The namespace the task runs in." example:"default"`
-	ID             string `query:"id" doc:"The task ID (a label value: at most 63 letters, digits, '-', '_', '.'); default: one the server makes."`
-	IdempotencyKey string `header:"Idempotency-Key" doc:"The task ID, as a header (like id; give one of them, or both equal)."`
+	ID             string `query:"id" doc:"The task ID: printable text of at most 512 bytes of UTF-8, without '/', control characters or white space at either end, and neither '.' nor '..' (an Airflow task-instance key will do); default: one the server makes."`
+	IdempotencyKey string `header:"Idempotency-Key" doc:"The task ID, as a header (like id; give one of them, or both equal). Non-ASCII IDs are safer in id."`
 	ContentType    string `header:"Content-Type" doc:"application/json, application/yaml or text/yaml."`
 	RawBody        []byte `contentType:"application/json"`
 }
@@ -90,7 +92,8 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
-		err := t.ValidateOnServer(ctx, s.cfg.Client, in.Namespace)
+		source, err := s.valid.validate(ctx, t, in.Namespace)
+		s.metrics.validations.WithLabelValues(source).Inc()
 		var status apierrors.APIStatus
 		switch {
 		case errors.As(err, &inv):
@@ -144,9 +147,9 @@ func requestedID(query, header string) (string, error) {
 	if id == "" {
 		return "", nil
 	}
-	if msgs := validation.IsValidLabelValue(id); len(msgs) > 0 {
-		return "", huma.Error400BadRequest("bad task ID: it must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
-			&huma.ErrorDetail{Location: loc, Value: id, Message: strings.Join(msgs, "; ")})
+	if err := task.ValidateID(id); err != nil {
+		return "", huma.Error400BadRequest(fmt.Sprintf("bad task ID: %v (an ID is printable text of at most %d bytes, without '/')", err, task.MaxIDLength),
+			&huma.ErrorDetail{Location: loc, Value: id, Message: err.Error()})
 	}
 	return id, nil
 }
@@ -166,8 +169,9 @@ func decodeSubmit(contentType string, body []byte, ns string) (*task.Task, error
 			&huma.ErrorDetail{Location: "body", Message: "the document is empty"})
 	}
 	if mt == "application/json" {
-		var v any
-		if err := json.Unmarshal(body, &v); err != nil {
+		// Syntax only: a number no Go type holds (1e400) is the task
+		// decoder's to report, with its field.
+		if err := json.Unmarshal(body, new(json.RawMessage)); err != nil {
 			msg := err.Error()
 			var se *json.SyntaxError
 			if errors.As(err, &se) {
@@ -233,8 +237,9 @@ func normalized(doc []byte) ([]byte, error) {
 }
 
 // submitTask submits t under id (a new server ID when empty), idempotently:
-// an existing task with the same document (and origin) is returned with 200,
-// one with another document is a 409.
+// the call that creates the task answers 201; one that finds it (a retry,
+// or a concurrent submission that lost the store's race) answers 200 for
+// the same document (and origin), 409 for another.
 func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin string) (*taskOutput, error) {
 	doc, err := json.Marshal(t)
 	if err != nil {
@@ -246,6 +251,8 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if id == "" {
 		id = s.cfg.NewID()
 	} else {
+		// A retry finds its task with a read, and the store is not asked
+		// to write.
 		rec, err := s.cfg.Executor.Get(ctx, id)
 		switch {
 		case err == nil:
@@ -259,7 +266,9 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 		opts = append(opts, executor.Origin(origin))
 	}
 	cursor := s.ring.headCursor()
-	rec, err := s.cfg.Executor.Submit(ctx, id, t, opts...)
+	start := time.Now()
+	rec, created, err := s.cfg.Executor.SubmitCreated(ctx, id, t, opts...)
+	s.metrics.submitSteps.WithLabelValues("store").Observe(time.Since(start).Seconds())
 	if errors.Is(err, executor.ErrInvalidTask) {
 		var inv *task.InvalidError
 		if errors.As(err, &inv) {
@@ -271,13 +280,12 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if err != nil {
 		return nil, s.internal("submitting task "+id, err)
 	}
-	if !s.same(rec, doc, origin) {
-		// A concurrent submission with the same ID and another document
-		// was first.
-		return nil, conflict(id)
+	if !created {
+		// A concurrent submission of the ID created it first.
+		return s.existing(ctx, rec, doc, origin)
 	}
 	out := s.toAPI(rec, false)
-	return &taskOutput{Status: http.StatusCreated, Location: api.Prefix + "/tasks/" + id, Cursor: cursor, Body: &out}, nil
+	return &taskOutput{Status: http.StatusCreated, Location: taskURL(id), Cursor: cursor, Body: &out}, nil
 }
 
 func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, origin string) (*taskOutput, error) {
@@ -289,7 +297,7 @@ func (s *Server) existing(ctx context.Context, rec store.Record, doc []byte, ori
 		rec = cur
 	}
 	out := s.toAPI(rec, false)
-	return &taskOutput{Status: http.StatusOK, Location: api.Prefix + "/tasks/" + rec.ID, Cursor: cursor, Body: &out}, nil
+	return &taskOutput{Status: http.StatusOK, Location: taskURL(rec.ID), Cursor: cursor, Body: &out}, nil
 }
 
 func (s *Server) same(rec store.Record, doc []byte, origin string) bool {
@@ -305,3 +313,6 @@ func conflict(id string) error {
 	return huma.Error409Conflict(fmt.Sprintf("task ID %q is taken by a different document: choose another ID, or send the same document to get the existing task", id),
 		&huma.ErrorDetail{Location: "query.id", Value: id, Message: "exists with another document"})
 }
+
+// taskURL is the path of task id, the ID escaped as a path segment.
+func taskURL(id string) string { return api.Prefix + "/tasks/" + url.PathEscape(id) }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -105,13 +106,23 @@ func (s *Server) register() {
 }
 
 // tidyOpenAPI documents what huma cannot infer: the 200 of an idempotent
-// submission or rerun, and no 422 where the handlers answer 400 for every
-// bad parameter (422 is for invalid tasks only).
+// submission or rerun, no 422 where the handlers answer 400 for every bad
+// parameter (422 is for invalid tasks only), and the 503 with Retry-After of
+// every operation that needs the store.
 func (s *Server) tidyOpenAPI() {
 	for _, item := range s.api.OpenAPI().Paths {
 		for _, op := range []*huma.Operation{item.Get, item.Post} {
 			if op == nil {
 				continue
+			}
+			if p, ok := op.Responses["400"]; ok {
+				unavailable := *p
+				unavailable.Description = "The task store (or the authorizer) cannot be reached now: try again after Retry-After."
+				unavailable.Headers = map[string]*huma.Param{"Retry-After": {
+					Description: "Seconds to wait before trying again.",
+					Schema:      &huma.Schema{Type: "integer"},
+				}}
+				op.Responses["503"] = &unavailable
 			}
 			if op.OperationID != "submitTask" && op.OperationID != "rerunTask" {
 				delete(op.Responses, "422") // huma adds it to every operation with parameters
@@ -224,7 +235,7 @@ func (s *Server) allowed(ctx context.Context, c Caller, action Action, ns string
 	ok, err := c.Allowed(ctx, action, ns)
 	if err != nil {
 		s.log.Error("cannot authorize", "subject", c.Subject(), "action", action, "namespace", ns, "err", err)
-		return false, huma.Error503ServiceUnavailable("cannot check permissions now; try again")
+		return false, unavailable("cannot check permissions now; try again")
 	}
 	return ok, nil
 }
@@ -323,7 +334,7 @@ func (in *listInput) pageOptions() (store.PageOptions, error) {
 // --- conversions ---
 
 func podName(rec store.Record, attempt int) string {
-	return task.PodName(task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: rec.Executor}, attempt)
+	return task.PodName(task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: rec.Executor, Nonce: rec.Nonce}, attempt)
 }
 
 // toAPI is the API's view of a record; full adds the document (get).
@@ -434,13 +445,31 @@ func badRequest(details []error) error {
 	return huma.Error400BadRequest(fmt.Sprintf("%d bad request parameters: see errors", len(details)), details...)
 }
 
-// internal logs an unexpected failure and answers 500 without its details.
+// internal logs an unexpected failure and answers 500 without its details,
+// or 503 with Retry-After when the store could not be reached.
 func (s *Server) internal(what string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return huma.NewError(499, what+": request cancelled")
 	}
+	if errors.Is(err, store.ErrUnavailable) {
+		s.log.Warn("store unavailable", "what", what, "err", err)
+		return unavailable(what + " failed: the task store cannot be reached now; try again")
+	}
 	s.log.Error("request failed", "what", what, "err", err)
 	return huma.Error500InternalServerError(what + " failed; the server logged why")
+}
+
+// retryAfter is the Retry-After of every 503 the server answers: how long a
+// client waits before it tries again.
+const retryAfter = 2 * time.Second
+
+// unavailable is a 503 with Retry-After: the request may succeed later.
+func unavailable(detail string) error {
+	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(detail), retryAfterHeader())
+}
+
+func retryAfterHeader() http.Header {
+	return http.Header{"Retry-After": {strconv.Itoa(int(retryAfter / time.Second))}}
 }
 
 // noQuery and knownQuery refuse query parameters an endpoint does not take

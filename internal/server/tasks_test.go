@@ -81,7 +81,7 @@ func TestGetReportsStateAttemptsResultAndPendingEvents(t *testing.T) {
 	if _, err := h.store.Update(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	pod := task.PodName(task.Identity{Namespace: "default", Name: "hello", RunID: "run-1", Executor: "srv"}, 0)
+	pod := task.PodName(task.Identity{Namespace: "default", Name: "hello", RunID: "run-1", Executor: "srv", Nonce: rec.Nonce}, 0)
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for i, ev := range []struct{ obj, reason string }{{pod, "FailedScheduling"}, {"someone-else", "Pulled"}, {pod, "Scheduled"}} {
 		_, err := h.client.CoreV1().Events("default").Create(ctx, &corev1.Event{

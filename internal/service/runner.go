@@ -68,12 +68,14 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for leases: %w", err)
 	}
-	r, err := replica.New(replica.Config{
+	repc := replica.Config{
 		Client: leaseClient, Namespace: cfg.LeaseNamespace, Group: cfg.InstanceID, Identity: cfg.ReplicaID,
 		Shards: cfg.Shards, LeaseDuration: ec.LeaseDuration, RetryPeriod: ec.RetryPeriod,
 		Executor: func(int) executor.Config { return ec },
 		Changes:  changes, Registerer: reg, Logger: log,
-	})
+	}
+	repc.Groups, _ = st.(store.Groups)
+	r, err := replica.New(repc)
 	if err != nil {
 		return nil, err
 	}

@@ -196,14 +196,26 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		// the API drains: the others take over without waiting for expiry.
 		exCtx = ctx
 	}
+	// An executor (or replica) that ends with an error while it should
+	// run ends the process with that error: serving on would accept tasks
+	// that nothing runs.
+	serveCtx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
 	exDone := make(chan error, 1)
-	go func() { exDone <- run.start(exCtx) }()
+	go func() {
+		err := run.start(exCtx)
+		if err != nil && exCtx.Err() == nil {
+			log.Error("the executor stopped; shutting down", "err", err)
+			stopServe()
+		}
+		exDone <- err
+	}()
 	if sharer != nil {
 		go sharer.run(exCtx)
 	}
 	go retain(exCtx, ret, cfg.Retention.Get(), time.Hour, clock.RealClock{}, log)
 
-	serveErr := s.Serve(ctx, l) // returns after the graceful shutdown when ctx ends
+	serveErr := s.Serve(serveCtx, l) // returns after the graceful shutdown when serveCtx ends
 	stopEx()
 	exErr := <-exDone
 	return errors.Join(serveErr, exErr)

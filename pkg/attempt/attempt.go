@@ -285,3 +285,95 @@ func Delete(ctx context.Context, client kubernetes.Interface, namespace, name st
 	}
 	return nil
 }
+
+// Fenced reports whether pod still carries the fence's scheduling gate
+// (task.FenceGate): it was never scheduled, so none of its containers ran.
+func Fenced(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == task.FenceGate })
+}
+
+// Ungate removes the fence's scheduling gate from pod (a copy the caller has
+// seen), so that it is scheduled and runs: call it only once the store
+// records pod, by its UID, as its attempt's. One JSON patch that tests the
+// pod's UID and the gate's place first, so that it never ungates another pod
+// with the same name; a pod that is gone, or no longer gated, is not an
+// error.
+func Ungate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
+	for range 3 {
+		i := slices.IndexFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == task.FenceGate })
+		if i < 0 {
+			return nil
+		}
+		patch := fmt.Sprintf(`[%s{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"}]`,
+			uidTest(pod.UID), i, task.FenceGate, i)
+		_, err := client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) && !apierrors.IsBadRequest(err):
+			return fmt.Errorf("ungating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		// A test failed: the gates moved, or the name is another pod's now.
+		live, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("ungating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		case live.UID != pod.UID:
+			return nil // not the pod the store records: never ungate it
+		}
+		pod = live
+	}
+	return fmt.Errorf("ungating pod %s/%s: its scheduling gates kept changing", pod.Namespace, pod.Name)
+}
+
+// Discard deletes pod (a copy the caller has seen) and removes kubetask's
+// finalizer from it, both only while the name is still that pod's (a UID
+// precondition): a pod the fence kept from running, whose record is not its,
+// is thrown away without an outcome. A pod that is gone is not an error.
+func Discard(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
+	uid := pod.UID
+	var pre *metav1.Preconditions
+	if uid != "" {
+		pre = &metav1.Preconditions{UID: &uid}
+	}
+	err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err): // gone, or another pod now
+		return nil
+	case err != nil:
+		return fmt.Errorf("discarding pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	i := slices.Index(pod.Finalizers, task.Finalizer)
+	if i < 0 {
+		return nil
+	}
+	patch := fmt.Sprintf(`[%s{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+		uidTest(uid), i, task.Finalizer, i)
+	_, err = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsBadRequest(err):
+		live, gerr := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) || gerr == nil && live.UID != uid {
+			return nil
+		}
+		if gerr != nil {
+			return fmt.Errorf("discarding pod %s/%s: %w", pod.Namespace, pod.Name, gerr)
+		}
+		return Release(ctx, client, pod.Namespace, pod.Name, false)
+	default:
+		return fmt.Errorf("discarding pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+}
+
+// uidTest is a JSON patch's test that the pod is the one of UID uid (none
+// for an empty UID: a pod the API server returned always has one).
+func uidTest(uid types.UID) string {
+	if uid == "" {
+		return ""
+	}
+	return fmt.Sprintf(`{"op":"test","path":"/metadata/uid","value":%q},`, uid)
+}

@@ -30,6 +30,7 @@ type Client struct {
 	token     string
 	userAgent string
 	backoff   backoffConfig
+	retry503  time.Duration
 	log       *slog.Logger
 }
 
@@ -44,6 +45,7 @@ type settings struct {
 	caPEM      []byte
 	insecure   bool
 	backoff    backoffConfig
+	retry503   time.Duration
 	log        *slog.Logger
 }
 
@@ -118,6 +120,32 @@ func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
 	}
 }
 
+// DefaultUnavailableRetry is how long a call keeps trying again while the
+// server answers 503, unless WithUnavailableRetry says otherwise.
+const DefaultUnavailableRetry = time.Minute
+
+// WithUnavailableRetry sets how long a call that the server answers 503
+// Service Unavailable (its store or the authorizer cannot be reached now)
+// keeps trying again: after each answer's Retry-After, or the retry backoff
+// (WithRetryBackoff) when it has none, until d has passed since the first
+// 503 (then the last 503 is returned) or the context ends. 0 turns it off.
+// Default DefaultUnavailableRetry.
+//
+// Only calls that are safe to repeat are tried again: Get, List, Cancel,
+// and Submit and Rerun with an ID (a 503 can hide a write that was made
+// while the connection to the store broke; with an ID, the retry returns
+// that task instead of making another). A Submit or Rerun without an ID
+// returns the first 503. Watch and Logs have their own retries.
+func WithUnavailableRetry(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 0 {
+			return fmt.Errorf("WithUnavailableRetry: negative duration %s", d)
+		}
+		s.retry503 = d
+		return nil
+	}
+}
+
 // WithLogger logs the reconnections of Watch and Logs (at debug level) to l.
 // Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
@@ -135,7 +163,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := settings{userAgent: "kubetask-client", backoff: defaultBackoff}
+	s := settings{userAgent: "kubetask-client", backoff: defaultBackoff, retry503: DefaultUnavailableRetry}
 	for _, o := range opts {
 		if err := o(&s); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
@@ -148,7 +176,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, log: s.log}, nil
+	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, retry503: s.retry503, log: s.log}, nil
 }
 
 // BaseURL returns the server address the client calls (without a trailing
@@ -228,6 +256,9 @@ type request struct {
 	query  url.Values
 	header http.Header
 	body   []byte
+	// repeatable says that sending the request again is safe (GETs are);
+	// call then tries again after a 503.
+	repeatable bool
 }
 
 // send sends r and returns the response of a 2xx answer, whose body the
@@ -263,19 +294,52 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	return resp, nil
 }
 
+// sendRetrying is send that sends a GET or repeatable request again while
+// the server answers 503, after its Retry-After (else the backoff), for up
+// to c.retry503 from the first 503.
+func (c *Client) sendRetrying(ctx context.Context, r request) (*http.Response, error) {
+	var (
+		deadline time.Time
+		b        *backoff
+	)
+	for {
+		resp, err := c.send(ctx, r)
+		var e *Error
+		if err == nil || c.retry503 <= 0 || (r.method != http.MethodGet && !r.repeatable) ||
+			!errors.As(err, &e) || e.StatusCode != http.StatusServiceUnavailable {
+			return resp, err
+		}
+		if b == nil {
+			deadline, b = time.Now().Add(c.retry503), c.backoff.start()
+		}
+		d := e.RetryAfter
+		if d <= 0 {
+			d = b.delay()
+		}
+		if time.Until(deadline) < d {
+			return nil, err
+		}
+		c.log.Debug("server unavailable, trying again", "method", r.method, "path", api.Prefix+r.path, "after", d, "detail", e.Problem.Detail)
+		if serr := sleep(ctx, d); serr != nil {
+			return nil, fmt.Errorf("%w (while waiting to try again after: %w)", serr, err)
+		}
+	}
+}
+
 // answer is what call returns of a response besides its body.
 type answer struct {
 	status int
 	header http.Header
 }
 
-// call sends r and decodes the JSON answer into out.
+// call sends r and decodes the JSON answer into out. A GET or repeatable
+// request answered 503 is sent again (WithUnavailableRetry).
 func (c *Client) call(ctx context.Context, r request, out any) (answer, error) {
 	if r.header == nil {
 		r.header = http.Header{}
 	}
 	r.header.Set("Accept", "application/json")
-	resp, err := c.send(ctx, r)
+	resp, err := c.sendRetrying(ctx, r)
 	if err != nil {
 		return answer{}, err
 	}

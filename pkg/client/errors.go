@@ -8,7 +8,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kubetask/kubetask/pkg/api"
 )
@@ -24,6 +26,10 @@ type Error struct {
 	// request or an invalid task, every individual error with its location
 	// (body.<field path>, query.<name>, header.<name>, path.<name>).
 	Problem api.Problem
+	// RetryAfter is the answer's Retry-After (in seconds, or an HTTP date),
+	// 0 when it has none: how long the server asks the client to wait
+	// before it tries again (kubetask serve sends it with every 503).
+	RetryAfter time.Duration
 }
 
 // Error renders the status, the detail and every individual error.
@@ -31,7 +37,7 @@ func (e *Error) Error() string { return e.Problem.Error() }
 
 // errorOf reads a non-2xx response into an *Error.
 func errorOf(resp *http.Response) *Error {
-	e := &Error{StatusCode: resp.StatusCode}
+	e := &Error{StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
@@ -54,6 +60,31 @@ func errorOf(resp *http.Response) *Error {
 	}
 	return e
 }
+
+// retryAfter reads a Retry-After value, delay-seconds or an HTTP date
+// (RFC 9110), as a duration from now; 0 when it is missing, malformed or
+// in the past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 || n > int64(24*time.Hour/time.Second) {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// IsUnavailable reports whether err is a 503: the server cannot serve the
+// request now (its store or the authorizer cannot be reached) and asks to
+// be called again later (Error.RetryAfter).
+func IsUnavailable(err error) bool { return StatusCode(err) == http.StatusServiceUnavailable }
 
 // StatusCode returns the HTTP status of an *Error in err's chain, 0 when
 // there is none (the request got no answer).

@@ -45,7 +45,8 @@ func (c *Client) Submit(ctx context.Context, namespace string, doc []byte, opts 
 			ct = "application/json"
 		}
 	}
-	r := request{method: http.MethodPost, path: pathOf("namespaces", namespace, "tasks"), body: doc, header: http.Header{"Content-Type": {ct}}}
+	r := request{method: http.MethodPost, path: pathOf("namespaces", namespace, "tasks"), body: doc, header: http.Header{"Content-Type": {ct}},
+		repeatable: opts.ID != "" || opts.IdempotencyKey != ""}
 	if opts.ID != "" {
 		r.query = url.Values{"id": {opts.ID}}
 	}
@@ -193,7 +194,7 @@ func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[api.Ta
 // cancelled already, changes nothing.
 func (c *Client) Cancel(ctx context.Context, id string) (*api.Task, error) {
 	var t api.Task
-	if _, err := c.call(ctx, request{method: http.MethodPost, path: pathOf("tasks", id, "cancel")}, &t); err != nil {
+	if _, err := c.call(ctx, request{method: http.MethodPost, path: pathOf("tasks", id, "cancel"), repeatable: true}, &t); err != nil {
 		return nil, fmt.Errorf("cancelling task %s: %w", id, err)
 	}
 	return &t, nil
@@ -213,7 +214,7 @@ type RerunOptions struct {
 // the same new ID existed already. A task that is not finished is an *Error
 // with IsConflict.
 func (c *Client) Rerun(ctx context.Context, id string, opts RerunOptions) (*api.Task, bool, error) {
-	r := request{method: http.MethodPost, path: pathOf("tasks", id, "rerun"), header: http.Header{}}
+	r := request{method: http.MethodPost, path: pathOf("tasks", id, "rerun"), header: http.Header{}, repeatable: opts.ID != "" || opts.IdempotencyKey != ""}
 	if opts.ID != "" {
 		r.query = url.Values{"id": {opts.ID}}
 	}

@@ -30,6 +30,11 @@ const (
 	// is deleting and still held makes its kubelet (or kwok) retry its final
 	// delete until the finalizer goes, a write and a watch event each time.
 	actDeleteRelease actionKind = "delete+release"
+	// actDiscard throws away a pod its record does not take, which never ran
+	// (attempt.Discard: delete and release, only while the name is its UID's).
+	actDiscard actionKind = "discard"
+	// actUngate removes the fence's gate of a recorded pod (attempt.Ungate).
+	actUngate actionKind = "ungate"
 )
 
 // actionSettle bounds how long a done action waits for the cache to show
@@ -63,6 +68,10 @@ func (a *podAction) reflected(pod *corev1.Pod) bool {
 		return pod.DeletionTimestamp != nil
 	case actDeleteRelease:
 		return pod.DeletionTimestamp != nil && !hasFinalizer(pod)
+	case actDiscard:
+		return pod.UID != a.pod.UID || pod.DeletionTimestamp != nil && !hasFinalizer(pod)
+	case actUngate:
+		return pod.UID != a.pod.UID || !attempt.Fenced(pod)
 	case actStop:
 		secs, ok := podstate.StopDeadlineSeconds(a.pod, a.at)
 		return pod.DeletionTimestamp != nil || podstate.Stopped(pod) ||
@@ -88,6 +97,20 @@ func (e *Executor) startAction(a *podAction) {
 	default:
 		go func() { e.cleanups <- key }() // never blocks a worker
 	}
+}
+
+// retryAction hands a over like startAction, unless the last action on
+// its pod failed: that one is forgotten and its error returned, for the
+// caller's pass to fail and be retried with the work queue's back-off (the
+// next pass hands a over again).
+func (e *Executor) retryAction(a *podAction) error {
+	key := a.pod.Namespace + "/" + a.pod.Name
+	if cur, ok := e.actionOf(key); ok && cur.done && cur.err != nil {
+		e.clearAction(key)
+		return fmt.Errorf("%s of pod %s: %w", cur.kind, key, cur.err)
+	}
+	e.startAction(a)
+	return nil
 }
 
 // actionOf returns a copy of the pending or done action on pod key.
@@ -149,6 +172,12 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 		err = attempt.Stop(ctx, e.client, pod, act.at)
 	case actRelease:
 		err = attempt.ReleaseSeen(ctx, e.client, pod, act.mark)
+	case actDiscard:
+		err = attempt.Discard(ctx, e.client, pod)
+	case actUngate:
+		if err = attempt.Ungate(ctx, e.client, pod); err == nil {
+			e.noteUngated(act.id, pod.UID)
+		}
 	default:
 		err = fmt.Errorf("unknown pod action %q", act.kind)
 	}

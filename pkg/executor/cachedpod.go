@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -34,13 +35,18 @@ var (
 	sharedKeys = [...]metaKey{
 		{task.LabelManagedBy, false}, {task.LabelAttempt, false}, {task.LabelExecutor, false}, {task.LabelReleased, false},
 		{task.AnnotationTaskNamespace, true}, {task.AnnotationAttempt, true}, {task.AnnotationExecutor, true},
-		{task.AnnotationMainContainer, true}, {task.AnnotationResultPath, true},
+		{task.AnnotationMainContainer, true}, {task.AnnotationResultPath, true}, {task.AnnotationEpoch, true},
 	}
-	ownKeys = [...]metaKey{{task.LabelRun, false}, {task.LabelTask, false}, {task.AnnotationRun, true}, {task.AnnotationTaskName, true}}
+	ownKeys = [...]metaKey{{task.LabelRun, false}, {task.LabelTask, false}, {task.AnnotationRun, true}, {task.AnnotationTaskName, true},
+		{task.AnnotationNonce, true}}
 )
 
-// ownRun is the index of task.LabelRun in ownKeys.
-const ownRun = 0
+// ownRun and ownRunAnnotation are the indices of task.LabelRun and
+// task.AnnotationRun in ownKeys.
+const (
+	ownRun           = 0
+	ownRunAnnotation = 2
+)
 
 // cachedPod.present has a bit per key: this fails to compile with more keys.
 var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
@@ -48,13 +54,13 @@ var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
 // cachedPod is what the executor keeps of a pod. pod() returns it as a
 // *corev1.Pod with exactly these fields (everything else zero):
 //
-//   - metadata: namespace, name, resourceVersion, creationTimestamp,
+//   - metadata: namespace, name, uid, resourceVersion, creationTimestamp,
 //     deletionTimestamp, deletionGracePeriodSeconds, finalizers (all, in
 //     order: a release patch names the finalizer's index), and the labels and
 //     annotations among sharedKeys and ownKeys (not the template's own nor
 //     anyone else's; so a pod with labels but none of kubetask's has none
 //     here, and must not be released from this view: the executor handles
-//     only pods with task.LabelManagedBy); uid, ownerReferences and
+//     only pods with task.LabelManagedBy); ownerReferences and
 //     managedFields are dropped;
 //   - spec: nodeName, restartPolicy, activeDeadlineSeconds, the names of the
 //     schedulingGates, and of each container and init container its name,
@@ -74,6 +80,7 @@ var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
 // modified once built.
 type cachedPod struct {
 	name, resourceVersion string
+	uid                   types.UID // the fence matches a pod to its record by UID
 	namespace             interned
 	shared                [len(sharedKeys)]interned
 	own                   [len(ownKeys)]string
@@ -134,6 +141,7 @@ type cachedCondition struct {
 func compactPod(pod *corev1.Pod) *cachedPod {
 	c := &cachedPod{
 		name:            pod.Name,
+		uid:             pod.UID,
 		resourceVersion: pod.ResourceVersion,
 		namespace:       intern(pod.Namespace),
 		created:         pod.CreationTimestamp,
@@ -269,7 +277,7 @@ func compactState(s corev1.ContainerState) corev1.ContainerState {
 func (c *cachedPod) pod() *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.namespace.String(), Name: c.name, ResourceVersion: c.resourceVersion,
+			Namespace: c.namespace.String(), Name: c.name, UID: c.uid, ResourceVersion: c.resourceVersion,
 			CreationTimestamp: c.created,
 		},
 		Spec:   corev1.PodSpec{NodeName: c.nodeName.String(), RestartPolicy: corev1.RestartPolicy(c.restartPolicy.String())},
@@ -347,8 +355,15 @@ func (c *cachedPod) key() string {
 	return c.name
 }
 
-// run is the pod's task.LabelRun label ("" when it has none).
-func (c *cachedPod) run() string { return c.own[ownRun] }
+// run is the pod's task ID: its task.AnnotationRun, which holds the exact
+// ID, when not empty, else its task.LabelRun label (the same for an ID that
+// is a label value, a derived one for another); "" when it has neither.
+func (c *cachedPod) run() string {
+	if id := c.own[ownRunAnnotation]; id != "" {
+		return id
+	}
+	return c.own[ownRun]
+}
 
 // interned is a string that equal ones share (the namespace, node,
 // container names, images, reasons and the like are the same for many

@@ -46,7 +46,7 @@ func TestCachedPodView(t *testing.T) {
 	ann := func(k string) string { return full.Annotations[k] }
 	want := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: "data", Name: full.Name, ResourceVersion: full.ResourceVersion,
+			Namespace: "data", Name: full.Name, UID: full.UID, ResourceVersion: full.ResourceVersion,
 			CreationTimestamp: full.CreationTimestamp, Finalizers: []string{task.Finalizer},
 			Labels: task.PodLabels(realisticIdent, 0),
 			Annotations: map[string]string{
@@ -338,7 +338,11 @@ func checkSameAnswers(t *testing.T, full *corev1.Pod, p podstate.Policy, now tim
 		full.Labels[task.LabelReleased], hasFinalizer(full), slices.Index(full.Finalizers, task.Finalizer)},
 		[]any{view.Namespace, view.Name, view.ResourceVersion, view.Labels[task.LabelRun], view.Labels[task.LabelExecutor],
 			view.Labels[task.LabelReleased], hasFinalizer(view), slices.Index(view.Finalizers, task.Finalizer)})
-	if c.key() != full.Namespace+"/"+full.Name || c.run() != full.Labels[task.LabelRun] {
+	wantRun := full.Annotations[task.AnnotationRun] // the exact ID
+	if wantRun == "" {
+		wantRun = full.Labels[task.LabelRun]
+	}
+	if c.key() != full.Namespace+"/"+full.Name || c.run() != wantRun {
 		t.Fatalf("key %q, run %q", c.key(), c.run())
 	}
 	same("scheduling gates", []any{len(full.Spec.SchedulingGates) > 0, gatedCondition(full)}, []any{len(view.Spec.SchedulingGates) > 0, gatedCondition(view)})

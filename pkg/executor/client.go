@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -36,17 +37,35 @@ func NewClient(rc *rest.Config, qps float32, burst int, reg prometheus.Registere
 	return newCountingClient(rc, qps, burst, newMetrics(reg).apiRequests)
 }
 
-// countingConfig is rc at qps and burst, counting each request into n.
+// countingConfig is rc at qps and burst, counting each request into n. A
+// request whose context carries a check (withSendCheck) is sent only if the
+// check passes when the request leaves the client: after the client-side
+// rate limiter, which a request may wait in for long (and a paused process
+// for longer still).
 func countingConfig(rc *rest.Config, qps float32, burst int, n prometheus.Counter) *rest.Config {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = qps, burst
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if check, ok := r.Context().Value(sendCheckKey{}).(func(context.Context) error); ok {
+				if err := check(r.Context()); err != nil {
+					return nil, err
+				}
+			}
 			n.Inc()
 			return rt.RoundTrip(r)
 		})
 	})
 	return rc
+}
+
+type sendCheckKey struct{}
+
+// withSendCheck returns ctx with check, which a client of countingConfig
+// runs right before it sends a request made with the context; a request
+// whose check fails is not sent and fails with the check's error.
+func withSendCheck(ctx context.Context, check func(context.Context) error) context.Context {
+	return context.WithValue(ctx, sendCheckKey{}, check)
 }
 
 func newCountingClient(rc *rest.Config, qps float32, burst int, n prometheus.Counter) (kubernetes.Interface, error) {

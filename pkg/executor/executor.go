@@ -2,22 +2,31 @@ package executor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
+	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -106,6 +115,7 @@ type Executor struct {
 	failures  map[string]createFail // failed creations of the current attempt, by task
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
+	ungated   map[string]types.UID  // by task: the pod whose fence gate this process removed
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
@@ -116,7 +126,25 @@ type Executor struct {
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
+
+	// holder is this process's identity in the instance Lease (set once).
+	holder     string
+	holderOnce sync.Once
+
+	// epoch is the fencing epoch of the current term (store.BeginTerm), 0
+	// between terms: every store write of the term carries it, and every pod
+	// the term creates.
+	epoch atomic.Int64
+	// termCtx is the current term's context (nil between terms) and endTerm
+	// ends the term (a store write was fenced: a newer term began elsewhere).
+	termCtx context.Context
+	endTerm context.CancelCauseFunc
 }
+
+// errFenced ends a term whose store write was fenced (store.ErrFenced):
+// another process began a newer term of the instance, so this one stops
+// acting on pods at once, as when it loses the Lease.
+var errFenced = errors.New("another process began a newer term of this executor instance")
 
 // New validates cfg and returns an Executor.
 func New(cfg Config) (*Executor, error) {
@@ -136,6 +164,7 @@ func New(cfg Config) (*Executor, error) {
 		creates:   make(chan string, cfg.Parallelism),
 		cleanups:  make(chan string, cfg.Parallelism),
 		actions:   map[string]*podAction{},
+		ungated:   map[string]types.UID{},
 		captures:  map[captureKey]*captureRun{},
 		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),
@@ -226,6 +255,8 @@ func (e *Executor) Start(ctx context.Context) error {
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			log.Warn("stopped acting on pods until the instance lease is held again")
+		case errors.Is(err, errFenced):
+			log.Warn("stopped acting on pods: another process began a newer term of this instance (its store writes fence this one's); waiting for the instance lease")
 		default:
 			return err
 		}
@@ -236,15 +267,43 @@ func (e *Executor) Start(ctx context.Context) error {
 // caches run and the gate lets the workers and creators act. When ctx
 // ends (the Lease is lost or Start's context ended), the gate closes and term
 // returns once no sync or creation is in flight.
+//
+// A term begins with store.BeginTerm: from then on a write of an earlier
+// term (of this process or another) is refused by the store, and every
+// write and pod of this term carries its epoch (docs/executor.md, "The
+// fence"). A store error at the start is retried with a back-off until ctx
+// ends: a store that is down for a while delays the term, it never ends the
+// executor.
 func (e *Executor) term(ctx context.Context) error {
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	epoch, err := retryStore(ctx, log, "beginning a term", func(ctx context.Context) (int64, error) {
+		return e.store.BeginTerm(ctx, e.cfg.InstanceID)
+	})
+	if err != nil {
+		return nil // ctx ended
+	}
+	e.mu.Lock()
+	e.termCtx, e.endTerm = ctx, end
+	e.mu.Unlock()
+	e.epoch.Store(epoch)
+	defer func() {
+		e.epoch.Store(0)
+		e.mu.Lock()
+		e.termCtx, e.endTerm = nil, nil
+		e.mu.Unlock()
+	}()
+	log.Info("began a term", "epoch", epoch)
 	if e.cfg.OnLeading != nil {
 		if err := e.cfg.OnLeading(ctx); err != nil {
 			return err
 		}
 	}
-	if err := e.adopt(ctx); err != nil {
-		return err
+	if _, err := retryStore(ctx, log, "adopting tasks", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, e.adopt(ctx)
+	}); err != nil {
+		return e.termEnd(ctx)
 	}
 	caches, namespaces := e.startPodCaches(ctx)
 	synced := make([]cache.InformerSynced, len(caches))
@@ -253,13 +312,15 @@ func (e *Executor) term(ctx context.Context) error {
 	}
 	log.Info("waiting for pod caches", "namespaces", namespaces, "selector", e.podSelector().String())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // ctx ended
+		return e.termEnd(ctx)
 	}
 	// Level-based start: every unfinished task is looked at once, whether or
 	// not its pod still exists.
-	recs, err := e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
+	recs, err := retryStore(ctx, log, "listing unfinished tasks", func(ctx context.Context) ([]store.Record, error) {
+		return e.store.List(ctx, store.ListOptions{Executor: e.cfg.InstanceID, NonTerminal: true})
+	})
 	if err != nil {
-		return fmt.Errorf("listing unfinished tasks: %w", err)
+		return e.termEnd(ctx)
 	}
 	now := e.cfg.Clock.Now()
 	for _, r := range recs {
@@ -270,10 +331,77 @@ func (e *Executor) term(ctx context.Context) error {
 		e.queue.Add(r.ID)
 	}
 	e.gate.open()
-	log.Info("executor started", "unfinished", len(recs))
+	log.Info("executor started", "unfinished", len(recs), "epoch", epoch)
 	<-ctx.Done()
 	e.gate.close() // waits until no sync or creation is in flight
+	e.dropPendingCreations()
+	return e.termEnd(ctx)
+}
+
+// termEnd is what term returns once its ctx ended: errFenced when a fenced
+// write ended it, nil otherwise (the Lease was lost, or Start's context
+// ended, which holdLease reports).
+func (e *Executor) termEnd(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errFenced) {
+		return errFenced
+	}
 	return nil
+}
+
+// update writes rec fenced by the current term's epoch (store.Record.Epoch).
+// A write refused as fenced ends the term: another process began a newer
+// one of this instance.
+func (e *Executor) update(ctx context.Context, rec store.Record) (store.Record, error) {
+	rec.Epoch = e.epoch.Load()
+	if rec.Epoch == 0 {
+		return rec, fmt.Errorf("task record %s: %w (between terms)", rec.ID, store.ErrFenced)
+	}
+	out, err := e.store.Update(ctx, rec)
+	if errors.Is(err, store.ErrFenced) {
+		e.mu.Lock()
+		end := e.endTerm
+		e.mu.Unlock()
+		if end != nil && e.epoch.Load() == rec.Epoch {
+			e.cfg.Logger.Warn("a store write was fenced: a newer term of this executor instance began; ending this term",
+				"executor", e.cfg.InstanceID, "epoch", rec.Epoch, "task", rec.ID)
+			end(errFenced)
+		}
+	}
+	return out, err
+}
+
+// termContext is the current term's context: calls made with it end when
+// the term does. Between terms it is an ended context.
+func (e *Executor) termContext() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.termCtx == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}
+	return e.termCtx
+}
+
+// storeRetry is the back-off of the store calls that start a term.
+var storeRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 10 * time.Second, Steps: math.MaxInt32}
+
+// retryStore calls fn until it succeeds or ctx ends (then ctx's error),
+// logging each failure, with storeRetry's back-off between calls.
+func retryStore[T any](ctx context.Context, log *slog.Logger, what string, fn func(context.Context) (T, error)) (T, error) {
+	var out T
+	err := wait.ExponentialBackoffWithContext(ctx, storeRetry, func(ctx context.Context) (bool, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("store call failed; retrying", "what", what, "err", err)
+			}
+			return false, nil
+		}
+		out = v
+		return true, nil
+	})
+	return out, err
 }
 
 // adopt takes over the unfinished tasks of the instances in AdoptFrom.
@@ -285,7 +413,7 @@ func (e *Executor) adopt(ctx context.Context) error {
 		}
 		for _, r := range recs {
 			r.Executor = e.cfg.InstanceID
-			if _, err := e.store.Update(ctx, r); err != nil && !errors.Is(err, store.ErrConflict) {
+			if _, err := e.update(ctx, r); err != nil && !errors.Is(err, store.ErrConflict) {
 				return fmt.Errorf("adopting task %s: %w", r.ID, err)
 			}
 		}
@@ -419,59 +547,96 @@ func FirstAttempt(n int) SubmitOption {
 	return func(r *store.Record) { r.Attempt = max(n, 0) }
 }
 
+// AttachPod makes the task's current attempt the existing pod of that
+// attempt, recorded by its UID, nonce and epoch annotations, instead of one
+// the executor creates: for a caller that found the pod of a run that an
+// earlier process started and checked it is the task's (kubetask run's
+// attach, under the instance Lease). Use it with FirstAttempt.
+func AttachPod(pod *corev1.Pod) SubmitOption {
+	return func(r *store.Record) {
+		r.PodCreated, r.PodUID, r.Nonce = true, string(pod.UID), pod.Annotations[task.AnnotationNonce]
+		r.PodEpoch, _ = strconv.ParseInt(pod.Annotations[task.AnnotationEpoch], 10, 64)
+		r.Phase, r.Reason, r.Message = string(podstate.Pending), string(podstate.ReasonScheduling), "attached to pod "+pod.Name
+	}
+}
+
 // Origin records that the task reruns task id.
 func Origin(id string) SubmitOption {
 	return func(r *store.Record) { r.Origin = id }
 }
 
 // Submit accepts task t under id. It is idempotent by id: submitting an ID
-// again returns the existing record and does not start another run. id must
-// be a valid label value. The task is validated before anything is stored.
+// again returns the existing record and does not start another run. id is
+// any ID task.ValidateID accepts (its pods carry it exactly in an annotation,
+// and a label-safe value derived from it in their labels). The task is
+// validated before anything is stored.
 // Submit may be called before Start; the task then runs once Start holds the
 // instance Lease.
 func (e *Executor) Submit(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, error) {
-	if msgs := validation.IsValidLabelValue(id); id == "" || len(msgs) > 0 {
-		return Status{}, fmt.Errorf("%w: task ID %q must be a non-empty label value (letters, digits, '-', '_', '.', at most 63): %v", ErrInvalidTask, id, msgs)
+	rec, _, err := e.SubmitCreated(ctx, id, t, opts...)
+	return rec, err
+}
+
+// SubmitCreated is Submit that also reports whether this call created the
+// task's record. The store decides it atomically: of concurrent submissions
+// of one ID, exactly one gets true, and the others get the record it
+// stored (whose document may differ from theirs: compare to tell a retry
+// from a conflict).
+func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...SubmitOption) (Status, bool, error) {
+	if err := task.ValidateID(id); err != nil {
+		return Status{}, false, fmt.Errorf("%w: task ID %q: %w", ErrInvalidTask, id, err)
 	}
 	t = t.DeepCopy() // the caller's task is never modified
 	if t.Namespace == "" {
 		t.Namespace = e.cfg.DefaultNamespace
 	}
 	if !e.watches(t.Namespace) {
-		return Status{}, fmt.Errorf("%w: namespace %q is not one this executor watches (%v)", ErrInvalidTask, t.Namespace, e.cfg.Namespaces)
+		return Status{}, false, fmt.Errorf("%w: namespace %q is not one this executor watches (%v)", ErrInvalidTask, t.Namespace, e.cfg.Namespaces)
 	}
 	t.Default()
 	if err := t.Validate(); err != nil {
-		return Status{}, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+		return Status{}, false, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
 	doc, err := json.Marshal(t)
 	if err != nil {
-		return Status{}, fmt.Errorf("encoding task: %w", err)
+		return Status{}, false, fmt.Errorf("encoding task: %w", err)
 	}
 	rec := store.Record{
 		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc, Labels: t.Labels,
-		Phase: "Pending", Reason: "Submitted", Message: "waiting to create the pod",
+		Phase: "Pending", Reason: "Submitted", Message: "waiting to create the pod", Nonce: newNonce(),
 	}
 	for _, o := range opts {
 		o(&rec)
 	}
 	rec, created, err := e.store.Create(ctx, rec)
 	if err != nil {
-		return Status{}, fmt.Errorf("storing task %s: %w", id, err)
+		return Status{}, false, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if e.cfg.RecordOnly {
 		if created {
 			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
 		}
-		return rec, nil
+		return rec, created, nil
 	}
 	if created {
 		e.enlist(rec)
 		e.observe(rec.ID, rec.Phase, false)
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		if rec.PodCreated { // AttachPod: the attempt's pod is the caller's
+			ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
+			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventPodAdopted, Pod: rec.Namespace + "/" + task.PodName(ident, rec.Attempt),
+				Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		}
 	}
 	e.queue.Add(id)
-	return rec, nil
+	return rec, created, nil
+}
+
+// newNonce returns a record's nonce: 80 random bits, in lower-case base32.
+func newNonce() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return strings.ToLower(base32.StdEncoding.EncodeToString(b))
 }
 
 func (e *Executor) watches(ns string) bool {

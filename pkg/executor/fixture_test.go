@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -68,10 +70,38 @@ func newFx(t *testing.T, mod func(*Config)) *fx {
 		t.Fatal(err)
 	}
 	f.ex = ex
+	// The API server gives every pod it creates a UID.
+	var uids int
+	f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if p, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod); ok && p.UID == "" {
+			uids++
+			p.UID = types.UID(fmt.Sprintf("uid-%s-%d", p.Name, uids))
+		}
+		return false, nil, nil
+	})
+	f.beginTerm()
 	f.idx = cache.NewIndexer(podKey, cache.Indexers{runIndex: indexByRun})
 	ex.indexers = []cache.Indexer{f.idx}
 	t.Cleanup(ex.queue.ShutDown)
 	return f
+}
+
+// beginTerm starts a term of the executor as Start's term does when it
+// holds the Lease: a new epoch in the store, and a context that a fenced
+// write ends.
+func (f *fx) beginTerm() int64 {
+	f.t.Helper()
+	epoch, err := f.ex.store.BeginTerm(f.ctx, f.ex.cfg.InstanceID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, end := context.WithCancelCause(f.ctx)
+	f.t.Cleanup(func() { end(nil) })
+	f.ex.mu.Lock()
+	f.ex.termCtx, f.ex.endTerm = ctx, end
+	f.ex.mu.Unlock()
+	f.ex.epoch.Store(epoch)
+	return epoch
 }
 
 // newTask is the tasks' default: main container "main" beside an envoy-like
@@ -130,7 +160,7 @@ func (f *fx) podOf(id string, n int, w *podtest.PodWrapper) *corev1.Pod {
 	if err := json.Unmarshal(rec.Task, &t); err != nil {
 		f.t.Fatal(err)
 	}
-	pod, err := task.BuildPod(&t, task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: f.ex.cfg.InstanceID}, n)
+	pod, err := task.BuildPod(&t, task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: f.ex.cfg.InstanceID, Nonce: rec.Nonce}, n)
 	if err != nil {
 		f.t.Fatal(err)
 	}

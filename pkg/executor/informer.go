@@ -70,7 +70,7 @@ func (e *Executor) podListWatch(ns, selector string) *cache.ListWatch {
 			w, err := pods.Watch(ctx, opts)
 			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				// A streaming list (client-go's WatchListClient): the
-				// cache's (re)list, counted with the LISTs.
+				// cache's first list, counted with the LISTs.
 				e.noteList(err)
 				return w, err
 			}

@@ -41,13 +41,19 @@ func LeaseName(id string) string {
 // holdLease runs fn while this process holds the instance Lease and returns
 // fn's error, nil when ctx ended, or ErrLeaseLost.
 func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error) error {
-	holder := e.cfg.LeaseHolder
-	if holder == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		holder = fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b))
-	}
+	e.holderOnce.Do(func() {
+		e.holder = e.cfg.LeaseHolder
+		if e.holder == "" {
+			host, _ := os.Hostname()
+			b := make([]byte, 4)
+			_, _ = rand.Read(b)
+			e.holder = fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b))
+		}
+	})
+	// One identity for the process's life: a Lease it could not renew
+	// (the API server restarting) and that nobody took meanwhile is its
+	// own again at once, not after a whole lease duration as a stranger's.
+	holder := e.holder
 	name := LeaseName(e.cfg.InstanceID)
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID, "lease", e.cfg.LeaseNamespace+"/"+name)
 	lock := &watchedLock{Interface: &resourcelock.LeaseLock{
@@ -73,6 +79,13 @@ func (e *Executor) holdLease(ctx context.Context, fn func(context.Context) error
 			OnStartedLeading: func(lctx context.Context) {
 				log.Info("holding the instance lease")
 				err := fn(lctx)
+				if err == nil && ctx.Err() == nil {
+					// lctx ended and Start's did not: the Lease could not be
+					// renewed. Said here too, for OnStoppedLeading may come
+					// after fn returned, and then cannot tell a loss from an end.
+					err = ErrLeaseLost
+					log.Error("lost the instance lease: could not renew it within RenewDeadline")
+				}
 				mu.Lock()
 				if result == nil {
 					result = err

@@ -47,12 +47,25 @@ const backoffReset = 10 * time.Second
 //     again after the back-off: its first step, then doubling (by Factor),
 //     never longer than Cap, jitter included. The back-off starts again from
 //     its first step after a cycle that stayed up for backoffReset, and
-//     after a live one, whose watch delivered a change after its list: so a
-//     410 storm costs each ended watch one relist after the first step, not
-//     after the cap, while a server that fails or ends every watch before
-//     it delivers anything is listed ever less often. The
+//     after a live one: its watch delivered a change after its list, or its
+//     LIST brought news (a pod new to the cache, changed, or gone) and no
+//     request of it failed. So a 410 storm costs each ended watch one relist
+//     after the first step, not after the cap, also when no watch gets to
+//     deliver anything before it expires (the cache then sees through its
+//     LISTs only), while a server that refuses requests, or ends every watch
+//     while nothing changes, is listed ever less often. The
 //     Reflector's own retries of a refused WATCH (within a cycle) take the
 //     same steps, started again by client-go every 2 minutes.
+//   - The first list of a cache may be a streaming list (client-go's
+//     watch-list, where the server offers it: one pod decoded at a time);
+//     every later one, after a watch ended or failed, is a LIST, whose pods
+//     reach the handler before the next WATCH request is sent. A streaming
+//     list is a WATCH: it waits as long as the server takes to answer
+//     watches, hands nothing over before its initial-events-end bookmark,
+//     and nothing at all when the connection is cut before it; a cache that
+//     relists knows it is behind, and what it lists must be acted on at
+//     once (issue 19: through a 410 storm with slow WATCH answers, finished
+//     pods waited for the watch, not for the list).
 //   - The cache is blind from the first failed LIST, WATCH request or
 //     list-and-watch cycle after its last success until the next successful
 //     LIST or WATCH request (blind reports it; the Blind gauge is 1 meanwhile).
@@ -65,12 +78,25 @@ type podCache struct {
 	indexer   cache.Indexer
 	fifo      *cache.RealFIFO
 	reflector *cache.Reflector
+	lw        *cache.ListWatch // what the Reflector lists and watches with
 	delay     relistDelay
+
+	// relisting is set once the first list-and-watch cycle ended: from then
+	// on a streaming list is refused (errListInstead).
+	relisting atomic.Bool
+	// listNews is set by a LIST that brought news, until its cycle ends.
+	listNews atomic.Bool
 
 	mu       sync.Mutex
 	blindAt  time.Time // first failure since the last success; zero while it sees the API server
 	blindErr error     // the latest failure
 }
+
+// errListInstead refuses a streaming list after the cache's first cycle,
+// before any request is sent: client-go's Reflector then falls back to a
+// LIST, from its last resourceVersion, as it does when the server does not
+// offer streaming lists.
+var errListInstead = errors.New("relisting with a LIST, not a streaming list")
 
 // podCacheOptions configure a podCache.
 type podCacheOptions struct {
@@ -128,15 +154,21 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list, err := lw.ListWithContext(ctx, opts)
 			c.observe(ctx, err)
+			if err == nil && c.hasNews(opts, list) {
+				c.listNews.Store(true)
+			}
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			if streaming && c.relisting.Load() {
+				return nil, errListInstead // not a failure: nothing was asked
+			}
 			w, err := lw.WatchWithContext(ctx, opts)
 			c.observe(ctx, err)
 			if err != nil {
 				return w, err
 			}
-			streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 			return watch.Filter(w, c.watchEvents(streaming)), nil
 		},
 		DisableChunking: lw.DisableChunking,
@@ -144,7 +176,7 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 	if o.ReflectorClock == nil {
 		o.ReflectorClock = clock.RealClock{}
 	}
-	c.opts = o
+	c.opts, c.lw = o, observed
 	b := reflectorBackoff(o.Backoff)
 	c.delay = relistDelay{clock: o.ReflectorClock, initial: b, current: b}
 	// The wrapper tells client-go whether the client supports streaming
@@ -182,7 +214,9 @@ func (c *podCache) Run(ctx context.Context) {
 	// Reflector.RunWithContext, with this cache's back-off and watch error
 	// handler (a Reflector has no setter for either).
 	_ = wait.DelayFunc(c.delay.next).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		if err := c.reflector.ListAndWatchWithContext(ctx); err != nil && ctx.Err() == nil {
+		err := c.reflector.ListAndWatchWithContext(ctx)
+		c.endCycle(err)
+		if err != nil && ctx.Err() == nil {
 			c.fail(err)
 			if c.opts.OnWatchError != nil {
 				c.opts.OnWatchError(ctx, c.reflector, err)
@@ -196,6 +230,16 @@ func (c *podCache) Run(ctx context.Context) {
 	if !c.blindAt.IsZero() { // a stopped cache is not counted blind
 		c.blindAt, c.blindErr = time.Time{}, nil
 		c.opts.Blind.Dec()
+	}
+}
+
+// endCycle notes the end of a list-and-watch cycle that returned err: later
+// lists are LISTs, and a cycle whose LIST brought news and none of whose
+// requests failed is live for the back-off.
+func (c *podCache) endCycle(err error) {
+	c.relisting.Store(true)
+	if c.listNews.Swap(false) && err == nil {
+		c.delay.live.Store(true)
 	}
 }
 
@@ -222,6 +266,30 @@ func (c *podCache) observe(ctx context.Context, err error) {
 	case ctx.Err() == nil: // not a request the end of Run cancelled
 		c.fail(err)
 	}
+}
+
+// hasNews reports whether list, the answer to a LIST with opts, holds news
+// for the cache: a pod it does not hold at that resourceVersion, or, when the
+// list is whole (not a page), another number of pods than it holds (a pod
+// gone). Changes the cache has queued but not applied yet count as news.
+func (c *podCache) hasNews(opts metav1.ListOptions, list runtime.Object) bool {
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return false
+	}
+	for _, obj := range items {
+		key, err := podKey(obj)
+		if err != nil {
+			continue
+		}
+		cached, ok, err := c.indexer.GetByKey(key)
+		if err != nil || !ok || !sameVersion(cached, obj) {
+			return true
+		}
+	}
+	m, err := meta.ListAccessor(list)
+	whole := err == nil && opts.Continue == "" && m.GetContinue() == ""
+	return whole && len(items) != len(c.indexer.ListKeys())
 }
 
 // watchEvents returns the filter of one watch's events: it notes a change
@@ -356,16 +424,17 @@ func resourceVersion(obj any) (string, bool) {
 }
 
 // relistDelay is the back-off between list-and-watch cycles: the steps of
-// initial, started again after a live cycle (one whose watch delivered a
-// change after its list: the server ended a watch that worked, as in a 410
-// storm or an API server's rollout, so the next list is not hammering a
-// failing server) or one that stayed up for backoffReset. Only the goroutine
-// of Run calls next.
+// initial, started again after a live cycle (one whose LIST brought news or
+// whose watch delivered a change after its list: the server answers, and
+// pods change faster than the cache's watches last, as in a 410 storm or an
+// API server's rollout, so the next list is not hammering a failing server
+// and brings what the executor waits for) or one that stayed up for
+// backoffReset. Only the goroutine of Run calls next.
 type relistDelay struct {
 	clock            clock.Clock
 	initial, current wait.Backoff
 	cycleStart       time.Time   // when the cycle after the last delay started
-	live             atomic.Bool // set by the cycle's watch on a change
+	live             atomic.Bool // set by the cycle's LIST or watch on news
 }
 
 func (d *relistDelay) next() time.Duration {

@@ -650,3 +650,178 @@ func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
 		})
 	}
 }
+
+// streamingLW is an API server that serves streaming lists (client-go's
+// watch-list: a WATCH with sendInitialEvents, the cache's pods as ADDED
+// events, then the initial-events-end bookmark) as well as LISTs, and lets
+// a test hold every WATCH request it has not answered yet.
+type streamingLW struct {
+	mu      sync.Mutex
+	pods    []corev1.Pod
+	rv      int
+	lists   int
+	streams int           // streaming lists asked for
+	hold    chan struct{} // while not nil, WATCH requests wait until it is closed
+	// watching are the watchers handed out, as they are.
+	watching chan *watch.FakeWatcher
+}
+
+func (s *streamingLW) lw() *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(_ context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.lists++
+			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: fmt.Sprint(s.rv)}}
+			for _, p := range s.pods {
+				list.Items = append(list.Items, *p.DeepCopy())
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			s.mu.Lock()
+			hold := s.hold
+			streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			if streaming {
+				s.streams++
+			}
+			s.mu.Unlock()
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			fw := watch.NewFakeWithChanSize(len(s.pods)+1, false)
+			if streaming {
+				for i := range s.pods {
+					fw.Add(s.pods[i].DeepCopy())
+				}
+				fw.Action(watch.Bookmark, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: fmt.Sprint(s.rv),
+					Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}})
+			}
+			s.watching <- fw
+			return fw, nil
+		},
+	}
+}
+
+// TestRelistedPodsReachTheHandlerWhileWatchesHang: after a 410 the cache
+// relists with a LIST and hands what changed meanwhile (here a pod that
+// finished while the watch was down) to the handler at once, even while
+// every WATCH request goes unanswered (an API server slow to answer
+// watches, a connection cut again and again). A relist by streaming list is
+// a WATCH: it hands nothing over before its initial-events-end bookmark, so
+// the finished pod waited for the watch (issue 19's harsh storm). The first
+// list may stream.
+func TestRelistedPodsReachTheHandlerWhileWatchesHang(t *testing.T) {
+	running, finished := testPod("a", "1"), testPod("a", "2")
+	running.Status.Phase, finished.Status.Phase = corev1.PodRunning, corev1.PodSucceeded
+	s := &streamingLW{pods: []corev1.Pod{running}, rv: 1, watching: make(chan *watch.FakeWatcher, 100)}
+	rec := &recorder{}
+	opts := testCacheOptions(rec)
+	opts.Client = nil // a client that streams lists
+	c := newPodCache(s.lw(), opts)
+	runCache(t, c)
+	waitFor(t, "the cache synced", c.HasSynced)
+	if got := rec.take(); !slices.Equal(got, []string{"add ns/a 1"}) {
+		t.Fatalf("first list: handler calls %q", got)
+	}
+	s.mu.Lock()
+	streams0, lists0 := s.streams, s.lists
+	s.pods, s.rv = []corev1.Pod{finished}, 2 // the pod finishes while the watch is down
+	s.hold = make(chan struct{})             // and no WATCH request is answered from now on
+	s.mu.Unlock()
+	t.Cleanup(func() { close(s.hold) })
+	if streams0 != 1 || lists0 != 0 {
+		t.Errorf("the first list was not a streaming list: %d streaming lists, %d LISTs", streams0, lists0)
+	}
+	expired := apierrors.NewResourceExpired("too old resource version").Status()
+	(<-s.watching).Error(&expired)
+
+	var got []string
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		got = rec.take()
+	}
+	s.mu.Lock()
+	lists, streams := s.lists, s.streams
+	s.mu.Unlock()
+	if !slices.Equal(got, []string{"update ns/a 2"}) {
+		t.Fatalf("handler calls %q within 5 s of the 410 while WATCH requests hang, want [update ns/a 2] (%d LISTs, %d streaming lists asked for)", got, lists, streams)
+	}
+	if lists != 1 {
+		t.Errorf("%d LISTs after the 410, want 1", lists)
+	}
+	if p, ok, _ := c.Indexer().GetByKey("ns/a"); !ok || p.(*corev1.Pod).Status.Phase != corev1.PodSucceeded {
+		t.Errorf("cached pod %v, want it Succeeded", p)
+	}
+}
+
+// TestRelistDelayAfterListsWithNews: a LIST that brings news (a pod new to
+// the cache, changed or gone) makes its cycle live, so the next relist
+// comes after the back-off's first step even when the cycle's watch
+// expired before it delivered anything (issue 19's harsh storm: every watch
+// was answered after the next compaction, and the back-off grew to its cap
+// while the LISTs kept finding finished pods); a LIST that brings nothing
+// new, or a cycle whose WATCH request failed, lets the back-off grow.
+func TestRelistDelayAfterListsWithNews(t *testing.T) {
+	ms := time.Millisecond
+	a1, a2, b5, c6 := testPod("a", "1"), testPod("a", "2"), testPod("b", "5"), testPod("c", "6")
+	fl := newFakeLW()
+	f := newFx(t, nil) // the default back-off: 100 ms doubling to 2 s, jitter 50 %
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	opts := f.ex.podCacheOptions("ns")
+	opts.ReflectorClock = clk
+	c := newPodCache(fl.lw(), opts)
+	for i, step := range []struct {
+		name     string
+		cached   []corev1.Pod // the cache before the LIST
+		listed   []corev1.Pod
+		page     bool  // the LIST is a page of a longer list
+		err      error // how the cycle ended: nil when its watch expired
+		min, max time.Duration
+	}{
+		{"a new pod", nil, []corev1.Pod{a1}, false, nil, 100 * ms, 150 * ms},
+		{"nothing new", []corev1.Pod{a1}, []corev1.Pod{a1}, false, nil, 200 * ms, 300 * ms},
+		{"nothing new again", []corev1.Pod{a1}, []corev1.Pod{a1}, false, nil, 400 * ms, 600 * ms},
+		{"a changed pod", []corev1.Pod{a1}, []corev1.Pod{a2}, false, nil, 100 * ms, 150 * ms},
+		{"nothing new after it", []corev1.Pod{a2}, []corev1.Pod{a2}, false, nil, 200 * ms, 300 * ms},
+		{"a pod gone", []corev1.Pod{a2}, nil, false, nil, 100 * ms, 150 * ms},
+		{"a pod gone and a new one", []corev1.Pod{a2}, []corev1.Pod{b5}, false, nil, 100 * ms, 150 * ms},
+		{"a page without news", []corev1.Pod{b5, c6}, []corev1.Pod{b5}, true, nil, 200 * ms, 300 * ms},
+		{"news, but the WATCH request failed", []corev1.Pod{b5}, []corev1.Pod{c6}, false, errors.New("internal error"), 400 * ms, 600 * ms},
+		{"news after it", []corev1.Pod{c6}, []corev1.Pod{a1}, false, nil, 100 * ms, 150 * ms},
+	} {
+		for _, p := range c.Indexer().List() {
+			if err := c.Indexer().Delete(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range step.cached {
+			if err := c.Indexer().Add(p.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fl.setPods(step.listed...)
+		lo := metav1.ListOptions{}
+		if step.page {
+			lo.Continue = "next"
+		}
+		if _, err := c.lw.ListWithContext(f.ctx, lo); err != nil {
+			t.Fatal(err)
+		}
+		// The cycle's watch expires before it delivers anything, or its
+		// request fails.
+		c.endCycle(step.err)
+		got := c.delay.next()
+		if got < step.min || got > step.max {
+			t.Errorf("step %d (%s): next relist after %s, want %s to %s", i, step.name, got, step.min, step.max)
+		}
+		clk.Step(got)
+	}
+}

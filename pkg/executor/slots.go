@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubetask/kubetask/pkg/attempt"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -26,6 +30,7 @@ const expectationTimeout = 5 * time.Minute
 // sync after the pod appeared in the cache (or the creation failed).
 type creation struct {
 	attempt int
+	epoch   int64 // the term that admitted it; only that term creates the pod
 	name    string
 	pod     *corev1.Pod // to create
 	done    bool        // the API call returned
@@ -83,7 +88,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod) bool {
 		return false
 	}
 	e.removeLocked(rec.ID)
-	e.creations[rec.ID] = &creation{attempt: n, name: pod.Name, pod: pod}
+	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
 	e.mu.Unlock()
 	select {
 	case e.creates <- rec.ID:
@@ -162,6 +167,15 @@ func (e *Executor) wakeWaiting() {
 	}
 }
 
+// dropPendingCreations forgets every creation when a term ends: the next
+// term counts and admits from the state as it then is, and a creation still
+// queued is never performed (createOne finds it gone).
+func (e *Executor) dropPendingCreations() {
+	e.mu.Lock()
+	clear(e.creations)
+	e.mu.Unlock()
+}
+
 // dropCreation forgets the creation of task id and wakes the line.
 func (e *Executor) dropCreation(id string) {
 	e.mu.Lock()
@@ -186,9 +200,16 @@ func (e *Executor) creationOf(id string) (creation, bool) {
 // errNameTaken reports a pod with the attempt's name that is not the task's.
 var errNameTaken = errors.New("the pod name is taken by a pod that is not this task's")
 
+// errNotClaimed reports a creation the executor did not perform, or whose
+// pod it threw away unrun: when it was about to be sent, the task's record no
+// longer wanted that pod from this term (the task finished, was cancelled,
+// moved to another attempt or instance, has its pod recorded, or a newer term
+// of the instance began). The next sync decides again from the record.
+var errNotClaimed = errors.New("the task's record no longer wants this pod from this term")
+
 // runCreator creates admitted pods, CreateConcurrency at a time, outside the
-// workers. It only performs the API call and hands the answer to the task's
-// next sync, which decides.
+// workers, with the current term's context (a call in flight ends with the
+// term). It hands the answer to the task's next sync, which decides.
 func (e *Executor) runCreator(ctx context.Context) {
 	for e.gate.wait(ctx) {
 		select {
@@ -199,33 +220,63 @@ func (e *Executor) runCreator(ctx context.Context) {
 				go func() { e.creates <- id }() // after the Lease is held again
 				continue
 			}
-			e.createOne(ctx, id)
+			e.createOne(e.termContext(), id)
 			e.gate.leave()
 		}
 	}
 }
 
 // createOne performs the admitted creation of task id, if it is still
-// pending, and brings the task back to a worker.
+// pending and was admitted in this term, and brings the task back to a
+// worker. It is the fence's side of a creation (docs/executor.md):
+//
+//  1. the record still wants the pod, checked in the store (claimGone) and
+//     with the instance's current epoch, once here and again right before
+//     the request leaves the client, after its rate limiter (withSendCheck);
+//  2. the pod is created with the term's epoch and the record's nonce, and
+//     gated (task.FenceGate): nothing in it runs yet;
+//  3. the record is written, fenced by the term's epoch, with the pod's UID
+//     (markCreated); a pod the record does not take is discarded, unrun;
+//  4. only then is the gate removed, and the pod scheduled.
 func (e *Executor) createOne(ctx context.Context, id string) {
 	e.mu.Lock()
 	c := e.creations[id]
-	var pod *corev1.Pod
+	var (
+		pod   *corev1.Pod
+		n     int
+		epoch int64
+	)
 	if c != nil && !c.done {
-		pod = c.pod
+		pod, n, epoch = c.pod, c.attempt, c.epoch
 	}
 	e.mu.Unlock()
 	if pod == nil {
 		return
 	}
-	obj, adopted, err := e.create(ctx, pod)
+	if epoch != e.epoch.Load() {
+		e.dropCreation(id) // admitted in an earlier term
+		return
+	}
+	pod = fencedPod(pod, epoch)
+	check := func(ctx context.Context) error { return e.checkClaim(ctx, id, n, epoch) }
+	var (
+		obj     *corev1.Pod
+		adopted bool
+	)
+	err := check(ctx)
+	if err == nil {
+		obj, adopted, err = e.create(withSendCheck(ctx, check), pod, epoch)
+	}
+	if err == nil {
+		obj, err = e.claimPod(ctx, id, n, obj, adopted)
+	}
 	if ctx.Err() != nil {
 		return
 	}
 	e.mu.Lock()
 	if c := e.creations[id]; c != nil && c.name == pod.Name {
 		c.done, c.err, c.adopted, c.doneAt = true, err, adopted, e.cfg.Clock.Now()
-		if obj != nil {
+		if obj != nil && err == nil {
 			c.obj = compactPod(obj)
 		}
 	}
@@ -233,15 +284,139 @@ func (e *Executor) createOne(ctx context.Context, id string) {
 	e.queue.Add(id)
 }
 
-// create creates pod. On AlreadyExists it reads the existing pod and adopts
-// it only when it carries the same identity (created before a restart, or by
-// an earlier process of this instance).
-func (e *Executor) create(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, bool, error) {
+// fencedPod is pod as a term of epoch creates it: annotated with the epoch
+// and gated, so that it runs only once its record takes it.
+func fencedPod(pod *corev1.Pod, epoch int64) *corev1.Pod {
+	pod = pod.DeepCopy()
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[task.AnnotationEpoch] = strconv.FormatInt(epoch, 10)
+	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: task.FenceGate})
+	return pod
+}
+
+// claimGone says why rec no longer wants a pod for attempt n from executor
+// instance, or "" when it does: the record is the instance's, unfinished,
+// not cancelled, at attempt n, and no pod of that attempt is recorded.
+func claimGone(rec store.Record, n int, instance string) string {
+	switch {
+	case rec.Executor != instance:
+		return "the task moved to executor " + rec.Executor
+	case rec.Terminal:
+		return "the task has its outcome"
+	case !rec.CancelledAt.IsZero():
+		return "the task was cancelled"
+	case rec.Attempt != n:
+		return fmt.Sprintf("the task is at attempt %d", rec.Attempt)
+	case rec.PodCreated:
+		return "the attempt's pod is recorded"
+	}
+	return ""
+}
+
+// checkClaim fails with errNotClaimed unless the record of task id still
+// wants the pod of attempt n from this instance and epoch is still the
+// instance's current one; with the store's error when it cannot tell.
+func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64) error {
+	rec, err := e.store.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("checking the claim of task %s: %w", id, err)
+	}
+	if why := claimGone(rec, n, e.cfg.InstanceID); why != "" {
+		return fmt.Errorf("%w: %s", errNotClaimed, why)
+	}
+	cur, err := e.store.Epoch(ctx, e.cfg.InstanceID)
+	if err != nil {
+		return fmt.Errorf("checking the claim of task %s: %w", id, err)
+	}
+	if cur != epoch {
+		return fmt.Errorf("%w: term %d of the instance began (this one is %d)", errNotClaimed, cur, epoch)
+	}
+	return nil
+}
+
+// claimPod records obj, the gated pod just created (or found) for attempt n
+// of task id, as the attempt's pod, with a write fenced by the term's epoch,
+// and then removes its gate. When the record does not take it (it no longer
+// wants a pod, records another, or the write is fenced) obj is discarded,
+// never having run.
+func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.Pod, adopted bool) (*corev1.Pod, error) {
+	var claimErr error
+	for range 5 {
+		rec, err := e.store.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("recording pod %s/%s: %w", obj.Namespace, obj.Name, err)
+		}
+		if rec.PodCreated && rec.Attempt == n && rec.PodUID == string(obj.UID) {
+			claimErr = nil // recorded by an earlier try whose answer was lost
+			break
+		}
+		if why := claimGone(rec, n, e.cfg.InstanceID); why != "" {
+			claimErr = fmt.Errorf("%w: %s", errNotClaimed, why)
+			break
+		}
+		_, claimErr = e.markCreated(ctx, rec, obj, adopted, e.cfg.Clock.Now())
+		if !errors.Is(claimErr, store.ErrConflict) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(claimErr, errNotClaimed), errors.Is(claimErr, store.ErrFenced):
+		e.cfg.Logger.Info("discarding a pod its record does not take; it never ran", "task", id, "pod", obj.Namespace+"/"+obj.Name, "why", claimErr)
+		if err := attempt.Discard(ctx, e.client, obj); err != nil {
+			e.cfg.Logger.Warn("discarding a pod failed; the next term discards it", "pod", obj.Namespace+"/"+obj.Name, "err", err)
+		}
+		return nil, claimErr
+	case claimErr != nil:
+		return nil, claimErr // the next creation finds the gated pod (AlreadyExists) and records it
+	}
+	if err := attempt.Ungate(ctx, e.client, obj); err != nil {
+		// Recorded: the task's next sync removes the gate.
+		e.cfg.Logger.Warn("removing the fence's gate failed; retrying from the task's sync", "pod", obj.Namespace+"/"+obj.Name, "err", err)
+		return obj, nil
+	}
+	e.noteUngated(id, obj.UID)
+	for i, g := range obj.Spec.SchedulingGates {
+		if g.Name == task.FenceGate {
+			obj = obj.DeepCopy()
+			obj.Spec.SchedulingGates = slices.Delete(obj.Spec.SchedulingGates, i, i+1)
+			break
+		}
+	}
+	return obj, nil
+}
+
+// noteUngated remembers that this process removed the fence gate of pod uid
+// of task id, so that a cache that still shows the gate does not make the
+// task's sync remove it again.
+func (e *Executor) noteUngated(id string, uid types.UID) {
+	e.mu.Lock()
+	e.ungated[id] = uid
+	e.mu.Unlock()
+}
+
+func (e *Executor) ungatedBy(id string, uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ungated[id] == uid
+}
+
+// create creates pod, gated and stamped with the term's epoch. On
+// AlreadyExists it reads the existing pod: one this term created (a retried
+// creation) is returned as created; one an earlier term created and never
+// ran (still gated, not recorded: the claim was checked before) is discarded
+// and the creation fails, to be retried; a pod of a release before the fence
+// (no epoch) with the task's identity is adopted; anything else is not the
+// task's.
+func (e *Executor) create(ctx context.Context, pod *corev1.Pod, epoch int64) (*corev1.Pod, bool, error) {
 	obj, err := e.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		e.metrics.podCreations.WithLabelValues("created").Inc()
 		return obj, false, nil
+	case errors.Is(err, errNotClaimed):
+		return nil, false, err
 	case !apierrors.IsAlreadyExists(err):
 		e.metrics.podCreations.WithLabelValues("error").Inc()
 		return nil, false, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -255,14 +430,27 @@ func (e *Executor) create(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, bo
 	if !e.ownsPod(live, want, n) {
 		return nil, false, fmt.Errorf("%w: %s/%s", errNameTaken, pod.Namespace, pod.Name)
 	}
-	return live, true, nil
+	fenced, stamped := attempt.Fenced(live), live.Annotations[task.AnnotationEpoch] != ""
+	switch {
+	case fenced && live.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10):
+		return live, false, nil // this term's: an earlier try whose answer was lost
+	case fenced:
+		e.cfg.Logger.Info("discarding a pod an earlier term created and never ran", "pod", pod.Namespace+"/"+pod.Name, "epoch", live.Annotations[task.AnnotationEpoch])
+		if err := attempt.Discard(ctx, e.client, live); err != nil {
+			return nil, false, err
+		}
+		return nil, false, fmt.Errorf("pod %s/%s of an earlier term was discarded; creating it again", pod.Namespace, pod.Name)
+	case !stamped:
+		return live, true, nil // created before the fence existed
+	}
+	return nil, false, fmt.Errorf("%w: %s/%s runs without its record taking it", errNameTaken, pod.Namespace, pod.Name)
 }
 
 // ownsPod reports whether pod carries identity id (the executor may be this
 // instance or one it adopts) and attempt n.
 func (e *Executor) ownsPod(pod *corev1.Pod, id task.Identity, n int) bool {
 	got, m, err := task.IdentityFromPod(pod)
-	if err != nil || m != n || got.Namespace != id.Namespace || got.Name != id.Name || got.RunID != id.RunID {
+	if err != nil || m != n || got.Namespace != id.Namespace || got.Name != id.Name || got.RunID != id.RunID || got.Nonce != id.Nonce {
 		return false
 	}
 	if got.Executor == e.cfg.InstanceID {

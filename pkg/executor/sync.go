@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,9 +77,13 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	if err := json.Unmarshal(rec.Task, &t); err != nil {
 		return 0, fmt.Errorf("decoding task %s: %w", id, err)
 	}
-	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID}
-	pods := e.ownPods(ident)
+	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
+	pods, discard := e.fitPods(rec, ident)
+	var errs []error
+	for _, p := range discard {
+		errs = append(errs, e.retryAction(&podAction{kind: actDiscard, id: rec.ID, attempt: rec.Attempt, pod: p, at: now}))
+	}
 	for _, p := range pods {
 		if p.Labels[task.LabelExecutor] != e.cfg.InstanceID {
 			// Adopted from a gone instance: move it to this one first (the
@@ -87,7 +93,6 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	}
 
 	var next requeue
-	var errs []error
 	// Pods of attempts whose outcome is recorded: stop, release, delete.
 	for n, p := range pods {
 		if out, ok := outcomeOf(rec, n); ok {
@@ -117,8 +122,11 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	// copy a creation returned); fresh: just read from the API server.
 	pod, stale := pods[n], true
 	cr, creating := e.creationOf(rec.ID)
-	if creating && (cr.attempt != n || cr.done && !cr.seen && now.Sub(cr.doneAt) >= expectationTimeout) {
-		e.dropCreation(rec.ID) // an older attempt's, or the cache never showed it
+	if creating && (cr.attempt != n || cr.done && !cr.seen && now.Sub(cr.doneAt) >= expectationTimeout ||
+		cr.done && (errors.Is(cr.err, errNotClaimed) || errors.Is(cr.err, store.ErrFenced))) {
+		// An older attempt's, one the cache never showed, or one the fence
+		// kept from running: decide from the record as it is now.
+		e.dropCreation(rec.ID)
 		creating = false
 	}
 	if pod == nil && creating {
@@ -133,7 +141,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	}
 	if pod == nil && rec.PodCreated && !creating {
 		// The cache may lag, or the pod is gone: ask the API server.
-		live, err := e.readPod(ctx, ident, n)
+		live, err := e.readPod(ctx, rec, ident, n)
 		if err != nil {
 			return 0, err
 		}
@@ -151,6 +159,13 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if creating && (cr.seen || pod == nil) {
 		e.dropCreation(rec.ID)
 	}
+	if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) {
+		// Recorded, and its gate left on (the creator's removal failed, or
+		// its process ended in between): it may run now.
+		if err := e.retryAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
+			return 0, err
+		}
+	}
 	e.unwait(rec.ID) // the attempt has (or had) its pod: no slot to wait for
 
 	e.capturesDone(e.captureCtx(), t, rec.ID, n, pod) // follow the logs while the attempt runs
@@ -158,17 +173,17 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	policy := t.Policy()
 	policy.CancelledAt = rec.CancelledAt
 	policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
-	st := podstate.Derive(pod, policy, now)
+	st := podstate.Derive(withoutFenceGate(pod), policy, now)
 	if st.Terminal() && st.Timed && stale {
 		// The clock decided: confirm on a fresh read, so that a stalled watch
 		// never turns a running or finished pod into a timeout.
-		live, err := e.readPod(ctx, ident, n)
+		live, err := e.readPod(ctx, rec, ident, n)
 		if err != nil {
 			return 0, err
 		}
 		pod = live
 		policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
-		st = podstate.Derive(pod, policy, now)
+		st = podstate.Derive(withoutFenceGate(pod), policy, now)
 	}
 	if !st.Terminal() {
 		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
@@ -325,9 +340,11 @@ func (e *Executor) createRetryAt(id string, attempt int) time.Time {
 // after a restart a missing pod then means it is gone).
 func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev1.Pod, adopted bool, now time.Time) (store.Record, error) {
 	rec.PodCreated = true
+	rec.PodUID = string(pod.UID)
+	rec.PodEpoch, _ = strconv.ParseInt(pod.Annotations[task.AnnotationEpoch], 10, 64) // 0: created before the fence
 	rec.Phase, rec.Reason, rec.Message = string(podstate.Pending), string(podstate.ReasonScheduling), "pod "+pod.Name+" created"
 	rec.ExitCode = nil
-	updated, err := e.store.Update(ctx, rec)
+	updated, err := e.update(ctx, rec)
 	if err != nil {
 		return rec, fmt.Errorf("recording pod creation of task %s: %w", rec.ID, err)
 	}
@@ -379,22 +396,22 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	if _, ok := outcomeOf(rec, n); ok {
 		return rec, false, nil
 	}
-	podName, finishedAt := "", now
+	podName, podUID, finishedAt := "", "", now
 	if pod != nil {
-		podName = pod.Name
+		podName, podUID = pod.Name, string(pod.UID)
 		if ft := mainFinishedAt(pod, t.Spec.MainContainer); !ft.IsZero() {
 			finishedAt = ft
 		}
 	}
 	rec.Attempts = append(rec.Attempts, store.AttemptOutcome{
-		Attempt: n, Pod: podName, Phase: string(st.Phase), Reason: string(st.Reason),
+		Attempt: n, Pod: podName, PodUID: podUID, Phase: string(st.Phase), Reason: string(st.Reason),
 		Message: st.Message, ExitCode: st.ExitCode, Retryable: st.Retryable, FinishedAt: finishedAt, ObservedAt: now,
 	})
 	retry := rec.CancelledAt.IsZero() && t.ShouldRetry(st, n)
 	if retry {
 		delay := t.RetryDelay(n)
 		rec.Attempt++
-		rec.PodCreated = false
+		rec.PodCreated, rec.PodUID, rec.PodEpoch = false, "", 0
 		rec.NextAttemptAt = now.Add(delay)
 		rec.Phase, rec.Reason = string(podstate.Pending), reasonRetryBackoff
 		rec.Message = fmt.Sprintf("attempt %d ended %s; attempt %d starts in %s", n, st, rec.Attempt, delay)
@@ -404,7 +421,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 		rec.Phase, rec.Reason, rec.Message = string(st.Phase), string(st.Reason), st.Message
 		rec.ExitCode, rec.Retryable, rec.Result = st.ExitCode, st.Retryable, result
 	}
-	updated, err := e.store.Update(ctx, rec)
+	updated, err := e.update(ctx, rec)
 	if err != nil {
 		return rec, false, fmt.Errorf("recording outcome of task %s: %w", rec.ID, err) // re-read and re-decide
 	}
@@ -452,7 +469,7 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		case !a.reflected(pod) && now.Sub(a.doneAt) < actionSettle:
 			return 0, nil // the cache will show it
 		}
-		e.reportReleases(id, map[int]*corev1.Pod{}) // a done release is reported before it is forgotten
+		e.reportDone(id, func(k string) bool { return k == key }) // this pod's done release is reported before it is forgotten
 	}
 	phase := podstate.Phase(out.Phase)
 	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase})
@@ -506,6 +523,14 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
 	for _, p := range pods {
 		present[p.Namespace+"/"+p.Name] = true
 	}
+	e.reportDone(id, func(key string) bool { return !present[key] })
+}
+
+// reportDone emits PodReleased for the done releases of task id not yet
+// reported, and forgets the done actions on the pods forget names (and only
+// those: an action forgotten while its pod is still there is decided again,
+// and reported again).
+func (e *Executor) reportDone(id string, forget func(key string) bool) {
 	type report struct {
 		key string
 		a   podAction
@@ -520,7 +545,7 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
 			a.reported = true
 			reports = append(reports, report{key, *a})
 		}
-		if !present[key] {
+		if forget(key) {
 			delete(e.actions, key)
 		}
 	}
@@ -565,26 +590,90 @@ func (e *Executor) relabel(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// ownPods returns the cached pods of the run ident by attempt: only pods
-// whose recorded identity is the task's (a pod of an instance in AdoptFrom
-// is relabelled to this one first).
-func (e *Executor) ownPods(ident task.Identity) map[int]*corev1.Pod {
-	out := map[int]*corev1.Pod{}
-	for _, p := range e.podsOfRun(ident.RunID) {
-		_, n, err := task.IdentityFromPod(p)
-		if err != nil || !e.ownsPod(p, ident, n) {
-			continue
-		}
-		out[n] = p
+// podFit is what a pod of a task's run is to the task's record.
+type podFit int
+
+const (
+	// fitOwn: the pod of a recorded attempt, or of the current one (also a
+	// pod created before the fence existed): the executor acts on it.
+	fitOwn podFit = iota
+	// fitCreating: the current attempt's pod, created by this term and not
+	// recorded yet: its creator records it or discards it.
+	fitCreating
+	// fitDiscard: a pod the record does not take, which never ran (still
+	// gated): created by a stale term, or of an earlier record with the same
+	// ID. It is discarded and never decides an outcome.
+	fitDiscard
+)
+
+// fitOf says what pod, of attempt n of rec's run, is to rec while the
+// executor's current term has epoch. A pod whose nonce or UID does not match
+// what rec records is never the task's: a stale term's pod (gated, never
+// run) is discarded; one that runs although no record takes it (its gate
+// removed by hand) is discarded too, so that it never decides an outcome.
+func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64) podFit {
+	uid := string(pod.UID)
+	if pod.Annotations[task.AnnotationNonce] != rec.Nonce {
+		return fitDiscard // an earlier record's, with the same ID
 	}
-	return out
+	if out, ok := outcomeOf(rec, n); ok {
+		if out.PodUID == "" || out.PodUID == uid {
+			return fitOwn
+		}
+		return fitDiscard // not the pod whose outcome is recorded
+	}
+	if n != rec.Attempt {
+		return fitOwn
+	}
+	fenced, stamped := attempt.Fenced(pod), pod.Annotations[task.AnnotationEpoch] != ""
+	switch {
+	case rec.PodCreated && (rec.PodUID == "" || rec.PodUID == uid):
+		return fitOwn // recorded (before the fence: by identity)
+	case rec.PodCreated:
+		return fitDiscard
+	case fenced && pod.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10):
+		return fitCreating
+	case !stamped && !fenced:
+		return fitOwn // created before the fence existed, not recorded yet: adopted
+	}
+	return fitDiscard
 }
 
-// readPod reads the pod of attempt n of ident from the API server: nil when
-// it is gone, or when the name is taken by a pod that is not the task's. It
-// returns what the cache would keep of it (cachedPod), so that a decision
-// on a fresh read sees what one on the cache sees.
-func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*corev1.Pod, error) {
+// fitPods returns the cached pods of rec's run by attempt that the
+// executor acts on, and those to discard (fitOf). Only pods whose identity
+// is the task's count (a pod of an instance in AdoptFrom is relabelled to
+// this one first); pods of the current term's creation in flight are in
+// neither.
+func (e *Executor) fitPods(rec store.Record, ident task.Identity) (map[int]*corev1.Pod, []*corev1.Pod) {
+	own := map[int]*corev1.Pod{}
+	var discard []*corev1.Pod
+	epoch := e.epoch.Load()
+	for _, p := range e.podsOfRun(ident.RunID) {
+		id, n, err := task.IdentityFromPod(p)
+		if err != nil || id.Namespace != ident.Namespace || id.Name != ident.Name || !e.ownsPod(p, task.Identity{
+			Namespace: ident.Namespace, Name: ident.Name, RunID: ident.RunID, Nonce: id.Nonce}, n) {
+			continue
+		}
+		switch fitOf(rec, p, n, epoch) {
+		case fitOwn:
+			own[n] = p
+		case fitDiscard:
+			if p.DeletionTimestamp == nil || hasFinalizer(p) {
+				e.cfg.Logger.Info("discarding a pod its task's record does not take", "task", rec.ID, "pod", p.Namespace+"/"+p.Name,
+					"attempt", n, "uid", p.UID, "epoch", p.Annotations[task.AnnotationEpoch])
+				discard = append(discard, p)
+			}
+		}
+	}
+	return own, discard
+}
+
+// readPod reads the pod of attempt n of rec (ident) from the API server:
+// nil when it is gone, or when the name is taken by a pod that is not the
+// attempt's recorded one. It returns what the cache would keep of it
+// (cachedPod), so that a decision on a fresh read sees what one on the cache
+// sees.
+func (e *Executor) readPod(ctx context.Context, rec store.Record, ident task.Identity, n int) (*corev1.Pod, error) {
 	name := task.PodName(ident, n)
 	live, err := e.client.CoreV1().Pods(ident.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -592,8 +681,8 @@ func (e *Executor) readPod(ctx context.Context, ident task.Identity, n int) (*co
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading pod %s/%s: %w", ident.Namespace, name, err)
-	case !e.ownsPod(live, ident, n):
-		e.cfg.Logger.Warn("pod with the attempt's name is not the task's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID)
+	case !e.ownsPod(live, ident, n) || fitOf(rec, live, n, e.epoch.Load()) != fitOwn:
+		e.cfg.Logger.Warn("pod with the attempt's name is not the attempt's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID, "uid", live.UID)
 		return nil, nil
 	}
 	return compactPod(live).pod(), nil
@@ -610,7 +699,7 @@ func (e *Executor) persistProgress(ctx context.Context, rec store.Record, st pod
 		return nil
 	}
 	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(st.Phase), string(st.Reason), st.Message, nil
-	if _, err := e.store.Update(ctx, rec); err != nil {
+	if _, err := e.update(ctx, rec); err != nil {
 		return fmt.Errorf("recording the state %s/%s of task %s: %w", st.Phase, st.Reason, rec.ID, err)
 	}
 	return nil
@@ -640,10 +729,16 @@ func (e *Executor) setProgress(rec store.Record, phase, reason, message string, 
 // pod first seen ungated with the stale SchedulingGated condition, when it
 // first saw it). After a restart the earlier observations are lost and the
 // schedule timeout counts from the pod's creation or the first sighting.
+// The fence's gate (task.FenceGate), which kubetask removes a moment after
+// the creation, is not one: it delays no schedule timeout. Nor is the
+// SchedulingGated condition a sign of other gates on a pod the fence
+// created (every one was gated).
 func (e *Executor) ungatedAt(id string, attempt int, pod *corev1.Pod, now time.Time) time.Time {
 	if pod == nil {
 		return time.Time{}
 	}
+	fenced := pod.Annotations[task.AnnotationEpoch] != ""
+	pod = withoutFenceGate(pod)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.gates[id]
@@ -653,13 +748,28 @@ func (e *Executor) ungatedAt(id string, attempt int, pod *corev1.Pod, now time.T
 	switch {
 	case len(pod.Spec.SchedulingGates) > 0:
 		m.sawGated = true
-	case m.ungatedAt.IsZero() && (m.sawGated || gatedCondition(pod)):
+	case m.ungatedAt.IsZero() && (m.sawGated || !fenced && gatedCondition(pod)):
 		m.ungatedAt = now
 	}
 	if m.sawGated || !m.ungatedAt.IsZero() {
 		e.gates[id] = m
 	}
 	return m.ungatedAt
+}
+
+// withoutFenceGate is pod as its task sees it: without the fence's gate
+// (a copy when it has it), which is kubetask's and says nothing of the
+// task's progress.
+func withoutFenceGate(pod *corev1.Pod) *corev1.Pod {
+	if pod == nil || !attempt.Fenced(pod) {
+		return pod
+	}
+	p := *pod
+	p.Spec.SchedulingGates = slices.DeleteFunc(slices.Clone(pod.Spec.SchedulingGates), func(g corev1.PodSchedulingGate) bool { return g.Name == task.FenceGate })
+	if len(p.Spec.SchedulingGates) == 0 {
+		p.Spec.SchedulingGates = nil
+	}
+	return &p
 }
 
 func gatedCondition(pod *corev1.Pod) bool {
@@ -680,6 +790,7 @@ func (e *Executor) forget(id string) {
 	delete(e.creations, id)
 	delete(e.gates, id)
 	delete(e.failures, id)
+	delete(e.ungated, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {

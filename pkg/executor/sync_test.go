@@ -290,7 +290,7 @@ func TestSyncDecisions(t *testing.T) {
 
 func identOf(f *fx, id string) task.Identity {
 	r := f.record(id)
-	return task.Identity{Namespace: r.Namespace, Name: r.Name, RunID: r.ID, Executor: f.ex.cfg.InstanceID}
+	return task.Identity{Namespace: r.Namespace, Name: r.Name, RunID: r.ID, Executor: f.ex.cfg.InstanceID, Nonce: r.Nonce}
 }
 
 // foreign turns pod into one of another run that happens to have its name.

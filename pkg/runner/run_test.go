@@ -58,6 +58,16 @@ func start(ctx context.Context, t *testing.T, c *fake.Clientset, tk *task.Task, 
 	return ch, id
 }
 
+// runPod is the name of the one pod of run id ("" when there is none yet):
+// its name holds the nonce of the record the run made.
+func runPod(ctx context.Context, c *fake.Clientset, id task.Identity) string {
+	l, err := c.CoreV1().Pods(id.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.RunSelector(id).String()})
+	if err != nil || len(l.Items) != 1 {
+		return ""
+	}
+	return l.Items[0].Name
+}
+
 // poll waits for cond with a real-time deadline (the fake clock only drives the runner).
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -80,10 +90,10 @@ func TestRunScheduleTimeoutOnInjectedClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done, id := start(ctx, t, c, tk, clk)
-	name := task.PodName(id, 0)
+	var name string
 	poll(t, "the pod and the runner's recheck timer", func() bool {
-		_, err := c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
-		return err == nil && clk.HasWaiters()
+		name = runPod(ctx, c, id)
+		return name != "" && clk.HasWaiters()
 	})
 	clk.Step(9 * time.Minute)
 	select {
@@ -121,9 +131,14 @@ func TestRunKeepStopsSidecar(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done, id := start(ctx, t, c, tk, clk)
-	name := task.PodName(id, 0)
-	var pod *corev1.Pod
+	var (
+		name string
+		pod  *corev1.Pod
+	)
 	poll(t, "the pod", func() bool {
+		if name = runPod(ctx, c, id); name == "" {
+			return false
+		}
 		var err error
 		pod, err = c.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
 		return err == nil

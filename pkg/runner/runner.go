@@ -376,13 +376,22 @@ func (r *run) acquire(ctx context.Context) error {
 		return fmt.Errorf("%w: task %s/%s (run %s) has no pod still waiting for its outcome in namespace %s",
 			ErrNothingToAttach, id.Namespace, id.Name, id.RunID, id.Namespace)
 	}
-	r.podMu.Lock()
-	r.attempt, r.attached, r.pod = next, len(open) == 1, task.PodName(id, next)
-	r.podMu.Unlock()
 	one := r.t.DeepCopy()
 	one.Namespace = id.Namespace
-	_, err = r.ex.Submit(ctx, id.RunID, one, executor.FirstAttempt(next))
-	return err
+	opts := []executor.SubmitOption{executor.FirstAttempt(next)}
+	if len(open) == 1 {
+		opts = append(opts, executor.AttachPod(open[0])) // the pod an earlier run started: recorded as the attempt's
+	}
+	rec, err := r.ex.Submit(ctx, id.RunID, one, opts...)
+	if err != nil {
+		return err
+	}
+	named := id
+	named.Nonce = rec.Nonce
+	r.podMu.Lock()
+	r.attempt, r.attached, r.pod = next, len(open) == 1, task.PodName(named, next)
+	r.podMu.Unlock()
+	return nil
 }
 
 // selectPods returns the unfinished pods of run id among pods (those still
@@ -392,6 +401,7 @@ func selectPods(pods []corev1.Pod, id task.Identity) (open []*corev1.Pod, next i
 	for i := range pods {
 		p := &pods[i]
 		pid, att, err := task.IdentityFromPod(p)
+		pid.Nonce = id.Nonce // a run's pods carry the nonce of the record of the process that made them
 		if err != nil || pid != id {
 			continue
 		}

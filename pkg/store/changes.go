@@ -71,6 +71,8 @@ func (s *postgresStore) Broadcast(ctx context.Context, msg []byte) error {
 	if len(msg) > MaxBroadcast {
 		return fmt.Errorf("broadcast: %d bytes, at most %d", len(msg), MaxBroadcast)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return fmt.Errorf("broadcast: %w", err)
@@ -120,7 +122,9 @@ func (s *postgresStore) listen(ctx context.Context, channel string, onListen fun
 	if s.closed.Load() {
 		return false
 	}
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return false
 	}
@@ -129,18 +133,36 @@ func (s *postgresStore) listen(ctx context.Context, channel string, onListen fun
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN "+channel); err != nil {
 		return false
 	}
 	onListen()
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithTimeout(ctx, s.listenCheck)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			fn(n.Payload)
+		case ctx.Err() == nil && wctx.Err() != nil:
+			// Quiet for a while: make sure the server still answers (a server
+			// cut off without a word would leave this wait with no end and
+			// the changes it misses unreported).
+			pctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+			_, err := conn.Exec(pctx, "SELECT 1")
+			cancel()
+			if err != nil {
+				return true
+			}
+		default:
 			return true
 		}
-		fn(n.Payload)
 	}
 }
+
+// postgresListenCheck is how long a LISTEN connection waits for a
+// notification before it checks that the server still answers.
+const postgresListenCheck = 15 * time.Second
 
 // Pinger is implemented by stores on a server (PostgreSQL): Ping says
 // whether it answers now (a service's readiness).

@@ -35,6 +35,7 @@ func NewMemoryWithOptions(opts Options) Store {
 		clock:      opts.clock(),
 		maxLogSize: opts.maxLogSize(),
 		recs:       map[string]Record{},
+		epochs:     map[string]int64{},
 		logs:       map[string]map[LogKey]*memoryLog{},
 	}
 }
@@ -52,6 +53,8 @@ type memory struct {
 
 	mu   sync.RWMutex
 	recs map[string]Record
+	// epochs holds each executor instance's fencing epoch.
+	epochs map[string]int64
 	// logs holds each task's logs by task ID.
 	logs   map[string]map[LogKey]*memoryLog
 	closed bool
@@ -122,12 +125,41 @@ func (m *memory) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update (version %d, stored %d): %w",
 			rec.ID, rec.Version, cur.Version, ErrConflict)
 	}
+	if rec.Epoch != 0 && m.epochs[rec.Executor] != rec.Epoch {
+		return Record{}, fmt.Errorf("task record %s update (epoch %d of %s, current %d): %w",
+			rec.ID, rec.Epoch, rec.Executor, m.epochs[rec.Executor], ErrFenced)
+	}
 	rec = rec.DeepCopy()
 	rec.Version = cur.Version + 1
 	rec.CreatedAt = cur.CreatedAt
 	rec.UpdatedAt = m.clock.Now().Round(0)
 	m.recs[rec.ID] = rec
 	return rec.DeepCopy(), nil
+}
+
+func (m *memory) BeginTerm(ctx context.Context, instance string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("term of %s: %w", instance, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, errClosed
+	}
+	m.epochs[instance]++
+	return m.epochs[instance], nil
+}
+
+func (m *memory) Epoch(ctx context.Context, instance string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return 0, errClosed
+	}
+	return m.epochs[instance], nil
 }
 
 func (m *memory) List(ctx context.Context, opts ListOptions) ([]Record, error) {

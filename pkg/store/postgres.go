@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -32,9 +34,9 @@ import (
 // back in UTC; non-zero times must lie within the range of time.UnixNano.
 // Every string but the ID is stored as its bytes (bytea), so any Go string
 // round-trips, NUL bytes and invalid UTF-8 included, and compares in byte
-// order whatever the database's collation; the ID, a label value by
-// contract, is text in the "C" collation and must be valid UTF-8 without NUL
-// (Create refuses another). nil and empty Task, Result, Labels and Attempts
+// order whatever the database's collation; the ID (printable text by
+// contract, task.ValidateID) is text in the "C" collation and must be valid
+// UTF-8 without NUL (Create refuses another). nil and empty Task, Result, Labels and Attempts
 // stay distinct.
 //
 // Concurrency: the store holds a pool of connections (pool_max_conns in url,
@@ -76,7 +78,24 @@ type postgresOptions struct {
 	migrations []string
 	// retentionLogBytes replaces postgresRetentionLogBytes when positive.
 	retentionLogBytes int64
+	// callTimeout and listenCheck replace postgresCallTimeout and
+	// postgresListenCheck when positive.
+	callTimeout, listenCheck time.Duration
 }
+
+// postgresCallTimeout bounds every call on the server, reads and writes,
+// whatever the caller's context: a server cut off without a word (a
+// partition, a host paused) would otherwise hold a call, and whoever waits
+// on it (a gate closing, a replica leaving, a SIGTERM hand-over), until the
+// kernel gives up on the connection, about 15 minutes. A write that runs out
+// of it may or may not have been applied, as with any lost connection: its
+// error says so, and a caller reads the record again.
+const postgresCallTimeout = 30 * time.Second
+
+// postgresKeepAlive probes an idle connection (a LISTEN one waits for
+// notifications for as long as none come): a peer that stopped answering
+// is noticed after Idle + Count x Interval.
+var postgresKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
 
 // postgresDefaultConns is the pool size when the URL sets no pool_max_conns:
 // enough concurrent transactions for their commits to share WAL flushes
@@ -176,6 +195,27 @@ var postgresMigrations = []string{
 	CREATE TRIGGER tasks_cancelled AFTER UPDATE OF cancelled_at ON tasks
 		FOR EACH ROW WHEN (OLD.cancelled_at IS DISTINCT FROM NEW.cancelled_at)
 		EXECUTE FUNCTION kubetask_notify_task();`,
+	// Migration 3: the fence (docs/executor.md). Each executor instance's
+	// term epoch, raised by BeginTerm; a record's nonce, the epoch of its
+	// last fenced write, and its current attempt's pod (UID and creating
+	// epoch); the replicas of each group as they last said they run (Groups).
+	`ALTER TABLE tasks
+		ADD COLUMN nonce bytea NOT NULL DEFAULT ''::bytea,
+		ADD COLUMN epoch bigint NOT NULL DEFAULT 0,
+		ADD COLUMN pod_uid bytea NOT NULL DEFAULT ''::bytea,
+		ADD COLUMN pod_epoch bigint NOT NULL DEFAULT 0;
+	CREATE TABLE kubetask_terms (
+		instance   text COLLATE "C" NOT NULL PRIMARY KEY,
+		epoch      bigint NOT NULL,
+		started_at bigint NOT NULL
+	);
+	CREATE TABLE kubetask_members (
+		grp             text COLLATE "C" NOT NULL,
+		member          text COLLATE "C" NOT NULL,
+		lease_namespace text NOT NULL,
+		seen_at         timestamptz NOT NULL,
+		PRIMARY KEY (grp, member)
+	);`,
 }
 
 var _ Store = (*postgresStore)(nil)
@@ -186,6 +226,8 @@ type postgresStore struct {
 	retentionLogBytes int64
 	pool              *pgxpool.Pool
 	closed            atomic.Bool
+	callTimeout       time.Duration
+	listenCheck       time.Duration
 }
 
 func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *postgresStore, err error) {
@@ -203,10 +245,20 @@ func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *pos
 	if _, ok := params["synchronous_commit"]; !ok {
 		cfg.AfterConnect = ensureSynchronousCommit
 	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: postgresKeepAlive}
+	cfg.ConnConfig.DialFunc = dialer.DialContext
 	s := &postgresStore{
 		clock:             opts.clock(),
 		maxLogSize:        opts.maxLogSize(),
 		retentionLogBytes: opts.retentionLogBytes,
+		callTimeout:       postgresCallTimeout,
+		listenCheck:       postgresListenCheck,
+	}
+	if opts.callTimeout > 0 {
+		s.callTimeout = opts.callTimeout
+	}
+	if opts.listenCheck > 0 {
+		s.listenCheck = opts.listenCheck
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("database open: %w", err)
@@ -300,22 +352,23 @@ func (s *postgresStore) migrate(ctx context.Context, migrations []string) error 
 // scanPostgresRecord's order.
 const postgresColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version, labels, origin`
+	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch`
 
 // postgresSQL are the statements of the record paths.
 var postgresSQL = struct {
-	create, update, get, version string
+	create, update, get, version, beginTerm, epoch string
 }{
 	// One statement, so one transaction: the task, and its labels as rows
 	// unless the ID exists. It returns a row only when it created the task.
 	create: `WITH t AS (
 			INSERT INTO tasks (` + postgresColumns + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+				$23, $24, $25, $26)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id, created_at
 		), l AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
-			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($23::bytea[], $24::bytea[]) AS x (k, v)
+			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($27::bytea[], $28::bytea[]) AS x (k, v)
 		)
 		SELECT created_at FROM t`,
 	// The version check is part of the UPDATE: of concurrent updates from
@@ -325,14 +378,20 @@ var postgresSQL = struct {
 	// labels changed (the stored JSON, canonical since json.Marshal sorts
 	// the keys, differs): keys no longer there are deleted, new ones
 	// inserted, changed ones updated; a label that stays is not touched.
+	// A fenced write ($25, the epoch, not 0) also requires the epoch to be
+	// its instance's current one, read under a share lock of the instance's
+	// term row: BeginTerm's update of that row waits for the write to
+	// commit, and a write that comes after it reads the new epoch.
 	update: `WITH u AS (
 			UPDATE tasks AS t SET
 				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
 				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
 				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
-				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21
+				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21,
+				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27
 			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
 			WHERE t.id = $1 AND t.version = $2
+				AND ($25 = 0 OR $25 = (SELECT epoch FROM kubetask_terms WHERE instance = $28::text FOR SHARE))
 			RETURNING t.id, t.created_at, old.labels IS DISTINCT FROM $20::json::text AS relabel
 		), d AS (
 			DELETE FROM task_labels AS l USING u
@@ -346,6 +405,10 @@ var postgresSQL = struct {
 		SELECT created_at FROM u`,
 	get:     `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
 	version: `SELECT version FROM tasks WHERE id = $1`,
+	beginTerm: `INSERT INTO kubetask_terms (instance, epoch, started_at) VALUES ($1, 1, $2)
+		ON CONFLICT (instance) DO UPDATE SET epoch = kubetask_terms.epoch + 1, started_at = excluded.started_at
+		RETURNING epoch`,
+	epoch: `SELECT epoch FROM kubetask_terms WHERE instance = $1`,
 }
 
 // errBadID reports an ID that PostgreSQL's text cannot hold.
@@ -355,6 +418,42 @@ var errBadID = errors.New("ID is not valid UTF-8 without NUL bytes")
 // no record has another.
 func storableID(id string) bool {
 	return utf8.ValidString(id) && !strings.ContainsRune(id, 0)
+}
+
+// unavailable marks err with ErrUnavailable when it says that PostgreSQL
+// cannot be reached or is going away (errors.Is(err, ErrUnavailable) then
+// holds), and returns other errors as they are.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !postgresUnavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// postgresUnavailable reports whether err is a failure to reach the server
+// rather than a verdict on the statement: no connection could be made, the
+// connection broke, or the server is shutting down, starting or out of
+// connections.
+func postgresUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's context, not the server
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection exception
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		case pe.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // conn takes a connection from the pool for one call: the context's error if
@@ -374,7 +473,7 @@ func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
 		if s.closed.Load() {
 			return nil, errClosed
 		}
-		return nil, err
+		return nil, unavailable(err)
 	}
 	return c, nil
 }
@@ -383,6 +482,8 @@ func (s *postgresStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
 // cancellation does not interrupt: once a write is sent, it runs to its end,
 // so that its error says whether it was applied.
 func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return err
@@ -391,7 +492,20 @@ func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fn(context.WithoutCancel(ctx), c)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout)
+	defer cancel()
+	if err := fn(wctx, c); err != nil {
+		if wctx.Err() != nil {
+			return fmt.Errorf("%w: no answer from the server within %s; the write may or may not be applied: %w", ErrUnavailable, s.callTimeout, err)
+		}
+		return unavailable(err)
+	}
+	return nil
+}
+
+// bound is ctx ending at the latest callTimeout from now: a read's context.
+func (s *postgresStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.callTimeout)
 }
 
 func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
@@ -443,6 +557,8 @@ func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, e
 }
 
 func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return Record{}, fmt.Errorf("task record %s: %w", id, err)
@@ -456,7 +572,7 @@ func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("task record %s: %w", id, err)
+		return Record{}, fmt.Errorf("task record %s: %w", id, unavailable(err))
 	}
 	return rec, nil
 }
@@ -484,6 +600,9 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 			case err != nil:
 				return err
 			}
+			if stored == expected {
+				return fmt.Errorf("epoch %d of %s: %w", rec.Epoch, rec.Executor, ErrFenced)
+			}
 			return fmt.Errorf("version %d, stored %d: %w", expected, stored, ErrConflict)
 		}
 		if err != nil {
@@ -498,10 +617,38 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 	return rec, nil
 }
 
-func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+func (s *postgresStore) BeginTerm(ctx context.Context, instance string) (int64, error) {
+	var epoch int64
+	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return c.QueryRow(ctx, postgresSQL.beginTerm, instance, s.clock.Now().UnixNano()).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("term of %s: %w", instance, err)
+	}
+	return epoch, nil
+}
+
+func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	defer c.Release()
+	var epoch int64
+	if err := c.QueryRow(ctx, postgresSQL.epoch, instance).Scan(&epoch); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	return epoch, nil
+}
+
+func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c, err := s.conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	defer c.Release()
 	q := `SELECT ` + postgresColumns + ` FROM tasks`
@@ -522,19 +669,19 @@ func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, e
 	q += " ORDER BY id"
 	rows, err := c.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	defer rows.Close()
 	var out []Record
 	for rows.Next() {
 		rec, err := scanPostgresRecord(rows)
 		if err != nil {
-			return nil, fmt.Errorf("task record list: %w", err)
+			return nil, fmt.Errorf("task record list: %w", unavailable(err))
 		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("task record list: %w", err)
+		return nil, fmt.Errorf("task record list: %w", unavailable(err))
 	}
 	return out, nil
 }
@@ -573,7 +720,7 @@ func postgresArgs(rec Record) ([]any, error) {
 		bytesOf(rec.Phase), bytesOf(rec.Reason), bytesOf(rec.Message), rec.ExitCode, rec.Retryable, rec.Result,
 		rec.Terminal, nanosOrNil(rec.CancelledAt), nanosOrNil(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
-		labels, bytesOf(rec.Origin),
+		labels, bytesOf(rec.Origin), bytesOf(rec.Nonce), rec.Epoch, bytesOf(rec.PodUID), rec.PodEpoch,
 	}, nil
 }
 
@@ -590,8 +737,9 @@ func postgresCreateArgs(rec Record) ([]any, error) {
 
 // postgresUpdateArgs returns postgresSQL.update's arguments: the ID, the
 // expected version, the columns from namespace to attempts, updated_at,
-// labels, origin, and the labels as arrays. created_at is not written and
-// the new version is computed.
+// labels, origin, the labels as arrays, nonce, epoch, pod_uid, pod_epoch and
+// the executor as text (for the fence). created_at is not written and the
+// new version is computed.
 func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	a, err := postgresArgs(rec) // in postgresColumns order
 	if err != nil {
@@ -599,7 +747,7 @@ func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	}
 	keys, values := labelArrays(rec.Labels)
 	args := append([]any{a[0], expected}, a[1:17]...)
-	return append(args, a[18], a[20], a[21], keys, values), nil
+	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor), nil
 }
 
 // bytesOf returns s as a non-nil byte slice (an empty string is an empty
@@ -632,6 +780,7 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 	var (
 		rec                                                   Record
 		namespace, name, executor, phase, reason, msg, origin []byte
+		nonce, podUID                                         []byte
 		attempt                                               int32
 		cancelledAt, nextAttemptAt                            *int64
 		attempts, labels                                      []byte
@@ -640,9 +789,11 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 	if err := row.Scan(&rec.ID, &namespace, &name, &executor, &rec.Task, &attempt,
 		&phase, &reason, &msg, &rec.ExitCode, &rec.Retryable, &rec.Result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
-		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin); err != nil {
+		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin,
+		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch); err != nil {
 		return Record{}, err
 	}
+	rec.Nonce, rec.PodUID = string(nonce), string(podUID)
 	rec.Namespace, rec.Name, rec.Executor = string(namespace), string(name), string(executor)
 	rec.Phase, rec.Reason, rec.Message, rec.Origin = string(phase), string(reason), string(msg), string(origin)
 	rec.Attempt = int(attempt)

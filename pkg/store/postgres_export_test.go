@@ -1,6 +1,13 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // OpenPostgresMigrations opens a PostgreSQL store as a binary that knows only
 // the first n migrations would.
@@ -36,6 +43,8 @@ var PostgresStatements = map[string]struct {
 }{
 	"get":                  {postgresSQL.get, []any{"x"}},
 	"version":              {postgresSQL.version, []any{"x"}},
+	"begin term":           {postgresSQL.beginTerm, []any{"x", int64(1)}},
+	"epoch":                {postgresSQL.epoch, []any{"x"}},
 	"create":               {postgresSQL.create, createArgs()},
 	"update":               {postgresSQL.update, updateArgs()},
 	"list by executor":     {`SELECT ` + postgresColumns + ` FROM tasks WHERE executor = $1 AND NOT terminal ORDER BY id`, []any{[]byte("x")}},
@@ -75,4 +84,26 @@ func PostgresSetting(ctx context.Context, s Store, name string) (string, error) 
 	var v string
 	err := s.(*postgresStore).pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
 	return v, err
+}
+
+// PostgresInsertBeforeFence writes rec as a binary of schema version 1 or 2
+// did: without the fence's columns (nonce, epoch, pod_uid, pod_epoch).
+func PostgresInsertBeforeFence(ctx context.Context, c *pgx.Conn, rec Record) error {
+	args, err := postgresArgs(rec)
+	if err != nil {
+		return err
+	}
+	cols := strings.Split(postgresColumns, ",")[:22]
+	marks := make([]string, len(cols))
+	for i := range marks {
+		marks[i] = fmt.Sprintf("$%d", i+1)
+	}
+	_, err = c.Exec(ctx, "INSERT INTO tasks ("+strings.Join(cols, ",")+") VALUES ("+strings.Join(marks, ",")+")", args[:22]...)
+	return err
+}
+
+// OpenPostgresTimeouts opens a PostgreSQL store whose calls time out after
+// call and whose LISTEN connections check the server after a quiet listen.
+func OpenPostgresTimeouts(ctx context.Context, url string, call, listen time.Duration) (Store, error) {
+	return openPostgres(ctx, url, postgresOptions{callTimeout: call, listenCheck: listen})
 }

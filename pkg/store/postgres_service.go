@@ -26,11 +26,13 @@ var (
 func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error) {
 	q, err := opts.query()
 	if err != nil {
-		return Page{}, fmt.Errorf("task record page: %w", err)
+		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
-		return Page{}, fmt.Errorf("task record page: %w", err)
+		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 	}
 	defer c.Release()
 	query, args := postgresPageSQL(q)
@@ -39,19 +41,19 @@ func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error
 	// switches to, would not know how selective the filters are.
 	rows, err := c.Query(ctx, query, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
-		return Page{}, fmt.Errorf("task record page: %w", err)
+		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 	}
 	defer rows.Close()
 	recs := make([]Record, 0, q.limit+1)
 	for rows.Next() {
 		rec, err := scanPostgresRecord(rows)
 		if err != nil {
-			return Page{}, fmt.Errorf("task record page: %w", err)
+			return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 		}
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("task record page: %w", err)
+		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
 	}
 	return q.page(recs), nil
 }
@@ -311,12 +313,14 @@ func (s *postgresStore) appendLog(ctx context.Context, c *pgxpool.Conn, key LogK
 func (s *postgresStore) ReadLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error) {
 	data, info, err := s.readLog(ctx, key, offset, limit)
 	if err != nil {
-		return nil, info, fmt.Errorf("log %s read at %d: %w", key, offset, err)
+		return nil, info, fmt.Errorf("log %s read at %d: %w", key, offset, unavailable(err))
 	}
 	return data, info, nil
 }
 
 func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, LogInfo{}, err
@@ -382,9 +386,11 @@ func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, l
 }
 
 func (s *postgresStore) LogKeys(ctx context.Context, taskID string) ([]LogKey, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
+		return nil, fmt.Errorf("logs of task %s: %w", taskID, unavailable(err))
 	}
 	defer c.Release()
 	if !storableID(taskID) {
@@ -392,7 +398,7 @@ func (s *postgresStore) LogKeys(ctx context.Context, taskID string) ([]LogKey, e
 	}
 	rows, err := c.Query(ctx, postgresLogSQL.keys, taskID)
 	if err != nil {
-		return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
+		return nil, fmt.Errorf("logs of task %s: %w", taskID, unavailable(err))
 	}
 	defer rows.Close()
 	var keys []LogKey
@@ -402,12 +408,12 @@ func (s *postgresStore) LogKeys(ctx context.Context, taskID string) ([]LogKey, e
 			container []byte
 		)
 		if err := rows.Scan(&attempt, &container); err != nil {
-			return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
+			return nil, fmt.Errorf("logs of task %s: %w", taskID, unavailable(err))
 		}
 		keys = append(keys, LogKey{TaskID: taskID, Attempt: int(attempt), Container: string(container)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("logs of task %s: %w", taskID, err)
+		return nil, fmt.Errorf("logs of task %s: %w", taskID, unavailable(err))
 	}
 	return keys, nil
 }

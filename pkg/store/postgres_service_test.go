@@ -346,7 +346,9 @@ func (n planNode) contains(typ string) bool {
 // the other statements of the store (Get, Create, Update, the log archive,
 // retention, and the deletes that the foreign keys cascade to) search an
 // index, in custom and generic plans (they are prepared statements, which
-// switch to a generic plan): no plan scans a table.
+// switch to a generic plan): no plan scans a table, but kubetask_terms
+// (a row per executor instance, which the planner reads whole while it is
+// small).
 func testPostgresStatementPlans(t *testing.T, c *pgx.Conn) {
 	for name, st := range store.PostgresStatements {
 		t.Run(name, func(t *testing.T) {
@@ -354,7 +356,7 @@ func testPostgresStatementPlans(t *testing.T, c *pgx.Conn) {
 				plan := explain(t, c, generic, st.SQL, st.Args...)
 				t.Logf("generic plan %v:\n%s", generic, plan)
 				plan.walk(func(n planNode) {
-					if n.NodeType == "Seq Scan" {
+					if n.NodeType == "Seq Scan" && n.Relation != "kubetask_terms" {
 						t.Errorf("generic plan %v: scans %s:\n%s", generic, n.Relation, plan)
 					}
 				})

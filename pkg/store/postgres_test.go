@@ -136,11 +136,22 @@ func TestPostgresMigrationForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			var before store.Record
-			if k > 0 {
+			c := rawPostgres(t, url)
+			switch {
+			case k >= 3:
 				before = mustCreate(t, old, storetest.Sample("old"))
+			case k > 0:
+				// What a binary of that schema wrote: no fence columns.
+				before = storetest.Sample("old")
+				before.Nonce, before.PodUID, before.PodEpoch = "", "", 0
+				before.Attempts[0].PodUID = ""
+				before.Version = 1
+				before.CreatedAt, before.UpdatedAt = before.CancelledAt.UTC(), before.CancelledAt.UTC()
+				if err := store.PostgresInsertBeforeFence(ctx, c, before); err != nil {
+					t.Fatal(err)
+				}
 			}
 			old.Close()
-			c := rawPostgres(t, url)
 			if diff := cmp.Diff(allVersions()[:k], postgresSchema(t, c), cmp.Comparer(func(a, b []int) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); diff != "" {
 				t.Fatalf("applied by the older binary (-want +got):\n%s", diff)
 			}

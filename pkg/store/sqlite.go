@@ -192,6 +192,19 @@ var sqliteMigrations = []string{
 		DELETE FROM log_chunks WHERE task_id = OLD.id;
 		DELETE FROM logs WHERE task_id = OLD.id;
 	END;`,
+
+	// 3: the fence (docs/executor.md). Each executor instance's term epoch,
+	// raised by BeginTerm; a record's nonce, the epoch of its last fenced
+	// write, and its current attempt's pod (UID and creating epoch).
+	`ALTER TABLE tasks ADD COLUMN nonce TEXT NOT NULL DEFAULT '';
+	ALTER TABLE tasks ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE tasks ADD COLUMN pod_uid TEXT NOT NULL DEFAULT '';
+	ALTER TABLE tasks ADD COLUMN pod_epoch INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE executor_terms (
+		instance   TEXT    NOT NULL PRIMARY KEY,
+		epoch      INTEGER NOT NULL,
+		started_at INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 var (
@@ -326,7 +339,7 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 // sqliteColumns are a record's columns, in recordArgs' and scanRecord's order.
 const sqliteColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
-	attempts, created_at, updated_at, version, labels, origin`
+	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch`
 
 func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
 	if rec.ID == "" {
@@ -369,14 +382,37 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
 	}
 	// args follow sqliteColumns; id (0) and created_at (17) are not written,
-	// and the WHERE clause takes the ID and the expected version (see
-	// sqliteWriteSQL.update).
-	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected)
+	// and the WHERE clause takes the ID, the expected version and the fence
+	// (see sqliteWriteSQL.update).
+	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
 	res := s.write(ctx, &sqliteWrite{rec: rec, expected: expected, args: args})
 	if res.err != nil {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, res.err)
 	}
 	return res.rec, nil
+}
+
+func (s *sqliteStore) BeginTerm(ctx context.Context, instance string) (int64, error) {
+	res := s.write(ctx, &sqliteWrite{run: func(ctx context.Context, tx *sql.Tx, st *sqliteWriteStmts) (sqliteResult, error) {
+		var epoch int64
+		if err := tx.StmtContext(ctx, st.beginTerm).QueryRowContext(ctx, instance, s.clock.Now().UnixNano()).Scan(&epoch); err != nil {
+			return sqliteResult{}, err
+		}
+		return sqliteResult{epoch: epoch}, nil
+	}})
+	if res.err != nil {
+		return 0, fmt.Errorf("term of %s: %w", instance, res.err)
+	}
+	return res.epoch, nil
+}
+
+func (s *sqliteStore) Epoch(ctx context.Context, instance string) (int64, error) {
+	var epoch int64
+	err := s.r.QueryRowContext(ctx, `SELECT epoch FROM executor_terms WHERE instance = ?`, instance).Scan(&epoch)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
+	}
+	return epoch, nil
 }
 
 func (s *sqliteStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
@@ -476,7 +512,7 @@ func recordArgs(rec Record) ([]any, error) {
 		rec.Phase, rec.Reason, rec.Message, exitCode, rec.Retryable, blobArg(rec.Result),
 		rec.Terminal, timeArg(rec.CancelledAt), timeArg(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
-		labels, rec.Origin,
+		labels, rec.Origin, rec.Nonce, rec.Epoch, rec.PodUID, rec.PodEpoch,
 	}, nil
 }
 
@@ -519,7 +555,8 @@ func scanRecord(row scanner) (Record, error) {
 	if err := row.Scan(&rec.ID, &rec.Namespace, &rec.Name, &rec.Executor, &task, &rec.Attempt,
 		&rec.Phase, &rec.Reason, &rec.Message, &exitCode, &rec.Retryable, &result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
-		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &rec.Origin); err != nil {
+		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &rec.Origin,
+		&rec.Nonce, &rec.Epoch, &rec.PodUID, &rec.PodEpoch); err != nil {
 		return Record{}, err
 	}
 	if labels.Valid {

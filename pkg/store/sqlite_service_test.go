@@ -229,8 +229,8 @@ func TestSQLiteMigrationFromV1(t *testing.T) {
 
 	s := openSQLite(t, path)
 	defer s.Close()
-	if v := schemaVersion(t, path); v != 2 {
-		t.Fatalf("schema version after open: %d, want 2", v)
+	if v := schemaVersion(t, path); v != 3 {
+		t.Fatalf("schema version after open: %d, want 3", v)
 	}
 	old := mustGet(t, s, "old-done")
 	if old.Labels != nil || old.Origin != "" || old.Version != 3 || !old.Terminal || !old.CreatedAt.Equal(t0) || len(old.Attempts) != 0 || old.Attempts == nil {
@@ -281,8 +281,8 @@ func TestSQLiteMigrationFromV1(t *testing.T) {
 	// Opening again migrates nothing and keeps everything.
 	s = openSQLite(t, path)
 	defer s.Close()
-	if v := schemaVersion(t, path); v != 2 {
-		t.Errorf("schema version after the second open: %d, want 2", v)
+	if v := schemaVersion(t, path); v != 3 {
+		t.Errorf("schema version after the second open: %d, want 3", v)
 	}
 	if got := mustGet(t, s, "old-running"); got.Labels["app"] != "web" {
 		t.Errorf("labels after reopen: %v", got.Labels)
@@ -302,7 +302,7 @@ func recordIDs(recs []store.Record) []string {
 func TestSQLiteNewerSchemaRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tasks.db")
 	openSQLite(t, path).Close()
-	if _, err := rawSQLite(t, path).Exec(`UPDATE schema_version SET version = 3`); err != nil {
+	if _, err := rawSQLite(t, path).Exec(`UPDATE schema_version SET version = 4`); err != nil {
 		t.Fatal(err)
 	}
 	s, err := store.OpenSQLite(context.Background(), path)
@@ -313,7 +313,7 @@ func TestSQLiteNewerSchemaRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), "newer") || !strings.Contains(err.Error(), path) {
 		t.Errorf("error does not say the schema is newer, or does not name the file: %v", err)
 	}
-	if v := schemaVersion(t, path); v != 3 {
+	if v := schemaVersion(t, path); v != 4 {
 		t.Errorf("schema version changed to %d", v)
 	}
 }

@@ -56,7 +56,9 @@ type sqliteResult struct {
 	log LogInfo
 	// deleted is the number of tasks DeleteFinishedBefore deleted.
 	deleted int
-	err     error
+	// epoch is the epoch BeginTerm set.
+	epoch int64
+	err   error
 }
 
 // write applies w and returns its outcome once it is committed, or the
@@ -214,10 +216,10 @@ func (st *sqliteWriteStmts) apply(ctx context.Context, tx *sql.Tx, w *sqliteWrit
 var sqliteWriteSQL = struct {
 	insert, selectByID, update, version                              string
 	taskExists, logState, logLastByte, logChunk, logUpsert, finished string
-	deleteTask                                                       string
+	deleteTask, beginTerm                                            string
 }{
 	insert: `INSERT INTO tasks (` + sqliteColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
 	// The version check is part of the statement, so a conflict writes
@@ -226,9 +228,13 @@ var sqliteWriteSQL = struct {
 		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
 		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
 		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
-		labels = ?, origin = ?
+		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?
 		WHERE id = ? AND version = ?
+		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
 		RETURNING created_at`,
+	beginTerm: `INSERT INTO executor_terms (instance, epoch, started_at) VALUES (?, 1, ?)
+		ON CONFLICT (instance) DO UPDATE SET epoch = epoch + 1, started_at = excluded.started_at
+		RETURNING epoch`,
 	version:    `SELECT version FROM tasks WHERE id = ?`,
 	taskExists: `SELECT 1 FROM tasks WHERE id = ?`,
 	logState: `SELECT size, complete, truncated, cursor FROM logs
@@ -254,7 +260,7 @@ var sqliteWriteSQL = struct {
 type sqliteWriteStmts struct {
 	insert, selectByID, update, version                              *sql.Stmt
 	taskExists, logState, logLastByte, logChunk, logUpsert, finished *sql.Stmt
-	deleteTask                                                       *sql.Stmt
+	deleteTask, beginTerm                                            *sql.Stmt
 }
 
 func (st *sqliteWriteStmts) all() []struct {
@@ -269,7 +275,7 @@ func (st *sqliteWriteStmts) all() []struct {
 		{&st.insert, q.insert}, {&st.selectByID, q.selectByID}, {&st.update, q.update},
 		{&st.version, q.version}, {&st.taskExists, q.taskExists}, {&st.logState, q.logState},
 		{&st.logLastByte, q.logLastByte}, {&st.logChunk, q.logChunk}, {&st.logUpsert, q.logUpsert},
-		{&st.finished, q.finished}, {&st.deleteTask, q.deleteTask},
+		{&st.finished, q.finished}, {&st.deleteTask, q.deleteTask}, {&st.beginTerm, q.beginTerm},
 	}
 }
 
@@ -325,6 +331,9 @@ func (st *sqliteWriteStmts) applyUpdate(ctx context.Context, tx *sql.Tx, w *sqli
 			return sqliteResult{err: ErrNotFound}, nil
 		case err != nil:
 			return sqliteResult{err: err}, nil
+		}
+		if stored == w.expected {
+			return sqliteResult{err: fmt.Errorf("epoch %d of %s: %w", w.rec.Epoch, w.rec.Executor, ErrFenced)}, nil
 		}
 		return sqliteResult{err: fmt.Errorf("version %d, stored %d: %w", w.expected, stored, ErrConflict)}, nil
 	}

@@ -24,16 +24,32 @@ var ErrNotFound = errors.New("task record not found")
 // ErrConflict is returned by Update when the record changed since it was read.
 var ErrConflict = errors.New("task record changed concurrently")
 
+// ErrFenced is returned by Update when the write carries a fencing epoch
+// (Record.Epoch) that is not the current term epoch of its executor instance:
+// a newer term of the instance began (BeginTerm), so the writer no longer
+// acts for it and must stop.
+var ErrFenced = errors.New("task record write fenced: a newer term of its executor instance began")
+
+// ErrUnavailable wraps a failure to reach the store: its database is down,
+// restarting, refusing connections or lost the connection. The call may
+// succeed when made again later; a write that failed so was not applied,
+// unless the connection was lost during its commit (then its outcome is
+// unknown: retry only what is idempotent, such as a Create).
+var ErrUnavailable = errors.New("task store unavailable")
+
 // AttemptOutcome is the recorded end of one attempt. There is at most one per
 // attempt: Attempts[i] belongs to attempt i.
 type AttemptOutcome struct {
-	Attempt    int       `json:"attempt"`
-	Pod        string    `json:"pod"`
-	Phase      string    `json:"phase"`
-	Reason     string    `json:"reason"`
-	Message    string    `json:"message,omitempty"`
-	ExitCode   *int32    `json:"exitCode,omitempty"`
-	Retryable  bool      `json:"retryable,omitempty"`
+	Attempt   int    `json:"attempt"`
+	Pod       string `json:"pod"`
+	Phase     string `json:"phase"`
+	Reason    string `json:"reason"`
+	Message   string `json:"message,omitempty"`
+	ExitCode  *int32 `json:"exitCode,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+	// PodUID is the UID of the pod whose end this is ("" for a pod recorded
+	// before the fence, or an attempt that had no pod).
+	PodUID     string    `json:"podUID,omitempty"`
 	FinishedAt time.Time `json:"finishedAt"`
 	// ObservedAt is when the executor recorded the outcome (lag metric source).
 	ObservedAt time.Time `json:"observedAt"`
@@ -41,7 +57,9 @@ type AttemptOutcome struct {
 
 // Record is the durable state of one task.
 type Record struct {
-	// ID is the caller's task ID, unique per store; a valid label value.
+	// ID is the caller's task ID, unique per store: any text
+	// task.ValidateID accepts (printable UTF-8, up to 512 bytes), kept
+	// exact.
 	ID string
 	// Namespace and Name are where and as what the task's pods run.
 	Namespace, Name string
@@ -72,6 +90,24 @@ type Record struct {
 	// PodCreated is true once the current attempt's pod was created (so a
 	// missing pod means it is gone, not that it is yet to be made).
 	PodCreated bool
+	// PodUID and PodEpoch identify the current attempt's pod once
+	// PodCreated is set: its UID and the fencing epoch of the term that
+	// created it (the pod's kubetask.dev/epoch annotation). A pod is the
+	// attempt's only when both match; empty and 0 for a pod recorded before
+	// the fence existed.
+	PodUID   string
+	PodEpoch int64
+	// Nonce is chosen at random when the record is created (the executor's
+	// Submit) and carried by every pod of the task, so that a pod of an
+	// earlier record with the same ID (deleted by retention, lost with a
+	// memory store) is never taken for one of this record's.
+	Nonce string
+	// Epoch fences a write: when it is not 0, Update applies the write only
+	// while Epoch is the current term epoch of the instance named by
+	// Executor (BeginTerm), and fails with ErrFenced otherwise. It is stored
+	// as the epoch of the term that last wrote the record (0 for an
+	// unfenced write: a submission, a cancellation).
+	Epoch int64
 	// Attempts holds the recorded outcome of every finished attempt, in order.
 	Attempts []AttemptOutcome
 	// CreatedAt and UpdatedAt are set by the store from its clock (Create
@@ -107,6 +143,15 @@ type Store interface {
 	// it with the new version; ErrConflict otherwise, ErrNotFound if absent.
 	// Once Update returns nil the write is durable (for durable stores).
 	Update(ctx context.Context, rec Record) (Record, error)
+	// BeginTerm starts a new term of executor instance: it raises the
+	// instance's fencing epoch by one (the first term's is 1) and returns it.
+	// Once it has returned, every Update fenced with an older epoch of the
+	// instance fails with ErrFenced, and every fenced Update applied before
+	// it is visible to Get and List.
+	BeginTerm(ctx context.Context, instance string) (int64, error)
+	// Epoch returns the current fencing epoch of instance (0 before its
+	// first term).
+	Epoch(ctx context.Context, instance string) (int64, error)
 	// List returns the matching records ordered by ID.
 	List(ctx context.Context, opts ListOptions) ([]Record, error)
 	// Close releases the store's resources.

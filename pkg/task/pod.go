@@ -29,7 +29,8 @@ const (
 	// LabelTask holds the task's name (or, when longer than a label value may be, a
 	// prefix of it and a hash).
 	LabelTask = Prefix + "task"
-	// LabelRun holds the run's ID.
+	// LabelRun holds the run's ID, or a value derived from it when it is not a
+	// valid label value (RunLabelValue); AnnotationRun holds the exact ID.
 	LabelRun = Prefix + "run"
 	// LabelAttempt holds the attempt number, "0" for the first.
 	LabelAttempt = Prefix + "attempt"
@@ -52,6 +53,17 @@ const (
 	AnnotationMainContainer = Prefix + "main-container"
 	// AnnotationResultPath holds the result file's path for File results.
 	AnnotationResultPath = Prefix + "result-path"
+	// AnnotationNonce carries Identity.Nonce (when set): the nonce of the task
+	// record the pod belongs to.
+	AnnotationNonce = Prefix + "nonce"
+	// AnnotationEpoch carries the fencing epoch of the executor term that
+	// created the pod (decimal); see FenceGate.
+	AnnotationEpoch = Prefix + "epoch"
+	// FenceGate is the scheduling gate an executor creates its pods with and
+	// removes only once its store has recorded the pod as its attempt's: a
+	// pod created by a stale term (an executor process paused past its Lease)
+	// is never scheduled, so its containers never run.
+	FenceGate = Prefix + "fence"
 
 	// Finalizer keeps a pod object until kubetask has recorded its outcome, so that a pod
 	// deleted by someone else (or garbage-collected) cannot take its exit code with it.
@@ -82,11 +94,17 @@ type Identity struct {
 	Namespace string
 	// Name is the task's name. Required.
 	Name string
-	// RunID distinguishes runs of tasks with the same name; a valid label value. Required.
+	// RunID distinguishes runs of tasks with the same name: the task ID, any
+	// text ValidateID accepts. Required.
 	RunID string
 	// Executor names the executor instance that owns the pod; a valid label value.
 	// Required.
 	Executor string
+	// Nonce, when set, is the nonce of the task record (store.Record.Nonce):
+	// it is part of the pod's name and annotations, so that the pods of an
+	// earlier record with the same RunID are never taken for this one's.
+	// Optional: a record written before it existed has none.
+	Nonce string
 }
 
 func (id Identity) validate() error {
@@ -99,10 +117,13 @@ func (id Identity) validate() error {
 	for _, msg := range validation.IsDNS1123Label(id.Namespace) {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", id.Namespace, msg))
 	}
-	for _, f := range []struct{ name, v string }{{"RunID", id.RunID}, {"Executor", id.Executor}} {
-		for _, msg := range validation.IsValidLabelValue(f.v) {
-			errs = append(errs, fmt.Errorf("%s %q: %s", f.name, f.v, msg))
+	if id.RunID != "" {
+		if err := ValidateID(id.RunID); err != nil {
+			errs = append(errs, fmt.Errorf("run ID %q: %w", id.RunID, err))
 		}
+	}
+	for _, msg := range validation.IsValidLabelValue(id.Executor) {
+		errs = append(errs, fmt.Errorf("executor %q: %s", id.Executor, msg))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("invalid identity: %w", err)
@@ -111,11 +132,15 @@ func (id Identity) validate() error {
 }
 
 // PodName returns the name of the pod of attempt (0 for the first) of run id: the task
-// name made DNS-1123 safe and shortened, a hash of the namespace, name and run ID, and
+// name made DNS-1123 safe and shortened, a hash of the namespace, name, run ID and nonce (when set), and
 // the attempt, at most MaxPodNameLength characters: "etl-daily-k3j5x7q2ab-0". Equal
 // inputs give equal names; different runs differ in the hash.
 func PodName(id Identity, attempt int) string {
-	sum := sha256.Sum256([]byte(id.Namespace + "\x00" + id.Name + "\x00" + id.RunID))
+	key := id.Namespace + "\x00" + id.Name + "\x00" + id.RunID
+	if id.Nonce != "" {
+		key += "\x00" + id.Nonce
+	}
+	sum := sha256.Sum256([]byte(key))
 	hash := strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:10]
 	suffix := "-" + hash + "-" + strconv.Itoa(attempt)
 	return dnsPrefix(id.Name, MaxPodNameLength-len(suffix), "task") + suffix
@@ -159,7 +184,7 @@ func PodLabels(id Identity, attempt int) map[string]string {
 	return map[string]string{
 		LabelManagedBy: ManagedByValue,
 		LabelTask:      labelValue(id.Name),
-		LabelRun:       id.RunID,
+		LabelRun:       labelValue(id.RunID),
 		LabelAttempt:   strconv.Itoa(attempt),
 		LabelExecutor:  id.Executor,
 	}
@@ -177,7 +202,7 @@ func ExecutorSelector(executor string) labels.Selector {
 
 // RunSelector selects the pods of every attempt of one run.
 func RunSelector(id Identity) labels.Selector {
-	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelTask: labelValue(id.Name), LabelRun: id.RunID})
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelTask: labelValue(id.Name), LabelRun: labelValue(id.RunID)})
 }
 
 // IdentityFromPod reads the identity and attempt kubetask recorded on pod. It fails for
@@ -188,7 +213,7 @@ func IdentityFromPod(pod *corev1.Pod) (Identity, int, error) {
 	if pod.Labels[LabelManagedBy] != ManagedByValue {
 		return Identity{}, 0, fmt.Errorf("pod %s/%s: not managed by kubetask", pod.Namespace, pod.Name)
 	}
-	id := Identity{Namespace: a[AnnotationTaskNamespace], Name: a[AnnotationTaskName], RunID: a[AnnotationRun], Executor: a[AnnotationExecutor]}
+	id := Identity{Namespace: a[AnnotationTaskNamespace], Name: a[AnnotationTaskName], RunID: a[AnnotationRun], Executor: a[AnnotationExecutor], Nonce: a[AnnotationNonce]}
 	attempt, err := strconv.Atoi(a[AnnotationAttempt])
 	if err != nil || attempt < 0 {
 		return Identity{}, 0, fmt.Errorf("pod %s/%s: bad %s annotation %q", pod.Namespace, pod.Name, AnnotationAttempt, a[AnnotationAttempt])
@@ -250,6 +275,9 @@ func BuildPod(t *Task, id Identity, attempt int) (*corev1.Pod, error) {
 		AnnotationMainContainer: t.Spec.MainContainer,
 	} {
 		pod.Annotations[k] = v
+	}
+	if id.Nonce != "" {
+		pod.Annotations[AnnotationNonce] = id.Nonce
 	}
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever

@@ -130,6 +130,39 @@ func TestPodNameSeparatesRunsAndAttempts(t *testing.T) {
 	}
 }
 
+// A record's nonce is part of its pods' names: a run ID submitted again
+// after its record went (retention, a memory store's restart) names other
+// pods than the earlier record's, which may still exist (kept). A record
+// without a nonce names the pods it always did.
+func TestPodNameWithNonce(t *testing.T) {
+	withNonce := id
+	withNonce.Nonce = "n1"
+	other := id
+	other.Nonce = "n2"
+	if task.PodName(withNonce, 0) == task.PodName(id, 0) || task.PodName(withNonce, 0) == task.PodName(other, 0) {
+		t.Errorf("the nonce does not change the name: %s, %s, %s", task.PodName(id, 0), task.PodName(withNonce, 0), task.PodName(other, 0))
+	}
+	if got, want := task.PodName(id, 0), "etl-daily-iilqbenuyh-0"; got != want {
+		t.Errorf("PodName without a nonce = %q, want %q (the name of pods created before nonces)", got, want)
+	}
+	tk := load(t, "sidecar-task.yaml")
+	pod, err := task.BuildPod(tk, withNonce, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations[task.AnnotationNonce] != "n1" || pod.Name != task.PodName(withNonce, 1) {
+		t.Errorf("pod %s, nonce annotation %q", pod.Name, pod.Annotations[task.AnnotationNonce])
+	}
+	got, attempt, err := task.IdentityFromPod(pod)
+	if err != nil || got != withNonce || attempt != 1 {
+		t.Fatalf("IdentityFromPod() = %+v, %d, %v; want %+v, 1", got, attempt, err, withNonce)
+	}
+	pod.Annotations[task.AnnotationNonce] = "n2"
+	if _, _, err := task.IdentityFromPod(pod); err == nil {
+		t.Error("IdentityFromPod() accepted a pod whose nonce does not match its name")
+	}
+}
+
 func TestIdentityFromPod(t *testing.T) {
 	tk := load(t, "sidecar-task.yaml")
 	pod, err := task.BuildPod(tk, id, 2)
@@ -169,7 +202,7 @@ func TestBuildPodRejectsBadIdentity(t *testing.T) {
 	for name, bad := range map[string]task.Identity{
 		"empty":             {},
 		"bad namespace":     {Namespace: "Jobs", Name: "x", RunID: "r", Executor: "e"},
-		"run not a label":   {Namespace: "jobs", Name: "x", RunID: "r/1", Executor: "e"},
+		"run with a slash":  {Namespace: "jobs", Name: "x", RunID: "r/1", Executor: "e"},
 		"executor too long": {Namespace: "jobs", Name: "x", RunID: "r", Executor: strings.Repeat("e", 64)},
 	} {
 		if _, err := task.BuildPod(tk, bad, 0); err == nil {

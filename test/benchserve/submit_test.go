@@ -64,6 +64,12 @@ type submitResult struct {
 	requests        string
 	executorCalls   float64 // kubetask_api_requests_total
 	captureFailures float64 // kubetask_log_capture_failures_total
+	// The mean time of each step of a submission in the service
+	// (kubetask_submit_step_seconds): the dry run, the store write.
+	validateMean, storeMean time.Duration
+	// dryRuns, shared and cached count the submissions by where their
+	// verdict came from (kubetask_submit_validations_total).
+	dryRuns, shared, cached float64
 	// The baseline: plain pod creates from as many clients.
 	pods podCreateResult
 }
@@ -78,6 +84,7 @@ func (r submitResult) tasksPerSecond() float64 { return float64(r.size.tasks) / 
 func (r submitResult) summary() string {
 	return fmt.Sprintf("%d tasks from %d clients (parallelism %d, QPS %g/%d):\n"+
 		"  kubetask serve: %.1f submissions/s, submit latency p50 %.1f ms p99 %.1f ms; every outcome after %.1f s: %.1f tasks/s\n"+
+		"  in the service: %.0f dry-run validations (mean %.1f ms), %.0f verdicts shared with a concurrent dry run, %.0f cached; store write mean %.1f ms\n"+
 		"  plain pod creates: %.1f pods/s, latency p50 %.1f ms p99 %.1f ms\n"+
 		"  submissions / pod creates: %.2fx\n"+
 		"  pods released by the service at the last outcome: %d of %d\n"+
@@ -87,6 +94,7 @@ func (r submitResult) summary() string {
 		"  API server requests during the pod creates: %s",
 		r.size.tasks, r.size.clients, r.size.parallelism, r.size.qps, r.size.burst,
 		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), r.outcomes.Seconds(), r.tasksPerSecond(),
+		r.dryRuns, ms(r.validateMean), r.shared, r.cached, ms(r.storeMean),
 		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)),
 		r.submitsPerSecond()/r.pods.perSecond(), r.released, r.size.tasks, r.cpu,
 		r.requests, r.executorCalls, r.executorCalls/float64(r.size.tasks), r.captureFailures, r.pods.requests)
@@ -188,6 +196,11 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 	}
 	r.executorCalls = sum(m, "kubetask_api_requests_total", nil)
 	r.captureFailures = sum(m, "kubetask_log_capture_failures_total", nil)
+	r.validateMean, r.storeMean = stepMean(m, "validate"), stepMean(m, "store")
+	source := func(s string) float64 {
+		return sum(m, "kubetask_submit_validations_total", func(l map[string]string) bool { return l["source"] == s })
+	}
+	r.dryRuns, r.shared, r.cached = source("dry-run"), source("shared"), source("cached")
 	if len(outcomes) != sz.tasks {
 		tb.Fatalf("%d outcomes of the %d tasks submitted (the watch saw tasks not submitted here)", len(outcomes), sz.tasks)
 	}
@@ -268,4 +281,14 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 		return err == nil && len(l.Items) == 0
 	})
 	return podCreateResult{n: n, span: span, latencies: lat, requests: requests}
+}
+
+// stepMean is the mean of kubetask_submit_step_seconds for step.
+func stepMean(m []sample, step string) time.Duration {
+	is := func(l map[string]string) bool { return l["step"] == step }
+	n := sum(m, "kubetask_submit_step_seconds_count", is)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(sum(m, "kubetask_submit_step_seconds_sum", is) / n * float64(time.Second))
 }

@@ -2,6 +2,7 @@ package benchstorm
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,9 +25,14 @@ import (
 //     its last resourceVersion, which the compaction made too old, and gets
 //     410 Expired. (Without the hold, a pod event between the compaction and
 //     the resumption would bring the watch past the compaction: no 410.)
+//   - SetWatchDelay makes every pod WATCH request of the executor (a
+//     resumption or a streaming list) wait that long before it is sent, as
+//     an API server or a proxy that is slow to answer watches does; LISTs
+//     are not delayed.
 //   - The trace notes when the executor's pod watches delivered 410
 //     Expired, when its pod LISTs succeeded, and from that how long the
-//     executor could not see pod changes (see watchTrace).
+//     executor could not see pod changes (see watchTrace); it keeps a
+//     timeline of these steps (watchTrace.timeline).
 type stormClient struct {
 	kubernetes.Interface
 	trace *watchTrace
@@ -42,6 +48,14 @@ func (c *stormClient) Drop() { c.trace.drop() }
 
 // Release lets the watches that Drop held go on.
 func (c *stormClient) Release() { c.trace.release() }
+
+// SetWatchDelay delays every pod WATCH request of the executor by d from now
+// on (0: none).
+func (c *stormClient) SetWatchDelay(d time.Duration) {
+	c.trace.mu.Lock()
+	defer c.trace.mu.Unlock()
+	c.trace.delay = d
+}
 
 func (c *stormClient) CoreV1() corev1client.CoreV1Interface {
 	return tracedCore{CoreV1Interface: c.Interface.CoreV1(), trace: c.trace}
@@ -62,27 +76,37 @@ type tracedPods struct {
 }
 
 func (p tracedPods) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	p.trace.note("LIST rv=%q", opts.ResourceVersion)
 	l, err := p.PodInterface.List(ctx, opts)
 	if err == nil {
+		p.trace.note("LIST done: %d pods at rv %s", len(l.Items), l.ResourceVersion)
 		p.trace.listed()
+	} else {
+		p.trace.note("LIST failed: %v", err)
 	}
 	return l, err
 }
 
 func (p tracedPods) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	streaming := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	p.trace.note("WATCH rv=%q streaming=%v", opts.ResourceVersion, streaming)
 	if !streaming && opts.ResourceVersion != "" {
 		if err := p.trace.held(ctx); err != nil {
 			return nil, err
 		}
 	}
+	if err := p.trace.delayed(ctx); err != nil {
+		return nil, err
+	}
 	w, err := p.PodInterface.Watch(ctx, opts)
 	if err != nil {
+		p.trace.note("WATCH refused: %v", err)
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			p.trace.expired()
 		}
 		return w, err
 	}
+	p.trace.note("WATCH sent")
 	return p.trace.add(w, streaming), nil
 }
 
@@ -102,6 +126,67 @@ type watchTrace struct {
 	nLists     int       // successful LISTs and streaming lists
 	blind      []interval
 	hold       chan struct{} // while not nil, resumed watches wait until it is closed
+	delay      time.Duration // every WATCH request waits this long before it is sent
+	relists    []time.Time   // when each successful LIST or streaming list ended
+	steps      []step        // the timeline
+}
+
+// step is one line of the trace's timeline.
+type step struct {
+	at   time.Time
+	what string
+}
+
+// note adds a step to the timeline.
+func (t *watchTrace) note(format string, args ...any) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.steps = append(t.steps, step{now, fmt.Sprintf(format, args...)})
+}
+
+// timeline returns the steps in [from, to).
+func (t *watchTrace) timeline(from, to time.Time) []step {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []step
+	for _, s := range t.steps {
+		if !s.at.Before(from) && s.at.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// relistsIn returns when each successful relist in [from, to) ended.
+func (t *watchTrace) relistsIn(from, to time.Time) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Time
+	for _, at := range t.relists {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// delayed waits for the watch delay.
+func (t *watchTrace) delayed(ctx context.Context) error {
+	t.mu.Lock()
+	d := t.delay
+	t.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 // interval is one period the executor was blind.
@@ -120,6 +205,7 @@ func (t *watchTrace) add(w watch.Interface, streaming bool) watch.Interface {
 }
 
 func (t *watchTrace) drop() {
+	t.note("drop")
 	t.mu.Lock()
 	open := t.open
 	t.open = map[*tracedWatch]struct{}{}
@@ -137,6 +223,7 @@ func (t *watchTrace) drop() {
 }
 
 func (t *watchTrace) release() {
+	t.note("release")
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.hold != nil {
@@ -174,6 +261,7 @@ func (t *watchTrace) listed() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.nLists++
+	t.relists = append(t.relists, time.Now())
 	t.seeing()
 }
 
@@ -234,6 +322,7 @@ func (w *tracedWatch) forward() {
 			return
 		case ev, ok := <-w.inner.ResultChan():
 			if !ok {
+				w.trace.note("WATCH ended by the server")
 				return
 			}
 			w.event(ev)
@@ -250,11 +339,14 @@ func (w *tracedWatch) event(ev watch.Event) {
 	t := w.trace
 	switch {
 	case ev.Type == watch.Error:
-		if err := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		err := apierrors.FromObject(ev.Object)
+		t.note("WATCH error event: %v", err)
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			t.expired()
 		}
 	case w.streaming:
 		if m, ok := ev.Object.(metav1.Object); ok && ev.Type == watch.Bookmark && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			t.note("streaming list done at rv %s", m.GetResourceVersion())
 			t.listed()
 		}
 	case ev.Type != watch.Bookmark:

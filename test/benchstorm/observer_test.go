@@ -23,6 +23,10 @@ import (
 // 410 Expired is answered at once with a fresh LIST. A state first seen in
 // such a LIST is noted at the LIST's time and counted in fromList (its lag
 // is then understated by at most the observer's own blind time, blindMax).
+// A pod it saw that is gone (deleted, or missing from such a LIST) is noted
+// gone: when its main container's end fell into the observer's blind time,
+// the pod may be gone before the observer saw it terminated, and that task's
+// lag cannot be measured.
 type observer struct {
 	client    kubernetes.Interface
 	namespace string
@@ -33,6 +37,7 @@ type observer struct {
 	running    map[string]time.Time
 	terminated map[string]time.Time
 	deleting   map[string]time.Time
+	gone       map[string]time.Time
 	pods       map[string]string // task ID -> pod name
 	fromList   int
 	relists    int
@@ -43,7 +48,7 @@ func newObserver(client kubernetes.Interface, namespace, container string) *obse
 	return &observer{
 		client: client, namespace: namespace, container: container,
 		changed: make(chan struct{}),
-		running: map[string]time.Time{}, terminated: map[string]time.Time{}, deleting: map[string]time.Time{},
+		running: map[string]time.Time{}, terminated: map[string]time.Time{}, deleting: map[string]time.Time{}, gone: map[string]time.Time{},
 		pods: map[string]string{},
 	}
 }
@@ -62,6 +67,7 @@ func (o *observer) Run(ctx context.Context) {
 				continue
 			}
 			o.note(list.Items, !lost.IsZero())
+			o.noteGone(list.Items)
 			rv = list.ResourceVersion
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
@@ -114,9 +120,19 @@ func (o *observer) consume(ctx context.Context, w watch.Interface, rv string) st
 					o.note([]corev1.Pod{*pod}, false)
 				}
 			case watch.Deleted:
-				if m, ok := ev.Object.(metav1.Object); ok {
-					rv = m.GetResourceVersion()
+				pod, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
 				}
+				rv = pod.ResourceVersion
+				o.note([]corev1.Pod{*pod}, false) // its final state
+				o.mu.Lock()
+				if id := pod.Labels[task.LabelRun]; id != "" {
+					if _, ok := o.gone[id]; !ok {
+						o.gone[id] = time.Now()
+					}
+				}
+				o.mu.Unlock()
 			}
 		}
 	}
@@ -166,6 +182,28 @@ func (o *observer) note(pods []corev1.Pod, fromList bool) {
 	}
 }
 
+// noteGone notes gone every pod the observer saw that listed does not hold.
+func (o *observer) noteGone(listed []corev1.Pod) {
+	now := time.Now()
+	there := map[string]bool{}
+	for i := range listed {
+		there[listed[i].Labels[task.LabelRun]] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	changed := false
+	for id := range o.pods {
+		if _, ok := o.gone[id]; !ok && !there[id] {
+			o.gone[id] = now
+			changed = true
+		}
+	}
+	if changed {
+		close(o.changed)
+		o.changed = make(chan struct{})
+	}
+}
+
 // TerminatedAt is when the observer first saw task id's main container
 // terminated.
 func (o *observer) TerminatedAt(id string) (time.Time, bool) {
@@ -191,13 +229,18 @@ func (o *observer) stats() (relists, fromList int, blindMax time.Duration) {
 }
 
 // Wait waits until every id has been seen in the state of which (running,
-// terminated, deleting), or ctx ends.
+// terminated, deleting, or ended: terminated or gone), or ctx ends.
 func (o *observer) Wait(ctx context.Context, which string, ids []string) error {
 	missing, err := waitUntil(ctx, &o.mu, &o.changed, func() int {
-		m := map[string]map[string]time.Time{"running": o.running, "terminated": o.terminated, "deleting": o.deleting}[which]
+		ms := map[string][]map[string]time.Time{"running": {o.running}, "terminated": {o.terminated}, "deleting": {o.deleting}, "ended": {o.terminated, o.gone}}[which]
 		n := 0
 		for _, id := range ids {
-			if _, ok := m[id]; !ok {
+			seen := false
+			for _, m := range ms {
+				_, ok := m[id]
+				seen = seen || ok
+			}
+			if !seen {
 				n++
 			}
 		}
@@ -218,4 +261,12 @@ func pause(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// GoneAt is when the observer first knew task id's pod gone.
+func (o *observer) GoneAt(id string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.gone[id]
+	return at, ok
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // outcomes collects the terminal AttemptFinished events of every executor
@@ -84,4 +86,51 @@ func waitUntil(ctx context.Context, mu *sync.Mutex, changed *chan struct{}, miss
 		case <-ch:
 		}
 	}
+}
+
+// deliveries notes, for each task, when the executor's pod cache first held
+// its pod with the main container terminated (its Config.OnPodChange): what
+// the executor could act on, as against when it recorded the outcome.
+type deliveries struct {
+	container string
+	ex        atomic.Pointer[executor.Executor]
+
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func newDeliveries(container string) *deliveries {
+	return &deliveries{container: container, at: map[string]time.Time{}}
+}
+
+// OnPodChange is an executor.Config.OnPodChange.
+func (d *deliveries) OnPodChange(namespace, name string) {
+	now := time.Now()
+	ex := d.ex.Load()
+	if ex == nil {
+		return
+	}
+	p := ex.CachedPod(namespace, name)
+	if p == nil {
+		return
+	}
+	id := p.Labels[task.LabelRun]
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == d.container && cs.State.Terminated != nil {
+			d.mu.Lock()
+			if _, ok := d.at[id]; !ok && id != "" {
+				d.at[id] = now
+			}
+			d.mu.Unlock()
+		}
+	}
+}
+
+// DeliveredAt is when the executor's cache first showed task id's main
+// container terminated.
+func (d *deliveries) DeliveredAt(id string) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.at[id]
+	return at, ok
 }

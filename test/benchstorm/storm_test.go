@@ -1,15 +1,20 @@
 // Package benchstorm measures how the executor records outcomes through a
-// 410 Expired storm and after a restart (issue 13): a steady stream of
-// short tasks on kwok nodes, first without faults (the baseline), then while
-// etcd is compacted and the executor's pod watches are dropped every 2 s (so
-// that every watch resumes into 410 Expired, again and again), in the same
-// process with the same executor; then the executor is stopped while pods
-// finish (some of them deleted meanwhile) and a new one on the same store
-// records them.
+// 410 Expired storm and after a restart (issues 13 and 19): a steady stream
+// of short tasks on kwok nodes, first without faults (the baseline), then
+// while etcd is compacted and the executor's pod watches are dropped every
+// 2 s (so that every watch resumes into 410 Expired, again and again), then
+// a harsher storm (a compaction every second, every WATCH request of the
+// executor answered late, 500 tasks), in the same process with the same
+// executor; then the executor is stopped while pods finish (some of them
+// deleted meanwhile) and a new one on the same store records them.
 //
 //	flock /tmp/kubetask-bench.lock go test ./test/benchstorm -run '^$' -bench BenchmarkStorm -benchtime 1x -timeout 30m
 //	# shorter: KUBETASK_BENCH_STORM_SECONDS=20; also KUBETASK_BENCH_STORM_EVERY=50ms (one task this often),
-//	# KUBETASK_BENCH_STORM_COMPACT_EVERY=2s, KUBETASK_BENCH_STORM_RESTART_TASKS=200
+//	# KUBETASK_BENCH_STORM_COMPACT_EVERY=2s, KUBETASK_BENCH_STORM_RESTART_TASKS=200,
+//	# KUBETASK_BENCH_STORM_HARSH_TASKS=500, KUBETASK_BENCH_STORM_HARSH_COMPACT_EVERY=1s,
+//	# KUBETASK_BENCH_STORM_HARSH_WATCH_DELAY=500ms;
+//	# KUBETASK_BENCH_STORM_TIMELINE=file writes each storm's timeline to file.s and file.h
+//	# (the executor's LISTs and WATCHes, drops, each task's end seen, cached, recorded)
 //
 // Without -bench, `go test ./test/benchstorm` runs the same code with 5 s
 // phases and few tasks (TestStormTiny), checking only what must hold
@@ -49,11 +54,19 @@ func TestMain(m *testing.M) {
 
 // stormSize is the shape of one run.
 type stormSize struct {
-	phase        time.Duration // how long the baseline and the storm submit tasks
-	every        time.Duration // one task submitted this often
+	phase        time.Duration // how long the baseline and each storm submit tasks
+	every        time.Duration // baseline and storm: one task submitted this often
 	compact      time.Duration // during the storm: one compaction and drop this often
+	harsh        stormShape    // the harsh storm
 	restartTasks int           // tasks that finish while the executor is down
 	restartAfter time.Duration // their complete-after: long enough to stop the executor first
+}
+
+// stormShape is what a storm does and how many tasks run through it.
+type stormShape struct {
+	every      time.Duration // one task submitted this often
+	compact    time.Duration // one compaction and drop this often
+	watchDelay time.Duration // every WATCH request of the executor is sent this late
 }
 
 // The executor of every phase: QPS 200/400, an in-memory store, room for
@@ -64,13 +77,20 @@ const (
 )
 
 // BenchmarkStorm runs the baseline and the storm for 60 s each
-// (KUBETASK_BENCH_STORM_SECONDS) with one task every 50 ms, then the restart
-// with 200 tasks, and prints one table.
+// (KUBETASK_BENCH_STORM_SECONDS) with one task every 50 ms, the harsh storm
+// as long with 500 tasks, then the restart with 200 tasks, and prints one
+// table.
 func BenchmarkStorm(b *testing.B) {
+	phase := time.Duration(envInt("KUBETASK_BENCH_STORM_SECONDS", 60)) * time.Second
 	sz := stormSize{
-		phase:        time.Duration(envInt("KUBETASK_BENCH_STORM_SECONDS", 60)) * time.Second,
-		every:        envDuration("KUBETASK_BENCH_STORM_EVERY", 50*time.Millisecond),
-		compact:      envDuration("KUBETASK_BENCH_STORM_COMPACT_EVERY", 2*time.Second),
+		phase:   phase,
+		every:   envDuration("KUBETASK_BENCH_STORM_EVERY", 50*time.Millisecond),
+		compact: envDuration("KUBETASK_BENCH_STORM_COMPACT_EVERY", 2*time.Second),
+		harsh: stormShape{
+			every:      phase / time.Duration(envInt("KUBETASK_BENCH_STORM_HARSH_TASKS", 500)),
+			compact:    envDuration("KUBETASK_BENCH_STORM_HARSH_COMPACT_EVERY", time.Second),
+			watchDelay: envDuration("KUBETASK_BENCH_STORM_HARSH_WATCH_DELAY", 500*time.Millisecond),
+		},
 		restartTasks: envInt("KUBETASK_BENCH_STORM_RESTART_TASKS", 200),
 		restartAfter: 10 * time.Second,
 	}
@@ -80,21 +100,27 @@ func BenchmarkStorm(b *testing.B) {
 		b.ReportMetric(r.baseline.lag(0.99).Seconds(), "baseline-lag-p99-s")
 		b.ReportMetric(r.storm.lag(0.99).Seconds(), "storm-lag-p99-s")
 		b.ReportMetric(r.storm.longestBlind().Seconds(), "storm-longest-blind-s")
+		b.ReportMetric(r.harsh.lag(0.99).Seconds(), "harsh-lag-p99-s")
+		b.ReportMetric(r.harsh.longestGap().Seconds(), "harsh-longest-gap-s")
 		b.ReportMetric(r.restart.all.Seconds(), "restart-all-recorded-s")
 	}
 }
 
 // TestStormTiny runs BenchmarkStorm's code at a tiny size.
 func TestStormTiny(t *testing.T) {
-	sz := stormSize{phase: 5 * time.Second, every: 250 * time.Millisecond, compact: time.Second, restartTasks: 5, restartAfter: 5 * time.Second}
+	sz := stormSize{
+		phase: 5 * time.Second, every: 250 * time.Millisecond, compact: time.Second,
+		harsh:        stormShape{every: 250 * time.Millisecond, compact: time.Second, watchDelay: 200 * time.Millisecond},
+		restartTasks: 5, restartAfter: 5 * time.Second,
+	}
 	r := runStorm(t, sz)
 	t.Log("\n" + r.table(sz))
 }
 
 // stormResult is what one run measured.
 type stormResult struct {
-	baseline, storm phaseResult
-	restart         restartResult
+	baseline, storm, harsh phaseResult
+	restart                restartResult
 	// The observer's relists after 410 Expired, the states it first saw in
 	// such a relist, and its longest time without a watch.
 	obsRelists, obsFromList int
@@ -109,7 +135,20 @@ type phaseResult struct {
 	// lags are outcome lags, sorted: the outcome recorded (the terminal
 	// event's Time) minus the moment the observer first saw the main
 	// container terminated.
-	lags        []time.Duration
+	lags []time.Duration
+	// unmeasured counts the tasks whose pod the reference watch saw gone
+	// before it saw the main container terminated (in its own blind time):
+	// their lag is not in lags.
+	unmeasured int
+	// delivered are, sorted, the moments the executor's pod cache first
+	// showed a task's main container terminated minus the observer's.
+	delivered []time.Duration
+	// recorded are the outcomes' record times, sorted; ended the moments the
+	// reference watch saw the main containers end, sorted.
+	recorded, ended []time.Time
+	// relists are when the executor's successful LISTs and streaming lists
+	// ended.
+	relists     []time.Time
 	expired     int     // 410 Expired on the executor's pod watches
 	expiredErrs float64 // kubetask_watch_errors_total{kind="expired"}
 	lists       float64 // kubetask_pod_lists_total{result="ok"}
@@ -119,6 +158,29 @@ type phaseResult struct {
 }
 
 func (p phaseResult) lag(q float64) time.Duration { return quantile(p.lags, q) }
+
+// longestGap is the longest time between two outcomes recorded one after
+// the other.
+func (p phaseResult) longestGap() time.Duration { return longestGap(p.recorded) }
+
+// longestGap is the longest time between two of sorted one after the other.
+func longestGap(sorted []time.Time) time.Duration {
+	var d time.Duration
+	for i := 1; i < len(sorted); i++ {
+		d = max(d, sorted[i].Sub(sorted[i-1]))
+	}
+	return d
+}
+
+// relistSpacing is the median and the longest time between two relists.
+func (p phaseResult) relistSpacing() (median, longest time.Duration) {
+	var ds []time.Duration
+	for i := 1; i < len(p.relists); i++ {
+		ds = append(ds, p.relists[i].Sub(p.relists[i-1]))
+	}
+	slices.Sort(ds)
+	return quantile(ds, 0.5), quantile(ds, 1)
+}
 
 func (p phaseResult) longestBlind() time.Duration {
 	var d time.Duration
@@ -153,6 +215,7 @@ type run struct {
 	st   store.Store
 	outs *outcomes
 	obs  *observer
+	dels *deliveries
 
 	ex     *executor.Executor
 	stop   func()
@@ -166,7 +229,7 @@ func runStorm(tb testing.TB, sz stormSize) stormResult {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &run{tb: tb, ctx: ctx, sz: sz, env: clustertest.New(tb), st: store.NewMemory(), outs: newOutcomes()}
+	r := &run{tb: tb, ctx: ctx, sz: sz, env: clustertest.New(tb), st: store.NewMemory(), outs: newOutcomes(), dels: newDeliveries("main")}
 	r.obs = newObserver(r.env.Client, r.env.Namespace, "main")
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -177,19 +240,27 @@ func runStorm(tb testing.TB, sz stormSize) stormResult {
 
 	complete := map[string]string{kwokstages.CompleteAfter: "1s", kwokstages.CompleteCode: "0"}
 	var out stormResult
-	base := r.phase("b", complete, false)
+	base := r.phase("b", complete, sz.every, nil)
 	out.baseline = base.result
-	storm := r.phase("s", complete, true)
+	storm := r.phase("s", complete, sz.every, &stormShape{every: sz.every, compact: sz.compact})
 	out.storm = storm.result
+	harsh := r.phase("h", complete, sz.harsh.every, &sz.harsh)
+	out.harsh = harsh.result
 	restartIDs, restart := r.restart()
 	out.restart = restart
 	out.obsRelists, out.obsFromList, out.obsBlind = r.obs.stats()
 
 	out.baseline.wrong = r.checkOnce(base.ids)
 	out.storm.wrong = r.checkOnce(storm.ids)
+	out.harsh.wrong = r.checkOnce(harsh.ids)
 	out.restart.wrong = r.checkOnce(restartIDs)
-	if out.storm.expired == 0 {
-		tb.Errorf("no 410 Expired on the executor's pod watches during the storm (%d compactions): it tested nothing", out.storm.compactions)
+	for _, p := range []struct {
+		name string
+		r    phaseResult
+	}{{"storm", out.storm}, {"harsh storm", out.harsh}} {
+		if p.r.expired == 0 {
+			tb.Errorf("no 410 Expired on the executor's pod watches during the %s (%d compactions): it tested nothing", p.name, p.r.compactions)
+		}
 	}
 	return out
 }
@@ -204,8 +275,9 @@ func (r *run) startExecutor() {
 		r.tb.Fatal(err)
 	}
 	client := newStormClient(base)
-	cfg := executor.Config{Store: r.st, OnEvent: r.outs.Add, Registerer: reg, Client: client, Parallelism: parallelism, QPS: qps, Burst: burst}
+	cfg := executor.Config{Store: r.st, OnEvent: r.outs.Add, OnPodChange: r.dels.OnPodChange, Registerer: reg, Client: client, Parallelism: parallelism, QPS: qps, Burst: burst}
 	r.ex, r.stop = exectest.StartExecutor(r.tb, r.env, cfg)
+	r.dels.ex.Store(r.ex)
 	r.reg, r.client = reg, client
 }
 
@@ -215,11 +287,12 @@ type phaseRun struct {
 	result phaseResult
 }
 
-// phase submits one task every r.sz.every for r.sz.phase (IDs prefix and a
-// number) and waits until each has its outcome and its pod is gone; with
+// phase submits one task every every for r.sz.phase (IDs prefix and a
+// number) and waits until each has its outcome and its pod is gone; with a
 // storm, etcd is compacted and the executor's watches dropped every
-// r.sz.compact from the first submission until then.
-func (r *run) phase(prefix string, annotations map[string]string, storm bool) phaseRun {
+// storm.compact, and its WATCH requests delayed by storm.watchDelay, from
+// the first submission until then.
+func (r *run) phase(prefix string, annotations map[string]string, every time.Duration, storm *stormShape) phaseRun {
 	r.tb.Helper()
 	lists0 := exectest.MetricSum(r.reg, "kubetask_pod_lists_total", "result", "ok")
 	expiredErrs0 := exectest.MetricSum(r.reg, "kubetask_watch_errors_total", "kind", "expired")
@@ -230,24 +303,30 @@ func (r *run) phase(prefix string, annotations map[string]string, storm bool) ph
 	var res phaseResult
 	stormCtx, stopStorm := context.WithCancel(r.ctx)
 	var wg sync.WaitGroup
-	if storm {
-		noise := r.noise()
-		wg.Go(func() { res.compactions = r.compactLoop(stormCtx, noise) })
+	if storm != nil {
+		noise := r.noise(prefix)
+		r.client.SetWatchDelay(storm.watchDelay)
+		wg.Go(func() { res.compactions = r.compactLoop(stormCtx, noise, storm.compact) })
 	}
-	ids := r.submit(prefix, annotations)
+	ids := r.submit(prefix, annotations, every)
 	wctx, cancel := context.WithTimeout(r.ctx, 5*time.Minute)
 	err := r.outs.Wait(wctx, ids)
 	if err == nil {
 		// The executor may see a pod's end a moment before the observer.
-		err = r.obs.Wait(wctx, "terminated", ids)
+		err = r.obs.Wait(wctx, "ended", ids)
 	}
 	cancel()
 	stopStorm()
 	wg.Wait()
+	r.client.SetWatchDelay(0)
 	end := time.Now()
 	res.samples = stopSampling()
+	if storm != nil {
+		r.writeTimeline(prefix, ids, start, end)
+	}
 	if err != nil {
-		r.tb.Fatalf("phase %s: %v", prefix, err)
+		relists, fromList, blind := r.obs.stats()
+		r.tb.Fatalf("phase %s: %v (reference watch: %d relists after 410, %d states first seen in a relist, longest without a watch %s)", prefix, err, relists, fromList, secs(blind))
 	}
 
 	res.tasks = len(ids)
@@ -256,25 +335,38 @@ func (r *run) phase(prefix string, annotations map[string]string, storm bool) ph
 	res.expiredErrs = exectest.MetricSum(r.reg, "kubetask_watch_errors_total", "kind", "expired") - expiredErrs0
 	res.lists = exectest.MetricSum(r.reg, "kubetask_pod_lists_total", "result", "ok") - lists0
 	res.blind = r.client.trace.blindIn(start, end)
+	res.relists = r.client.trace.relistsIn(start, end)
 	for _, id := range ids {
 		ref, ok := r.obs.TerminatedAt(id)
 		rec, ok2 := r.outs.RecordedAt(id)
-		if !ok || !ok2 {
-			r.tb.Errorf("%s: main container terminated seen %v, outcome recorded %v", id, ok, ok2)
+		if !ok2 {
+			r.tb.Errorf("%s: no outcome recorded", id)
+			continue
+		}
+		if !ok { // the pod was gone before the reference saw it end
+			res.unmeasured++
 			continue
 		}
 		res.lags = append(res.lags, rec.Sub(ref))
+		res.recorded = append(res.recorded, rec)
+		res.ended = append(res.ended, ref)
+		if at, ok := r.dels.DeliveredAt(id); ok {
+			res.delivered = append(res.delivered, at.Sub(ref))
+		}
 	}
 	slices.Sort(res.lags)
+	slices.Sort(res.delivered)
+	slices.SortFunc(res.recorded, time.Time.Compare)
+	slices.SortFunc(res.ended, time.Time.Compare)
 	exectest.WaitNoTaskPods(r.tb, r.env, 2*time.Minute)
 	return phaseRun{ids: ids, result: res}
 }
 
-// submit submits one task every r.sz.every for r.sz.phase and returns
-// their IDs.
-func (r *run) submit(prefix string, annotations map[string]string) []string {
+// submit submits one task every every for r.sz.phase and returns their
+// IDs.
+func (r *run) submit(prefix string, annotations map[string]string, every time.Duration) []string {
 	r.tb.Helper()
-	t := time.NewTicker(r.sz.every)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	end := time.After(r.sz.phase)
 	var ids []string
@@ -292,22 +384,22 @@ func (r *run) submit(prefix string, annotations map[string]string) []string {
 	}
 }
 
-// noise is a ConfigMap written before each compaction, so that the
-// compaction passes the last pod event the executor's watches saw.
-func (r *run) noise() *corev1.ConfigMap {
+// noise is a ConfigMap (one per storm) written before each compaction, so
+// that the compaction passes the last pod event the executor's watches saw.
+func (r *run) noise(prefix string) *corev1.ConfigMap {
 	r.tb.Helper()
-	cm, err := r.env.Client.CoreV1().ConfigMaps(r.env.Namespace).Create(r.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "storm-noise"}}, metav1.CreateOptions{})
+	cm, err := r.env.Client.CoreV1().ConfigMaps(r.env.Namespace).Create(r.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "storm-noise-" + prefix}}, metav1.CreateOptions{})
 	if err != nil {
 		r.tb.Fatalf("creating the noise ConfigMap: %v", err)
 	}
 	return cm
 }
 
-// compactLoop is the storm: every r.sz.compact, the executor's pod watches
+// compactLoop is the storm: every every, the executor's pod watches
 // dropped and etcd compacted to its current revision (see stormStep). It
 // returns the number of compactions when ctx ends.
-func (r *run) compactLoop(ctx context.Context, noise *corev1.ConfigMap) int {
-	t := time.NewTicker(r.sz.compact)
+func (r *run) compactLoop(ctx context.Context, noise *corev1.ConfigMap, every time.Duration) int {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for n := 0; ; n++ {
 		select {
@@ -514,12 +606,14 @@ func (r stormResult) table(sz stormSize) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "baseline and storm: %s each, one task every %s (kwok complete-after 1s); storm: etcd compacted and the executor's pod watches dropped every %s; executor QPS %d/%d, memory store\n",
 		sz.phase, sz.every, sz.compact, qps, burst)
+	fmt.Fprintf(&b, "harsh storm: %s, one task every %s; etcd compacted and the executor's pod watches dropped every %s, each of its WATCH requests sent %s late\n",
+		sz.phase, sz.harsh.every, sz.harsh.compact, sz.harsh.watchDelay)
 	b.WriteString("| phase | tasks | outcome lag p50 | p99 | max | 410s on the executor's watches (watch_errors{expired}) | pod LISTs | longest blind (watch lost → fresh view) | Healthy failed / not Ready (10 ms samples) | each Succeeded once |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, p := range []struct {
 		name string
 		r    phaseResult
-	}{{"baseline", r.baseline}, {fmt.Sprintf("storm (%d compactions)", r.storm.compactions), r.storm}} {
+	}{{"baseline", r.baseline}, {fmt.Sprintf("storm (%d compactions)", r.storm.compactions), r.storm}, {fmt.Sprintf("harsh storm (%d compactions)", r.harsh.compactions), r.harsh}} {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d (%.0f) | %.0f | %s | %d / %d of %d | %s |\n",
 			p.name, p.r.tasks, secs(p.r.lag(0.5)), secs(p.r.lag(0.99)), secs(p.r.lag(1)), p.r.expired, p.r.expiredErrs, p.r.lists,
 			secs(p.r.longestBlind()), p.r.samples.unhealthy, p.r.samples.notReady, p.r.samples.n, yes(p.r.wrong))
@@ -530,6 +624,19 @@ func (r stormResult) table(sz stormSize) string {
 		rs.samples.unhealthy, rs.samples.notReady, rs.samples.n, yes(rs.wrong))
 	fmt.Fprintf(&b, "storm: %d blind intervals, %s blind in all; kubetask_pod_cache_blind > 0 at most %s\n",
 		len(r.storm.blind), secs(total(r.storm.blind)), secs(r.storm.samples.gaugeBlind))
+	fmt.Fprintf(&b, "harsh storm: %d blind intervals, %s blind in all; kubetask_pod_cache_blind > 0 at most %s\n",
+		len(r.harsh.blind), secs(total(r.harsh.blind)), secs(r.harsh.samples.gaugeBlind))
+	b.WriteString("| phase | main container's end in the executor's cache, after the reference watch: p50 / p99 / max | longest gap between recorded outcomes (between ends the reference saw) | relists | between relists: median / longest | lags not measured (pod gone before the reference saw it end) |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	for _, p := range []struct {
+		name string
+		r    phaseResult
+	}{{"baseline", r.baseline}, {"storm", r.storm}, {"harsh storm", r.harsh}} {
+		med, longest := p.r.relistSpacing()
+		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s (%s) | %d | %s / %s | %d |\n", p.name,
+			secs(quantile(p.r.delivered, 0.5)), secs(quantile(p.r.delivered, 0.99)), secs(quantile(p.r.delivered, 1)),
+			secs(p.r.longestGap()), secs(longestGap(p.r.ended)), len(p.r.relists), secs(med), secs(longest), p.r.unmeasured)
+	}
 	fmt.Fprintf(&b, "restart: %d pods finished while the executor was down (%d of them deleted meanwhile, Terminating), %d recorded before it stopped; no task pod left %s after Start\n",
 		rs.tasks-rs.before, rs.deleted, rs.before, secs(rs.podsGone))
 	fmt.Fprintf(&b, "reference watch: %d relists after 410, %d states first seen in a relist, longest without a watch %s\n",
@@ -577,4 +684,42 @@ func envDuration(name string, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// writeTimeline writes, when KUBETASK_BENCH_STORM_TIMELINE names a file, to
+// that file with "." and the phase's prefix added (.s the storm, .h the
+// harsh storm), the timeline of a phase from start to end: the executor's LISTs and WATCHes
+// and the storm's drops (the storm client's trace), and for each task when
+// the reference watch saw its main container terminated, when the
+// executor's cache showed it and when the outcome was recorded; times in
+// seconds from start.
+func (r *run) writeTimeline(prefix string, ids []string, start, end time.Time) {
+	path := os.Getenv("KUBETASK_BENCH_STORM_TIMELINE")
+	if path == "" {
+		return
+	}
+	path += "." + prefix
+	steps := r.client.trace.timeline(start, end)
+	for _, id := range ids {
+		if at, ok := r.obs.TerminatedAt(id); ok {
+			steps = append(steps, step{at, id + " terminated (reference watch)"})
+		}
+		if at, ok := r.dels.DeliveredAt(id); ok {
+			steps = append(steps, step{at, id + " terminated in the executor's cache"})
+		}
+		if at, ok := r.outs.RecordedAt(id); ok {
+			steps = append(steps, step{at, id + " recorded"})
+		}
+		if at, ok := r.obs.GoneAt(id); ok {
+			steps = append(steps, step{at, id + " gone (reference watch)"})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return a.at.Compare(b.at) })
+	var b strings.Builder
+	for _, s := range steps {
+		fmt.Fprintf(&b, "%9.3f %s\n", s.at.Sub(start).Seconds(), s.what)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		r.tb.Errorf("writing the timeline: %v", err)
+	}
 }

@@ -145,10 +145,10 @@ subjects: [{kind: ServiceAccount, name: kubetask}]
 		}
 	}
 	cs := clientFor(t, d.kubeconfig)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer lcancel()
 	for _, ns := range []string{metav1.NamespaceDefault, metav1.NamespaceAll} {
-		if _, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		if _, err := cs.CoreV1().Pods(ns).List(lctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing pods in namespace %q: %v, want 403 Forbidden", ns, err)
 		}
 	}
@@ -164,6 +164,11 @@ subjects: [{kind: ServiceAccount, name: kubetask}]
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The task's own deadline, from its submission: a minute shared with the
+	// set-up above ran out on a busy machine before the task was submitted
+	// (the first startServe of the test binary builds kubetask: 79 s there).
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	runSidecarTask(s.failFast(ctx, t), t, c, env.Namespace)
 	for _, line := range s.forbidden() {
 		t.Errorf("the service met a permission it does not have: %s", line)

@@ -97,20 +97,7 @@ var addrLine = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1`)
 func (g *group) start(id string, extra ...string) *replicaProc {
 	t := g.t
 	t.Helper()
-	args := append([]string{"serve", "--kubeconfig", g.env.Kubeconfig, "--namespaces", g.env.Namespace, "-n", g.env.Namespace,
-		"--listen", "127.0.0.1:0", "--auth", "none", "--state-dir", t.TempDir(), "--store", "postgres",
-		"--instance-id", g.name, "--shards", strconv.Itoa(g.shards), "--replica-id", id,
-		"--lease-namespace", g.env.Namespace, "--lease-duration", g.lease.String()}, extra...)
-	r := &replicaProc{id: id, out: &syncBuffer{}, done: make(chan struct{})}
-	r.cmd = exec.Command(kubetaskBin(t), args...)
-	r.cmd.Env = append(os.Environ(), "KUBETASK_STORE_URL="+g.storeURL)
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.cmd.Wait(); close(r.done) }()
-	g.replicas[id] = r
-	t.Cleanup(func() { g.stop(id, syscall.SIGTERM) })
+	r := g.launch(id, extra...)
 	clustertest.Eventually(t, time.Minute, "replica "+id+" to serve", func(context.Context) error {
 		select {
 		case <-r.done:
@@ -132,6 +119,27 @@ func (g *group) start(id string, extra ...string) *replicaProc {
 	clustertest.Eventually(t, time.Minute, "replica "+id+" to be ready", func(context.Context) error {
 		return r.ready()
 	})
+	return r
+}
+
+// launch starts replica id without waiting for it.
+func (g *group) launch(id string, extra ...string) *replicaProc {
+	t := g.t
+	t.Helper()
+	args := append([]string{"serve", "--kubeconfig", g.env.Kubeconfig, "--namespaces", g.env.Namespace, "-n", g.env.Namespace,
+		"--listen", "127.0.0.1:0", "--auth", "none", "--state-dir", t.TempDir(), "--store", "postgres",
+		"--instance-id", g.name, "--shards", strconv.Itoa(g.shards), "--replica-id", id,
+		"--lease-namespace", g.env.Namespace, "--lease-duration", g.lease.String()}, extra...)
+	r := &replicaProc{id: id, out: &syncBuffer{}, done: make(chan struct{})}
+	r.cmd = exec.Command(kubetaskBin(t), args...)
+	r.cmd.Env = append(os.Environ(), "KUBETASK_STORE_URL="+g.storeURL)
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.done) }()
+	g.replicas[id] = r
+	t.Cleanup(func() { g.stop(id, syscall.SIGTERM) })
 	return r
 }
 

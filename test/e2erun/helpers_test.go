@@ -114,9 +114,16 @@ func (p *proc) wait(t *testing.T, d time.Duration) int {
 	case <-p.done:
 		return p.code
 	case <-time.After(d):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("kubetask did not exit within %s\nstdout:\n%s\nstderr:\n%s", d, p.stdout, p.stderr)
+		// SIGQUIT: the Go runtime prints every goroutine's stack to stderr
+		// and exits, so that a hang shows where it hangs.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		t.Fatalf("kubetask did not exit within %s\nstdout:\n%s\nstderr (with its goroutines):\n%s", d, p.stdout, p.stderr)
 		return -1
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,7 +238,7 @@ func (s *service) submit(doc []byte) api.Task {
 // get returns a task.
 func (s *service) get(id string) api.Task {
 	s.t.Helper()
-	resp, b := s.do(http.MethodGet, api.Prefix+"/tasks/"+id, "", nil)
+	resp, b := s.do(http.MethodGet, api.Prefix+"/tasks/"+url.PathEscape(id), "", nil)
 	if resp.StatusCode != http.StatusOK {
 		s.t.Fatalf("get %s: %s\n%s", id, resp.Status, b)
 	}
@@ -260,7 +261,7 @@ func (s *service) waitTask(id string, d time.Duration, what string, cond func(ap
 // container) and whether the service says it is complete.
 func (s *service) log(id string, attempt int) ([]byte, bool) {
 	s.t.Helper()
-	resp, b := s.do(http.MethodGet, fmt.Sprintf("%s/tasks/%s/logs?attempt=%d", api.Prefix, id, attempt), "", nil)
+	resp, b := s.do(http.MethodGet, fmt.Sprintf("%s/tasks/%s/logs?attempt=%d", api.Prefix, url.PathEscape(id), attempt), "", nil)
 	if resp.StatusCode != http.StatusOK {
 		s.t.Fatalf("logs of %s attempt %d: %s\n%s", id, attempt, resp.Status, b)
 	}
@@ -289,7 +290,7 @@ func (s *service) events(id, cursor string, d time.Duration) []api.Event {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+api.Prefix+"/tasks/"+id+"/watch?cursor="+cursor, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+api.Prefix+"/tasks/"+url.PathEscape(id)+"/watch?cursor="+url.QueryEscape(cursor), nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

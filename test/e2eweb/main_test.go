@@ -265,7 +265,9 @@ type tab struct {
 
 // newBrowser starts Chromium (stopped when the test ends) with a tab of
 // width x height, the page's base URL base.
-func newBrowser(t *testing.T, base string, width, height int) *tab {
+// chromiumPath is the Chromium the tests drive: $KUBETASK_CHROMIUM, or
+// Debian's.
+func chromiumPath(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("KUBETASK_CHROMIUM")
 	if path == "" {
@@ -274,6 +276,12 @@ func newBrowser(t *testing.T, base string, width, height int) *tab {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no Chromium at %s (%v): install Debian's chromium (apt-get install chromium, as .ci/run does) or set KUBETASK_CHROMIUM", path, err)
 	}
+	return path
+}
+
+func newBrowser(t *testing.T, base string, width, height int) *tab {
+	t.Helper()
+	path := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(width, height), chromedp.DisableGPU,
 		// A closed network: no connection of the browser's own.

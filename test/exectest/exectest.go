@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubetask/kubetask/internal/localcluster"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
@@ -272,4 +274,100 @@ func MetricSum(reg prometheus.Gatherer, name string, labelValues ...string) floa
 		}
 	}
 	return sum
+}
+
+// MainRuns records, from a watch on env's namespace that kubetask does not
+// control, when each task pod's main container ran: its start and finish as
+// the node reported them in the pod's status (second precision).
+type MainRuns struct {
+	mu   sync.Mutex
+	main string
+	runs map[types.UID]*MainRun
+}
+
+// MainRun is one pod's main container run: Start is zero until a status
+// showed it running or terminated, Finish until one showed it terminated.
+type MainRun struct {
+	Pod, Task     string
+	Start, Finish time.Time
+}
+
+// WatchMainRuns records the runs of container main in env's task pods
+// until the test ends.
+func WatchMainRuns(t testing.TB, env *clustertest.Env, main string) *MainRuns {
+	t.Helper()
+	m := &MainRuns{main: main, runs: map[types.UID]*MainRun{}}
+	f := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(env.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = task.ManagedSelector().String() }))
+	inf := f.Core().V1().Pods().Informer()
+	note := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			m.note(pod)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }, DeleteFunc: note})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx.Done())
+	t.Cleanup(func() { cancel(); f.Shutdown() })
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("pod informer did not sync")
+	}
+	return m
+}
+
+func (m *MainRuns) note(pod *corev1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.runs[pod.UID]
+	if r == nil {
+		r = &MainRun{Pod: pod.Name, Task: pod.Labels[task.LabelRun]}
+		m.runs[pod.UID] = r
+	}
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name != m.main {
+			continue
+		}
+		switch s := st.State; {
+		case s.Running != nil && r.Start.IsZero():
+			r.Start = s.Running.StartedAt.Time
+		case s.Terminated != nil:
+			r.Start, r.Finish = s.Terminated.StartedAt.Time, s.Terminated.FinishedAt.Time
+		}
+	}
+}
+
+// Runs returns the runs recorded so far, by start.
+func (m *MainRuns) Runs() []MainRun {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []MainRun
+	for _, r := range m.runs {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	return out
+}
+
+// MostAtOnce is the largest number of main containers that ran at the same
+// time, from the runs' start and finish: a run ends at its finish (one not
+// seen finished runs on), and one that starts in the second another
+// finished did not overlap it (the node reports whole seconds).
+func MostAtOnce(runs []MainRun) int {
+	most := 0
+	for _, r := range runs {
+		if r.Start.IsZero() {
+			continue
+		}
+		n := 0
+		for _, o := range runs {
+			if !o.Start.IsZero() && !o.Start.After(r.Start) && (o.Finish.IsZero() || o.Finish.After(r.Start)) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +36,7 @@ func TestMainThatHandlesSIGTERMKeepsItsOutcome(t *testing.T) {
 	tk := exectest.LocalTask("graceful", `trap 'echo stopping; sleep 1; exit 0' TERM; while :; do sleep 0.2; done`, "")
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](2), Backoff: "1s", RetryOn: []string{task.RetryOnInfrastructure}}
 	exectest.Submit(t, ex, "graceful", tk)
-	name := podName(env, "graceful", 0)
+	name := podName(t, ex, "graceful", 0)
 	waitState(t, ex, "graceful", "Running/Running")
 	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -61,7 +63,9 @@ func TestRetryStartsOnlyOnceThePreviousPodStopped(t *testing.T) {
 			return
 		}
 		// Attempt n's pod was just created: attempt n-1's must have stopped.
-		prev, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, podName(env, ev.ID, ev.Attempt-1), metav1.GetOptions{})
+		_, created, _ := strings.Cut(ev.Pod, "/")
+		previous := strings.TrimSuffix(created, "-"+strconv.Itoa(ev.Attempt)) + "-" + strconv.Itoa(ev.Attempt-1)
+		prev, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, previous, metav1.GetOptions{})
 		if err == nil && !podstate.Stopped(prev) {
 			mu.Lock()
 			violations = append(violations, fmt.Sprintf("attempt %d created while attempt %d's pod runs (phase %s, deleting %v)", ev.Attempt, ev.Attempt-1, prev.Status.Phase, prev.DeletionTimestamp != nil))
@@ -74,7 +78,7 @@ func TestRetryStartsOnlyOnceThePreviousPodStopped(t *testing.T) {
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](2), Backoff: "1s", RetryOn: []string{task.RetryOnInfrastructure}}
 	exectest.Submit(t, ex, "stubborn", tk)
 	waitState(t, ex, "stubborn", "Running/Running")
-	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, podName(env, "stubborn", 0), metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, podName(t, ex, "stubborn", 0), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, ex, "stubborn", "Running/Stopping")
@@ -106,7 +110,7 @@ func TestSameInstanceIDNeverRunsTwice(t *testing.T) {
 	if ev := evs.Terminal("work")[0]; ev.Phase != string(podstate.Succeeded) {
 		t.Fatalf("the first executor's task ended %s/%s (%s): the second one interfered", ev.Phase, ev.Reason, ev.Message)
 	}
-	if second.CachedPod(env.Namespace, podName(env, "work", 0)) != nil {
+	if second.CachedPod(env.Namespace, podName(t, first, "work", 0)) != nil {
 		t.Error("the second executor watches pods while the first holds the lease")
 	}
 	stopFirst()
@@ -125,7 +129,7 @@ func TestKeptPodsLeaveTheCache(t *testing.T) {
 	tk.Spec.Cleanup = task.CleanupKeep
 	exectest.Submit(t, ex, "kept", tk)
 	evs.WaitTerminal(t, time.Minute, "kept")
-	name := podName(env, "kept", 0)
+	name := podName(t, ex, "kept", 0)
 	clustertest.Eventually(t, time.Minute, "kept pod released and out of the cache", func(ctx context.Context) error {
 		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -167,7 +171,7 @@ func TestScheduleTimeoutWaitsBehindSchedulingGates(t *testing.T) {
 		t.Fatalf("ended while gated: %+v", evs.Terminal("queued"))
 	}
 	ctx := context.Background()
-	name := podName(env, "queued", 0)
+	name := podName(t, ex, "queued", 0)
 	if _, err := env.Client.CoreV1().Pods(env.Namespace).Patch(ctx, name, "application/merge-patch+json",
 		[]byte(`{"spec":{"schedulingGates":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -236,8 +240,16 @@ func restrictedConfig(t *testing.T, env *clustertest.Env) *rest.Config {
 	return cfg
 }
 
-func podName(env *clustertest.Env, id string, attempt int) string {
-	return task.PodName(task.Identity{Namespace: env.Namespace, Name: id, RunID: id, Executor: "test"}, attempt)
+// podName is the name of the pod of attempt of task id (run by ex): the
+// name of its task, the hash of its identity and its record's nonce, and
+// the attempt.
+func podName(t *testing.T, ex *executor.Executor, id string, attempt int) string {
+	t.Helper()
+	rec, err := ex.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task.PodName(task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: id, Executor: rec.Executor, Nonce: rec.Nonce}, attempt)
 }
 
 // waitState waits until Get reports state ("Phase/Reason") for id.

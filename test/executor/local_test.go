@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestKeepStopsSidecars(t *testing.T) {
 	if ev := evs.Terminal("keep")[0]; ev.Phase != string(podstate.Succeeded) {
 		t.Fatalf("outcome %+v, want Succeeded", ev)
 	}
-	name := task.PodName(task.Identity{Namespace: env.Namespace, Name: "keep", RunID: "keep", Executor: "test"}, 0)
+	name := podName(t, ex, "keep", 0)
 	clustertest.Eventually(t, time.Minute, "kept pod has stopped every container", func(ctx context.Context) error {
 		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -136,7 +137,7 @@ func TestPodDeletedExternally(t *testing.T) {
 	tk := exectest.LocalTask("victim", `trap 'exit 143' TERM; [ "$ATTEMPT" != 0 ] || while :; do sleep 1; done`, "")
 	tk.Spec.Retries = task.Retries{Limit: ptr.To[int32](1), Backoff: "1s"}
 	exectest.Submit(t, ex, "victim", tk)
-	name := task.PodName(task.Identity{Namespace: env.Namespace, Name: "victim", RunID: "victim", Executor: "test"}, 0)
+	name := podName(t, ex, "victim", 0)
 	clustertest.Eventually(t, time.Minute, "pod running", func(ctx context.Context) error {
 		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -180,8 +181,10 @@ func TestSubmitIsIdempotentAndValidates(t *testing.T) {
 	if _, err := ex.Submit(context.Background(), "bad", bad); err == nil {
 		t.Error("a task naming a missing main container was accepted")
 	}
-	if _, err := ex.Submit(context.Background(), "not a label!", exectest.LocalTask("x", "true", "")); err == nil {
-		t.Error("an ID that is not a label value was accepted")
+	for _, id := range []string{"a/b", "tab\tinside", " padded "} {
+		if _, err := ex.Submit(context.Background(), id, exectest.LocalTask("x", "true", "")); !errors.Is(err, executor.ErrInvalidTask) {
+			t.Errorf("ID %q that task.ValidateID refuses: %v, want ErrInvalidTask", id, err)
+		}
 	}
 	if _, err := st.Get(context.Background(), "bad"); err == nil {
 		t.Error("a refused task was stored")

@@ -4,7 +4,7 @@
 // pending and failed tasks.
 
 import {json, watch, query, ApiError} from './api.js';
-import {h, replace, fmtAge, fmtDuration, taskDuration, fmtTime, badge} from './util.js';
+import {h, replace, liveIndicator, fmtAge, fmtDuration, taskDuration, fmtTime, badge} from './util.js';
 
 const PAGE = 50;
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed'];
@@ -35,7 +35,7 @@ export function mount(main, {query: q, navigate}) {
 
   // --- the page's parts ---
   const countsEl = h('p', {class: 'counts', 'aria-live': 'polite', 'aria-atomic': 'true'});
-  const liveEl = h('span', {class: 'live', dataset: {state: 'connecting'}}, 'Connecting…');
+  const liveMark = liveIndicator();
   const errorEl = h('div', {class: 'error', role: 'alert'});
   const tbody = h('tbody');
   const empty = h('p', {class: 'empty', hidden: true});
@@ -77,7 +77,7 @@ export function mount(main, {query: q, navigate}) {
     empty,
     h('nav', {class: 'pager', 'aria-label': 'Pages'}, newer, newest, older));
   replace(main,
-    h('div', {class: 'heading'}, h('h1', {tabindex: -1}, 'Tasks'), liveEl),
+    h('div', {class: 'heading'}, h('h1', {tabindex: -1}, 'Tasks'), liveMark.el),
     countsEl, form, errorEl,
     results);
 
@@ -259,8 +259,7 @@ export function mount(main, {query: q, navigate}) {
     watch('/watch' + query({namespace: f.namespace, namePrefix: f.name, labels: f.labels}), {
       cursor: page.cursor, signal, onEvent,
       onState: (s, err) => {
-        liveEl.dataset.state = s;
-        liveEl.textContent = {live: 'Live', reconnecting: 'Reconnecting…', failed: 'Not live'}[s] || s;
+        liveMark.set(s);
         if (s === 'failed' && err) failed(err);
       },
     });

@@ -4,7 +4,7 @@
 // again whenever something happens to it.
 
 import {json, request, watch, ApiError} from './api.js';
-import {h, replace, fmtDuration, taskDuration, timeEl, badge, download, fmtBytes} from './util.js';
+import {h, replace, liveIndicator, fmtDuration, taskDuration, timeEl, badge, download, fmtBytes} from './util.js';
 import {explain} from './explain.js';
 import {LogView} from './logview.js';
 
@@ -20,7 +20,7 @@ export function mount(main, {params, navigate}) {
   document.title = `${id} · kubetask`;
   const title = h('h1', {tabindex: -1}, id);
   const stateEl = h('span');
-  const liveEl = h('span', {class: 'live', dataset: {state: 'connecting'}}, 'Connecting…');
+  const liveMark = liveIndicator();
   const actionState = h('span', {class: 'action-state', role: 'status'});
   const cancelBtn = h('button', {type: 'button', class: 'danger', hidden: true, onclick: () => dialog.showModal()}, 'Cancel task');
   const rerunBtn = h('button', {type: 'button', hidden: true, onclick: rerun}, 'Rerun');
@@ -55,7 +55,7 @@ export function mount(main, {params, navigate}) {
     h('details', {class: 'card'}, h('summary', {}, 'Task document'), docEl));
   replace(main,
     h('nav', {class: 'crumbs', 'aria-label': 'Breadcrumb'}, h('a', {href: '/'}, 'Tasks'), ' › ', h('span', {class: 'crumb-here'}, id)),
-    h('div', {class: 'heading'}, title, stateEl, liveEl),
+    h('div', {class: 'heading'}, title, stateEl, liveMark.el),
     body, dialog);
 
   async function load() {
@@ -83,8 +83,7 @@ export function mount(main, {params, navigate}) {
         reload();
       },
       onState: (s) => {
-        liveEl.dataset.state = s;
-        liveEl.textContent = {live: 'Live', reconnecting: 'Reconnecting…', failed: 'Not live'}[s] || s;
+        liveMark.set(s);
       },
     });
   }

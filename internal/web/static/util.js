@@ -17,6 +17,24 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// liveIndicator is a page's "Live" mark. Every state's label is laid out
+// in one grid cell and only the current one shown, so the mark is as wide
+// as its longest label in every state: a change of state never moves what
+// is beside it, or wraps the heading it sits in (on a phone, "Connecting…"
+// turning into "Live" took the heading from two lines to one and moved the
+// whole page up: a layout shift of 0.31). set(state) shows a state.
+export function liveIndicator() {
+  const labels = {connecting: 'Connecting…', live: 'Live', reconnecting: 'Reconnecting…', failed: 'Not live'};
+  const spans = Object.entries(labels).map(([state, text]) => h('span', {dataset: {label: state}}, text));
+  const el = h('span', {class: 'live'}, h('span', {class: 'live-labels'}, spans));
+  const set = (state) => {
+    el.dataset.state = state;
+    for (const sp of spans) sp.classList.toggle('on', sp.dataset.label === state);
+  };
+  set('connecting');
+  return {el, set};
+}
+
 function append(el, children) {
   for (const c of children) {
     if (c == null || c === false) continue;

@@ -6,7 +6,9 @@
 // writes together must keep them): one winner per compare-and-swap race, a
 // conflict that fails only its own write, a cancelled call that either
 // applied its write or reports that it did not, and a Close that leaves no
-// call hanging.
+// call hanging; and the fence: BeginTerm raises an instance's epoch, and an
+// Update carrying an older epoch is refused with ErrFenced, also when it
+// races with BeginTerm.
 //
 // For a store that implements them (each case is skipped otherwise), it
 // also pins down the optional interfaces of kubetask serve: Pager (every
@@ -29,6 +31,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateSetsVersionAndTimes", testCreateSetsVersionAndTimes},
 		{"CreateEmptyID", testCreateEmptyID},
 		{"GetNotFound", testGetNotFound},
+		{"SchedulerIDsExact", testSchedulerIDs},
 		{"UpdateConflict", testUpdateConflict},
 		{"UpdateNotFound", testUpdateNotFound},
 		{"VersionMonotonic", testVersionMonotonic},
@@ -66,6 +71,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"MixedOutcomesTogether", testMixedOutcomes},
 		{"CancelWhileWaiting", testCancelWhileWaiting},
 		{"CloseWhileWriting", testCloseWhileWriting},
+		{"FenceRefusesOlderEpochs", testFence},
+		{"FenceBeginTermOrdersConcurrentWrites", testFenceConcurrent},
 	}
 	for _, tc := range append(tests, serviceCases...) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,9 +118,13 @@ func Sample(id string) store.Record {
 		CancelledAt:   base.Add(time.Second),
 		NextAttemptAt: base.Add(2 * time.Second),
 		PodCreated:    true,
+		PodUID:        "uid-" + id,
+		PodEpoch:      3,
+		Nonce:         "nonce-" + id,
 		Attempts: []store.AttemptOutcome{{
 			Attempt:    0,
 			Pod:        "task-" + id + "-0",
+			PodUID:     "uid-0-" + id,
 			Phase:      "Failed",
 			Reason:     "OOMKilled",
 			Message:    "exceeded memory",
@@ -201,6 +212,69 @@ func testGetNotFound(t *testing.T, s store.Store) {
 	_, err := s.Get(context.Background(), "b")
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get(missing): err = %v, want ErrNotFound", err)
+	}
+}
+
+// testSchedulerIDs: IDs as schedulers make them (task.ValidateID: any
+// printable text up to 512 bytes) are stored, found, updated, listed in byte
+// order and given logs exactly as they are, none mistaken for another.
+func testSchedulerIDs(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ids := []string{
+		"etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.1",
+		"etl_dag.Extract_Users.scheduled__2026-12-01T00:00:00+00:00.10",
+		"with spaces, 100% & ?query#frag",
+		"with spaces, 100% & ?query#frag ",
+		"Ünïcödé ✓ 任务",
+		"UNICODE",
+		strings.Repeat("long.", 102) + "xy", // 512 bytes
+		"a'b\"c\\d;--",
+	}
+	for _, id := range ids {
+		mustCreate(t, s, Sample(id))
+	}
+	for _, id := range ids {
+		got, err := s.Get(ctx, id)
+		if err != nil || got.ID != id || got.Name != "task-"+id {
+			t.Fatalf("Get(%q) = %q (name %q), %v", id, got.ID, got.Name, err)
+		}
+		got.Phase = "Succeeded"
+		if got, err = s.Update(ctx, got); err != nil || got.ID != id {
+			t.Fatalf("Update(%q) = %q, %v", id, got.ID, err)
+		}
+	}
+	if _, err := s.Get(ctx, strings.ToLower(ids[5])); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get of an ID that differs in case: %v, want ErrNotFound", err)
+	}
+	recs, err := s.List(ctx, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, r := range recs {
+		listed = append(listed, r.ID)
+	}
+	want := slices.Sorted(slices.Values(ids))
+	if diff := cmp.Diff(want, listed); diff != "" {
+		t.Errorf("List IDs (-want +got, byte order):\n%s", diff)
+	}
+	logs, ok := s.(store.Logs)
+	if !ok {
+		return
+	}
+	for i, id := range ids {
+		key := store.LogKey{TaskID: id, Attempt: 0, Container: "main"}
+		if _, err := logs.AppendLog(ctx, key, 0, []byte(id), nil, true); err != nil {
+			t.Fatalf("AppendLog(%q): %v", id, err)
+		}
+		keys, err := logs.LogKeys(ctx, id)
+		if err != nil || len(keys) != 1 || keys[0] != key {
+			t.Fatalf("LogKeys(%q) = %v, %v", id, keys, err)
+		}
+		data, _, err := logs.ReadLog(ctx, key, 0, 1<<20)
+		if err != nil || string(data) != id {
+			t.Fatalf("ReadLog(%q) = %q, %v (log %d)", id, data, err, i)
+		}
 	}
 }
 
@@ -980,4 +1054,152 @@ func (c *atomicCounter) get() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+// testFence: BeginTerm raises each instance's epoch on its own; an Update
+// whose Epoch is not its instance's current one is refused with ErrFenced and
+// changes nothing; Epoch 0 is not fenced; the epoch is stored.
+func testFence(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	epoch := func(inst string) int64 {
+		t.Helper()
+		e, err := s.Epoch(ctx, inst)
+		if err != nil {
+			t.Fatalf("Epoch(%s): %v", inst, err)
+		}
+		return e
+	}
+	begin := func(inst string) int64 {
+		t.Helper()
+		e, err := s.BeginTerm(ctx, inst)
+		if err != nil {
+			t.Fatalf("BeginTerm(%s): %v", inst, err)
+		}
+		return e
+	}
+	if e := epoch("exec-a"); e != 0 {
+		t.Errorf("Epoch before any term = %d, want 0", e)
+	}
+	if e := begin("exec-a"); e != 1 {
+		t.Errorf("first BeginTerm = %d, want 1", e)
+	}
+	if e := begin("exec-b"); e != 1 {
+		t.Errorf("first BeginTerm of another instance = %d, want 1", e)
+	}
+	cur := mustCreate(t, s, Sample("a")) // Executor exec-a
+	cur.Epoch, cur.Phase = 1, "Running"
+	cur, err := s.Update(ctx, cur)
+	if err != nil {
+		t.Fatalf("Update with the current epoch: %v", err)
+	}
+	if got := mustGet(t, s, "a"); got.Epoch != 1 {
+		t.Errorf("stored epoch = %d, want 1", got.Epoch)
+	}
+	if e := begin("exec-a"); e != 2 {
+		t.Errorf("second BeginTerm = %d, want 2", e)
+	}
+	if e := epoch("exec-a"); e != 2 {
+		t.Errorf("Epoch = %d, want 2", e)
+	}
+	for _, stale := range []int64{1, 3} {
+		w := cur
+		w.Epoch, w.Phase = stale, "Failed"
+		_, err := s.Update(ctx, w)
+		if !errors.Is(err, store.ErrFenced) {
+			t.Errorf("Update with epoch %d (current 2): err = %v, want ErrFenced", stale, err)
+		}
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Update with epoch %d: err also matches ErrConflict or ErrNotFound: %v", stale, err)
+		}
+	}
+	if diff := cmp.Diff(cur, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("a fenced Update changed the record (-want +got):\n%s", diff)
+	}
+	// Another instance's epoch does not fence exec-a's records: the record's
+	// Executor names the instance.
+	w := cur
+	w.Epoch = 2
+	if cur, err = s.Update(ctx, w); err != nil {
+		t.Fatalf("Update with the new epoch: %v", err)
+	}
+	w = cur
+	w.Epoch, w.Message = 0, "unfenced"
+	if cur, err = s.Update(ctx, w); err != nil {
+		t.Fatalf("unfenced Update: %v", err)
+	}
+	if cur.Epoch != 0 || mustGet(t, s, "a").Epoch != 0 {
+		t.Errorf("an unfenced write stores epoch 0: got %d", mustGet(t, s, "a").Epoch)
+	}
+	// A record that moves to another instance is fenced by that instance's epoch.
+	w = cur
+	w.Executor, w.Epoch = "exec-b", 1
+	if _, err := s.Update(ctx, w); err != nil {
+		t.Errorf("Update moving the record to exec-b with exec-b's epoch: %v", err)
+	}
+}
+
+// testFenceConcurrent: writers fenced with epoch 1 race with BeginTerm. Once
+// BeginTerm has returned, no write with epoch 1 is applied, and every one
+// applied before is visible: the record read right after BeginTerm is the
+// record at the end.
+func testFenceConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.BeginTerm(ctx, "exec-a"); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	for i := range writers {
+		mustCreate(t, s, Sample(fmt.Sprintf("f-%d", i)))
+	}
+	var applied atomicCounter
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("f-%d", i)
+			for n := 0; ; n++ {
+				rec, err := s.Get(ctx, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				rec.Epoch, rec.Message = 1, fmt.Sprint(n)
+				switch _, err := s.Update(ctx, rec); {
+				case err == nil:
+					applied.add()
+				case errors.Is(err, store.ErrFenced):
+					return // the term is over for this writer
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for applied.get() < 50 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // let the writers get going; not a synchronisation
+	}
+	if _, err := s.BeginTerm(ctx, "exec-a"); err != nil {
+		t.Fatal(err)
+	}
+	after := make([]store.Record, writers)
+	for i := range writers {
+		after[i] = mustGet(t, s, fmt.Sprintf("f-%d", i))
+	}
+	wg.Wait() // each writer ends at its first fenced write
+	close(errs)
+	for err := range errs {
+		t.Errorf("writer: %v", err)
+	}
+	for i := range writers {
+		if diff := cmp.Diff(after[i], mustGet(t, s, fmt.Sprintf("f-%d", i))); diff != "" {
+			t.Errorf("f-%d was written with the old epoch after BeginTerm returned (-at BeginTerm +end):\n%s", i, diff)
+		}
+	}
+	if applied.get() == 0 {
+		t.Error("no write was applied before BeginTerm: the race was not exercised")
+	}
 }

@@ -25,9 +25,9 @@ import (
 // pod is created with and keeps until the store recorded its UID as the
 // attempt's pod.
 const (
-	AnnotationEpoch = "kubetask.dev/epoch"
-	AnnotationNonce = "kubetask.dev/nonce"
-	FenceGate       = "kubetask.dev/fence"
+	AnnotationEpoch = task.AnnotationEpoch
+	AnnotationNonce = task.AnnotationNonce
+	FenceGate       = task.FenceGate
 )
 
 // Pod is one pod kubetask created, as the audit log tells its life. Times
@@ -113,8 +113,19 @@ type Audit struct {
 	// a pod whose create is not in the log: a gap in the history when they
 	// are in a namespace whose pods are all kubetask's.
 	Unresolved []Write
+	// Unidentified are successful creates of pods that are not kubetask's
+	// or whose identity does not parse (task.IdentityFromPod): a pod the
+	// checker cannot place, a gap when its namespace's pods are all
+	// kubetask's.
+	Unidentified []Unidentified
 	// First and Last are the earliest and latest receipt in the log.
 	First, Last time.Time
+}
+
+// Unidentified is a create of a pod the checker cannot place, and why.
+type Unidentified struct {
+	Write
+	Err string
 }
 
 // Write is one successful request to a pod.
@@ -189,7 +200,11 @@ func FromAudit(evs []auditv1.Event) *Audit {
 		}
 		key := ref.Namespace + "/" + ref.Name
 		if ev.Verb == "create" && ref.Subresource == "" && succeeded(ev) {
-			creates[key] = append(creates[key], create{received: at, pod: a.created(ev)})
+			p, err := a.created(ev)
+			if err != nil {
+				a.Unidentified = append(a.Unidentified, Unidentified{Write: Write{Verb: ev.Verb, Namespace: ref.Namespace, Name: ref.Name, At: at}, Err: err.Error()})
+			}
+			creates[key] = append(creates[key], create{received: at, pod: p})
 			continue
 		}
 		writes = append(writes, ev)
@@ -273,16 +288,19 @@ type create struct {
 	pod      *Pod
 }
 
-// created records a successful pod create; nil for a pod that is not
-// kubetask's.
-func (a *Audit) created(ev *auditv1.Event) *Pod {
+// created records a successful pod create; an error for a pod it cannot
+// place: not kubetask's, or its identity does not parse.
+func (a *Audit) created(ev *auditv1.Event) (*Pod, error) {
 	var pod corev1.Pod
-	if decode(ev.ResponseObject, &pod) != nil || pod.UID == "" {
-		return nil
+	if err := decode(ev.ResponseObject, &pod); err != nil {
+		return nil, fmt.Errorf("the create's response: %w", err)
+	}
+	if pod.UID == "" {
+		return nil, errors.New("the create's response has no pod UID")
 	}
 	id, attempt, err := task.IdentityFromPod(&pod)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	p := &Pod{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
@@ -310,11 +328,11 @@ func (a *Audit) created(ev *auditv1.Event) *Pod {
 		p.Bound, p.Node = p.Created, pod.Spec.NodeName
 	}
 	if old := a.Pods[p.UID]; old != nil {
-		return old // the same event twice
+		return old, nil // the same event twice
 	}
 	a.Pods[p.UID] = p
 	a.Order = append(a.Order, p)
-	return p
+	return p, nil
 }
 
 // status is what a status write says: a strategic merge patch that names

@@ -178,6 +178,11 @@ func (c *checker) history() {
 			c.violate(Complete, "", -1, "%s: the pod's create is not in the audit log", w)
 		}
 	}
+	for _, u := range a.Unidentified {
+		if c.judged(u.Namespace) {
+			c.violate(Complete, "", -1, "%s: a pod the checker cannot place (%s)", u.Write, u.Err)
+		}
+	}
 	known := map[string]bool{}
 	for _, t := range c.in.Tasks {
 		known[t.Record.ID] = true

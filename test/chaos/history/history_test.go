@@ -31,10 +31,16 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 // "main", sidecar "envoy"), with uid.
 func pod(tb testing.TB, id string, attempt int, uid string) *corev1.Pod {
 	tb.Helper()
+	return podOf(tb, id, "", attempt, uid)
+}
+
+// podOf is pod of the record with nonce ("": none).
+func podOf(tb testing.TB, id, nonce string, attempt int, uid string) *corev1.Pod {
+	tb.Helper()
 	tk := &task.Task{TypeMeta: metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind}, ObjectMeta: metav1.ObjectMeta{Name: "t"}}
 	tk.Spec.MainContainer = "main"
 	tk.Spec.Template.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}, {Name: "envoy", Image: "envoy"}}
-	p, err := task.BuildPod(tk, task.Identity{Namespace: ns, Name: "t", RunID: id, Executor: "g-shard-1"}, attempt)
+	p, err := task.BuildPod(tk, task.Identity{Namespace: ns, Name: "t", RunID: id, Executor: "g-shard-1", Nonce: nonce}, attempt)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -42,11 +48,13 @@ func pod(tb testing.TB, id string, attempt int, uid string) *corev1.Pod {
 	return p
 }
 
-// gated is p created behind the fence's gate, with an epoch and a nonce.
-func gated(p *corev1.Pod) *corev1.Pod {
+// gated is the pod of attempt of task id's record with nonce n1, created
+// behind the fence's gate by a term of epoch 7.
+func gated(tb testing.TB, id string, attempt int, uid string) *corev1.Pod {
+	tb.Helper()
+	p := podOf(tb, id, "n1", attempt, uid)
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: FenceGate}}
 	p.Annotations[AnnotationEpoch] = "7"
-	p.Annotations[AnnotationNonce] = "n1"
 	return p
 }
 
@@ -299,8 +307,8 @@ func TestCheck(t *testing.T) {
 		},
 		"a stale create the fence gated never runs": {
 			history: func(h *h) {
-				h.run(gated(pod(t, "a", 0, "u1")), 0, 0)
-				stale := gated(pod(t, "a", 0, "u2"))
+				h.run(gated(t, "a", 0, "u1"), 0, 0)
+				stale := gated(t, "a", 0, "u2")
 				h.create(stale, 10).del(stale, 10.2, 0)
 			},
 			tasks: []Task{withLogs(succeeded("a", 2.5))},
@@ -312,7 +320,7 @@ func TestCheck(t *testing.T) {
 		},
 		"an ungated pod binds and runs": {
 			history: func(h *h) {
-				p := gated(pod(t, "a", 0, "u1"))
+				p := gated(t, "a", 0, "u1")
 				h.create(p, 0).ungate(p, 0.05).bind(p, "sim-0", 0.1).
 					status(p, 2, map[string]any{"main": 0, "envoy": 0})
 			},
@@ -467,6 +475,26 @@ func TestCheck(t *testing.T) {
 			tasks:   []Task{withLogs(succeeded("a", 2.5))},
 			garbage: `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Req`,
 			want:    map[Invariant]int{Complete: 1},
+		},
+		"a pod whose identity does not parse": {
+			history: func(h *h) {
+				h.run(pod(t, "a", 0, "u1"), 0, 0)
+				bad := pod(t, "a", 1, "u2")
+				bad.Annotations[AnnotationNonce] = "n9" // its name is not the one the nonce gives
+				h.run(bad, 5, 0)
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			want:  map[Invariant]int{Complete: 1},
+		},
+		"a pod that is not kubetask's": {
+			history: func(h *h) {
+				h.run(pod(t, "a", 0, "u1"), 0, 0)
+				other := pod(t, "b", 0, "u2")
+				delete(other.Labels, task.LabelManagedBy)
+				h.run(other, 5, 0)
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			want:  map[Invariant]int{Complete: 1},
 		},
 		"a pod of a task the store does not know": {
 			history: func(h *h) {
