@@ -222,12 +222,16 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
 
+	// The workers, creators and cleaners end with Start, also when it
+	// returns an error while ctx goes on: a creator or cleaner parked on its
+	// channel since an earlier term waits for its context, not the gate.
+	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := 0; i < e.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for e.processNext(ctx) {
+			for e.processNext(wctx) {
 			}
 		}()
 	}
@@ -235,19 +239,20 @@ func (e *Executor) Start(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			e.runCreator(ctx)
+			e.runCreator(wctx)
 		}()
 		go func() {
 			defer wg.Done()
-			e.runCleaner(ctx)
+			e.runCleaner(wctx)
 		}()
 	}
 	defer func() {
+		stop()
 		e.queue.ShutDown()
 		e.gate.stop()
 		wg.Wait()
 	}()
-	go e.resync(ctx)
+	go e.resync(wctx)
 	for {
 		err := e.holdLease(ctx, e.term)
 		switch {
