@@ -85,15 +85,22 @@ func (g *group) start(ctx context.Context, id string) (*replicaProc, error) {
 	g.replicas[id] = r
 	g.mu.Unlock()
 	select {
-	case r.url = <-addr.found:
+	case url := <-addr.found:
+		g.mu.Lock()
+		r.url = url
+		g.mu.Unlock()
 	case <-r.done:
 		return nil, fmt.Errorf("replica %s exited at start (%v); see %s", id, r.cmd.ProcessState, logPath)
 	case <-time.After(2 * time.Minute):
 		return nil, fmt.Errorf("replica %s printed no address within 2 minutes; see %s", id, logPath)
 	}
-	if r.client, err = client.New(r.url, client.WithRetryBackoff(50*time.Millisecond, time.Second)); err != nil {
+	c, err := client.New(r.url, client.WithRetryBackoff(50*time.Millisecond, time.Second))
+	if err != nil {
 		return nil, err
 	}
+	g.mu.Lock()
+	r.client = c // from now on live: the stream submits to it
+	g.mu.Unlock()
 	err = waitFor(ctx, 2*time.Minute, func(context.Context) error {
 		select {
 		case <-r.done:
@@ -137,13 +144,19 @@ func (g *group) get(id string) *replicaProc {
 	return g.replicas[id]
 }
 
-// live returns the replicas that run and are not stopped.
+// live returns the replicas that run, are not stopped and have a client
+// (a replica that is starting has none yet).
 func (g *group) live() []*replicaProc {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return liveOf(g.replicas)
+}
+
+// liveOf is live over replicas, in the order of replicaIDs.
+func liveOf(replicas map[string]*replicaProc) []*replicaProc {
 	var out []*replicaProc
 	for _, id := range replicaIDs {
-		if r := g.replicas[id]; r != nil && !r.exited() && !r.stopped {
+		if r := replicas[id]; r != nil && r.client != nil && !r.exited() && !r.stopped {
 			out = append(out, r)
 		}
 	}
