@@ -57,6 +57,9 @@ type Pod struct {
 	// Created is when the create was received, CreateAnswered when it was
 	// answered.
 	Created, CreateAnswered time.Time
+	// Unanswered: the create was answered with a server error (its outcome
+	// unknown to its client), and a later write named the pod's UID.
+	Unanswered bool
 	// Bound is when the binding was received (zero: never bound, never
 	// ran); Node is the node.
 	Bound time.Time
@@ -181,6 +184,9 @@ func FromAudit(evs []auditv1.Event) *Audit {
 	// (seen at 1.1 s under load), so completion order is not the order of
 	// the pod's life.
 	creates := map[string][]create{}
+	// Creates answered with a server error, by name: each may have made
+	// its pod, which a later write then names by UID.
+	unanswered := map[string][]*auditv1.Event{}
 	for i := range evs {
 		ev := &evs[i]
 		ref := ev.ObjectRef
@@ -199,6 +205,10 @@ func FromAudit(evs []auditv1.Event) *Audit {
 			continue
 		}
 		key := ref.Namespace + "/" + ref.Name
+		if ev.Verb == "create" && ref.Subresource == "" && ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 500 {
+			unanswered[key] = append(unanswered[key], ev)
+			continue
+		}
 		if ev.Verb == "create" && ref.Subresource == "" && succeeded(ev) {
 			p, err := a.created(ev)
 			if err != nil {
@@ -232,6 +242,20 @@ func FromAudit(evs []auditv1.Event) *Audit {
 			}
 		}
 		if uid := writtenUID(ev); uid != "" {
+			if _, ok := a.Pods[uid]; !ok {
+				// The pod of a create answered with a server error?
+				for i, u := range unanswered[key] {
+					if u == nil || u.RequestReceivedTimestamp.After(ev.StageTimestamp.Time) {
+						continue
+					}
+					if q := a.createdUnanswered(u, uid); q != nil {
+						unanswered[key][i] = nil
+						creates[key] = append(creates[key], create{received: q.Created, pod: q})
+						slices.SortStableFunc(creates[key], func(x, y create) int { return x.received.Compare(y.received) })
+						break
+					}
+				}
+			}
 			if q, ok := a.Pods[uid]; ok {
 				p, seen = q, true
 			} else if p != nil {
@@ -278,6 +302,8 @@ func FromAudit(evs []auditv1.Event) *Audit {
 			}
 		}
 	}
+	// Pods of creates answered with a server error joined the order late.
+	slices.SortStableFunc(a.Order, func(x, y *Pod) int { return x.Created.Compare(y.Created) })
 	return a
 }
 
@@ -298,7 +324,32 @@ func (a *Audit) created(ev *auditv1.Event) (*Pod, error) {
 	if pod.UID == "" {
 		return nil, errors.New("the create's response has no pod UID")
 	}
-	id, attempt, err := task.IdentityFromPod(&pod)
+	return a.podOf(&pod, ev)
+}
+
+// createdUnanswered records the pod of a create answered with a server
+// error (a 504 while etcd was slow: the pod may exist all the same) once a
+// later write names its UID; nil when the request is not a kubetask pod.
+func (a *Audit) createdUnanswered(ev *auditv1.Event, uid types.UID) *Pod {
+	var pod corev1.Pod
+	if decode(ev.RequestObject, &pod) != nil {
+		return nil
+	}
+	if pod.Namespace == "" && ev.ObjectRef != nil {
+		pod.Namespace = ev.ObjectRef.Namespace
+	}
+	pod.UID = uid
+	p, err := a.podOf(&pod, ev)
+	if err != nil {
+		return nil
+	}
+	p.Unanswered = true
+	return p
+}
+
+// podOf records pod, created by ev.
+func (a *Audit) podOf(pod *corev1.Pod, ev *auditv1.Event) (*Pod, error) {
+	id, attempt, err := task.IdentityFromPod(pod)
 	if err != nil {
 		return nil, err
 	}
@@ -453,6 +504,20 @@ func dryRun(ev *auditv1.Event) bool {
 // writtenUID is the pod UID a write names: a binding's, a full pod's, or a
 // delete's precondition.
 func writtenUID(ev *auditv1.Event) types.UID {
+	var ops []struct {
+		Op, Path string
+		Value    json.RawMessage
+	}
+	if ev.RequestObject != nil && decode(ev.RequestObject, &ops) == nil {
+		// A JSON patch: kubetask's test of /metadata/uid names the pod.
+		for _, op := range ops {
+			var uid types.UID
+			if op.Op == "test" && op.Path == "/metadata/uid" && json.Unmarshal(op.Value, &uid) == nil {
+				return uid
+			}
+		}
+		return ""
+	}
 	var v struct {
 		Metadata struct {
 			UID types.UID `json:"uid"`

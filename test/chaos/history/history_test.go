@@ -159,6 +159,30 @@ func (h *h) forceByQuery(p *corev1.Pod, s float64) *h {
 	return h
 }
 
+// createUnanswered is a create answered 504: the request's pod, no UID.
+func (h *h) createUnanswered(p *corev1.Pod, s float64) *h {
+	q := p.DeepCopy()
+	q.UID = ""
+	ev := event("create", p.Name, "", 504, at(s))
+	ev.RequestURI = "/api/v1/namespaces/" + ns + "/pods"
+	ev.RequestObject = raw(h.tb, q)
+	h.evs = append(h.evs, ev)
+	return h
+}
+
+// discard is kubetask's discard of a stray pod: a delete with p's UID as
+// precondition, then a JSON patch that tests the UID and removes the
+// finalizer.
+func (h *h) discard(p *corev1.Pod, s float64) *h {
+	ev := event("delete", p.Name, "", 200, at(s))
+	ev.RequestObject = raw(h.tb, map[string]any{"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "preconditions": map[string]any{"uid": p.UID}})
+	h.evs = append(h.evs, ev)
+	ev = event("patch", p.Name, "", 200, at(s+0.1))
+	ev.RequestObject = raw(h.tb, []map[string]any{{"op": "test", "path": "/metadata/uid", "value": p.UID}, {"op": "remove", "path": "/metadata/finalizers/0"}})
+	h.evs = append(h.evs, ev)
+	return h
+}
+
 func (h *h) evict(p *corev1.Pod, s float64) *h {
 	h.evs = append(h.evs, event("create", p.Name, "eviction", 201, at(s)))
 	return h
@@ -315,6 +339,31 @@ func TestCheck(t *testing.T) {
 			check: func(t *testing.T, r *Report) {
 				if r.Fenced != 1 || r.CreatedAfterOutcome != 1 || r.PodsRan != 1 {
 					t.Errorf("fenced %d, created after outcome %d, ran %d", r.Fenced, r.CreatedAfterOutcome, r.PodsRan)
+				}
+			},
+		},
+		"a create answered 504 whose pod exists, discarded by UID": {
+			history: func(h *h) {
+				h.run(gated(t, "a", 0, "u1"), 0, 0)
+				stale := gated(t, "a", 0, "u2")
+				h.createUnanswered(stale, 10).discard(stale, 11)
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			check: func(t *testing.T, r *Report) {
+				if r.PodsCreated != 2 || r.Fenced != 1 || r.PodsRan != 1 {
+					t.Errorf("created %d, fenced %d, ran %d", r.PodsCreated, r.Fenced, r.PodsRan)
+				}
+			},
+		},
+		"a create answered 504 that made no pod": {
+			history: func(h *h) {
+				h.run(gated(t, "a", 0, "u1"), 0, 0)
+				h.createUnanswered(gated(t, "a", 0, "u2"), 10)
+			},
+			tasks: []Task{withLogs(succeeded("a", 2.5))},
+			check: func(t *testing.T, r *Report) {
+				if r.PodsCreated != 1 {
+					t.Errorf("created %d, want 1", r.PodsCreated)
 				}
 			},
 		},
