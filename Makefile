@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run clean
+.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job contr
 PAIRS ?= 12
 bench-run: components ## kubetask run against kubectl run on the local cluster (docs/benchmarks.md): PAIRS=12 rounds, BASELINE=path/to/kubetask adds an older build
 	$(GO) test ./test/benchrun -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
+
+chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2,000+ tasks, 27 faults, the history checker's table; SEED=n replays a run
+	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...

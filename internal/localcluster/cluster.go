@@ -60,6 +60,13 @@ type Config struct {
 	// that is up and current goes on: etcd cancels only watchers behind the
 	// compaction).
 	OnDemandExpiry bool
+	// AuditLogPath, when set, turns kube-apiserver's audit log on: JSON
+	// lines of audit.k8s.io/v1 Events appended to this file, under
+	// AuditPolicy. Off by default (auditing costs the API server time).
+	AuditLogPath string
+	// AuditPolicy is the audit policy (YAML) used with AuditLogPath;
+	// empty means PodAuditPolicy.
+	AuditPolicy string
 	// LocalNodes is the number of local process nodes (kubetask node run) to start.
 	LocalNodes int
 	// KubetaskBinary runs local nodes; required when LocalNodes > 0.
@@ -128,6 +135,18 @@ func (cfg *Config) defaults() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.AuditLogPath != "" {
+		p, err := filepath.Abs(cfg.AuditLogPath)
+		if err != nil {
+			return fmt.Errorf("resolving the audit log path: %w", err)
+		}
+		cfg.AuditLogPath = p
+		if cfg.AuditPolicy == "" {
+			cfg.AuditPolicy = PodAuditPolicy
+		}
+	} else if cfg.AuditPolicy != "" {
+		return errors.New("localcluster: Config.AuditPolicy needs Config.AuditLogPath (where the audit log goes)")
 	}
 	b := cfg.Binaries
 	for name, p := range map[string]string{"etcd": b.Etcd, "kube-apiserver": b.APIServer, "kube-scheduler": b.Scheduler, "kube-controller-manager": b.ControllerManager} {
@@ -297,6 +316,14 @@ leaderElection:
 	if err := os.WriteFile(c.path("scheduler.yaml"), []byte(sched), 0o600); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}
+	if c.cfg.AuditLogPath != "" {
+		if err := os.WriteFile(c.path("audit-policy.yaml"), []byte(c.cfg.AuditPolicy), 0o600); err != nil {
+			return fmt.Errorf("writing the audit policy: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(c.cfg.AuditLogPath), 0o700); err != nil {
+			return fmt.Errorf("creating the audit log's directory: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -344,7 +371,7 @@ func (c *Cluster) apiserverArgs() []string {
 	if c.cfg.OnDemandExpiry {
 		args = append(args, "--watch-cache-sizes=pods#0", "--etcd-compaction-interval=0")
 	}
-	return args
+	return append(args, c.auditArgs()...)
 }
 
 func (c *Cluster) schedulerArgs() []string {

@@ -16,4 +16,7 @@
 // Fault hooks for tests: RestartAPIServer (watchers then get 410 Expired),
 // CompactEtcd with Config.OnDemandExpiry (410 without restarts), StopEtcd and
 // StartEtcd.
+//
+// History for checkers: with Config.AuditLogPath, kube-apiserver writes an
+// audit log of the pod lifecycle (PodAuditPolicy) that survives its restarts.
 package localcluster

@@ -224,12 +224,16 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	log := e.cfg.Logger.With("executor", e.cfg.InstanceID)
 
+	// The workers, creators and cleaners end with Start, also when it
+	// returns an error while ctx goes on: a creator or cleaner parked on its
+	// channel since an earlier term waits for its context, not the gate.
+	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := 0; i < e.cfg.Workers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for e.processNext(ctx) {
+			for e.processNext(wctx) {
 			}
 		}()
 	}
@@ -237,19 +241,20 @@ func (e *Executor) Start(ctx context.Context) error {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			e.runCreator(ctx)
+			e.runCreator(wctx)
 		}()
 		go func() {
 			defer wg.Done()
-			e.runCleaner(ctx)
+			e.runCleaner(wctx)
 		}()
 	}
 	defer func() {
+		stop()
 		e.queue.ShutDown()
 		e.gate.stop()
 		wg.Wait()
 	}()
-	go e.resync(ctx)
+	go e.resync(wctx)
 	for {
 		err := e.holdLease(ctx, e.term)
 		switch {
@@ -364,16 +369,27 @@ func (e *Executor) update(ctx context.Context, rec store.Record) (store.Record, 
 	}
 	out, err := e.store.Update(ctx, rec)
 	if errors.Is(err, store.ErrFenced) {
-		e.mu.Lock()
-		end := e.endTerm
-		e.mu.Unlock()
-		if end != nil && e.epoch.Load() == rec.Epoch {
-			e.cfg.Logger.Warn("a store write was fenced: a newer term of this executor instance began; ending this term",
-				"executor", e.cfg.InstanceID, "epoch", rec.Epoch, "task", rec.ID)
-			end(errFenced)
-		}
+		e.endFencedTerm(rec.Epoch, "a store write was fenced", "task", rec.ID)
 	}
 	return out, err
+}
+
+// endFencedTerm ends the current term, if its epoch is epoch, because the
+// store showed that another process began a newer term of the instance
+// (a write refused as fenced, a claim check that found a newer epoch): the
+// term can write nothing any more, and only a new term (a new epoch, once
+// the Lease is held) can act. The Lease alone does not tell: a Lease this
+// process could not renew for a while and that another process held and
+// released meanwhile is renewed again as if it had never been lost.
+func (e *Executor) endFencedTerm(epoch int64, why string, args ...any) {
+	e.mu.Lock()
+	end := e.endTerm
+	e.mu.Unlock()
+	if end != nil && e.epoch.Load() == epoch {
+		e.cfg.Logger.Warn(why+": a newer term of this executor instance began; ending this term",
+			append([]any{"executor", e.cfg.InstanceID, "epoch", epoch}, args...)...)
+		end(errFenced)
+	}
 }
 
 // termContext is the current term's context: calls made with it end when

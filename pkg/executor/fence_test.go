@@ -381,6 +381,39 @@ func TestFencedWriteEndsTheTerm(t *testing.T) {
 	}
 }
 
+// A claim check that finds a newer term of the instance ends this term, as
+// a fenced write does. The chaos suite's full run: a replica paused past its
+// Lease got the Lease back by its own renewal once the replica that had
+// taken the shard meanwhile (and begun a newer term) handed it back, so its
+// old term went on; every creation of the term then failed its claim check
+// ("term 15 of the instance began (this one is 14)"), was admitted again and
+// failed again, and nothing wrote, so nothing ended the term: 77 tasks of
+// the replica's shards waited 16 minutes behind a Lease it renewed.
+func TestNewerTermSeenByAClaimCheckEndsTheTerm(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil { // admits the creation
+		t.Fatal(err)
+	}
+	ctx := f.ex.termContext()
+	if _, err := f.ex.store.BeginTerm(f.ctx, "ex"); err != nil { // another process, which then left
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	f.drainCreations()
+	if verbs := f.actionVerbs(); len(verbs) != 0 {
+		t.Errorf("requests %v, want none", verbs)
+	}
+	select {
+	case <-ctx.Done():
+		if !errors.Is(context.Cause(ctx), errFenced) {
+			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
+		}
+	default:
+		t.Error("the term goes on after its claim check found a newer term")
+	}
+}
+
 // flakyStore fails its first calls of BeginTerm and List.
 type flakyStore struct {
 	store.Store

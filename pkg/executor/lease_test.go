@@ -168,3 +168,60 @@ func testLeaseLostAndTakenAgain(t *testing.T, ephemeral bool) {
 		t.Fatal("did not take the lease again")
 	}
 }
+
+// TestStartReturnsALaterTermsError: when OnLeading fails in a term after
+// an earlier term opened the gate, Start returns its error. Its creators and
+// cleaners, parked on their channels since the earlier term, used to wait
+// for Start's context for ever, and Start with them in its wg.Wait: the
+// chaos suite's replica whose shard nobody ran for 16 minutes.
+func TestStartReturnsALaterTermsError(t *testing.T) {
+	client := fake.NewClientset()
+	var failing atomic.Bool
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	errRefused := errors.New("the second term is refused")
+	var n atomic.Int32
+	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnLeading: func(context.Context) error {
+			if n.Add(1) > 1 {
+				return errRefused
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ex.Start(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ex.gate.closedSince().IsZero() || n.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first term never opened the gate")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failing.Store(true)
+	for ex.gate.closedSince().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("still acting after the lease could not be renewed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failing.Store(false)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errRefused) {
+			t.Fatalf("Start: %v, want %v", err, errRefused)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Start did not return after the second term's OnLeading failed (%d terms)", n.Load())
+	}
+}

@@ -379,6 +379,9 @@ func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64
 		return fmt.Errorf("checking the claim of task %s: %w", id, err)
 	}
 	if cur != epoch {
+		if cur > epoch {
+			e.endFencedTerm(epoch, "a creation's claim check found a newer term", "task", id)
+		}
 		return fmt.Errorf("%w: term %d of the instance began (this one is %d)", errNotClaimed, cur, epoch)
 	}
 	return nil

@@ -81,6 +81,8 @@ type postgresOptions struct {
 	// callTimeout and listenCheck replace postgresCallTimeout and
 	// postgresListenCheck when positive.
 	callTimeout, listenCheck time.Duration
+	// idleInTransaction replaces postgresIdleInTransaction when positive.
+	idleInTransaction time.Duration
 }
 
 // postgresCallTimeout bounds every call on the server, reads and writes,
@@ -91,6 +93,17 @@ type postgresOptions struct {
 // of it may or may not have been applied, as with any lost connection: its
 // error says so, and a caller reads the record again.
 const postgresCallTimeout = 30 * time.Second
+
+// postgresIdleInTransaction is the sessions' idle_in_transaction_session_timeout
+// (unless the URL sets one): a transaction whose client sent nothing for
+// that long is ended by the server, and its row locks with it. kubetask's
+// transactions send their statements back to back; one that goes quiet
+// belongs to a process that is paused (SIGSTOP, a long GC pause, a frozen
+// VM) or cut off, and its locks (a log's state row, a term's row) would
+// otherwise hold the other replicas' writes of those rows for as long as
+// it stays paused. The paused process's next statement then fails, and its
+// write with it (it may retry: a failed write changed nothing).
+const postgresIdleInTransaction = 10 * time.Second
 
 // postgresKeepAlive probes an idle connection (a LISTEN one waits for
 // notifications for as long as none come): a peer that stopped answering
@@ -247,8 +260,31 @@ func openPostgres(ctx context.Context, url string, opts postgresOptions) (_ *pos
 	if _, ok := params["application_name"]; !ok {
 		params["application_name"] = "kubetask"
 	}
+	var setup []func(context.Context, *pgx.Conn) error
 	if _, ok := params["synchronous_commit"]; !ok {
-		cfg.AfterConnect = ensureSynchronousCommit
+		setup = append(setup, ensureSynchronousCommit)
+	}
+	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
+		idle := postgresIdleInTransaction
+		if opts.idleInTransaction > 0 {
+			idle = opts.idleInTransaction
+		}
+		setup = append(setup, func(ctx context.Context, conn *pgx.Conn) error {
+			// A SET after the start-up rather than a start-up parameter,
+			// which some connection poolers refuse.
+			_, err := conn.Exec(ctx, fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", idle.Milliseconds()))
+			return err
+		})
+	}
+	if len(setup) > 0 {
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			for _, f := range setup {
+				if err := f(ctx, conn); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: postgresKeepAlive}
 	cfg.ConnConfig.DialFunc = dialer.DialContext

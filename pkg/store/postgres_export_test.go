@@ -112,3 +112,34 @@ func PostgresInsertAtSchema(ctx context.Context, c *pgx.Conn, rec Record, versio
 func OpenPostgresTimeouts(ctx context.Context, url string, call, listen time.Duration) (Store, error) {
 	return openPostgres(ctx, url, postgresOptions{callTimeout: call, listenCheck: listen})
 }
+
+// OpenPostgresIdleInTransaction opens a PostgreSQL store whose sessions'
+// idle_in_transaction_session_timeout is idle and whose calls time out
+// after call.
+func OpenPostgresIdleInTransaction(ctx context.Context, url string, idle, call time.Duration) (Store, error) {
+	return openPostgres(ctx, url, postgresOptions{idleInTransaction: idle, callTimeout: call})
+}
+
+// PostgresPausedAppend begins AppendLog's transaction on s for key, locks
+// the log's state row as it does, and goes quiet: a process paused in the
+// middle of an append. end rolls it back (an error once the server ended
+// the session).
+func PostgresPausedAppend(ctx context.Context, s Store, key LogKey) (end func() error, err error) {
+	tx, err := s.(*postgresStore).pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := []any{key.TaskID, int32(key.Attempt), bytesOf(key.Container)} //nolint:gosec // attempts are few
+	var info LogInfo
+	if err := tx.QueryRow(ctx, postgresLogSQL.create, k...).Scan(&info.Size, &info.Complete, &info.Truncated, &info.Cursor); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return func() error {
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		return tx.Rollback(ctx)
+	}, nil
+}

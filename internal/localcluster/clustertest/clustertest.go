@@ -44,6 +44,10 @@ type Options struct {
 	SimNodes int
 	// OnDemandExpiry: see localcluster.Config.OnDemandExpiry.
 	OnDemandExpiry bool
+	// Audit turns kube-apiserver's audit log on (localcluster.PodAuditPolicy),
+	// written to logs/audit.log in the cluster directory:
+	// Cluster().AuditLogPath().
+	Audit bool
 }
 
 // shared is this test binary's cluster.
@@ -156,6 +160,9 @@ func config(ctx context.Context, dir string, opts Options) (localcluster.Config,
 		OnDemandExpiry: opts.OnDemandExpiry,
 		SimNodes:       opts.SimNodes,
 		LocalNodes:     opts.LocalNodes,
+	}
+	if opts.Audit {
+		cfg.AuditLogPath = filepath.Join(cfg.Dir, "logs", "audit.log")
 	}
 	if cfg.LocalNodes == 0 {
 		cfg.LocalNodes = defaultLocalNodes
