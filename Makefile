@@ -6,13 +6,25 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
+# What `kubetask version` reports (internal/version). The date is the commit's
+# time, so that two builds of one commit are the same bytes; VERSION is the
+# nearest v* tag (git describe), else a Go pseudo-version of the commit.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+  echo "v0.0.0-$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null)-$$(git rev-parse --short=12 HEAD 2>/dev/null)")
+BUILD_DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/kubetask/kubetask/internal/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
+export SOURCE_DATE_EPOCH
+
 .PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/kubetask
-	$(GO) build -o $(BIN)/kubetask ./cmd/kubetask
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubetask ./cmd/kubetask
 
 components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
 	$(BIN)/kubetask cluster build

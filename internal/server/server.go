@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/kubetask/kubetask/internal/version"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -109,6 +110,9 @@ type Config struct {
 	Clock clock.WithTicker
 	// Logger is the structured logger. Default slog.Default().
 	Logger *slog.Logger
+	// Version is the server's version, reported by GET /api/v1/version and
+	// the X-Kubetask-Version header. Default: the binary's (internal/version).
+	Version api.Version
 }
 
 func (c *Config) defaults() error {
@@ -162,6 +166,9 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Version.Version == "" {
+		c.Version = version.Get()
+	}
 	return nil
 }
 
@@ -212,6 +219,7 @@ func New(cfg Config) (*Server, error) {
 	s.valid.observe = func(d time.Duration) { m.submitSteps.WithLabelValues("validate").Observe(d.Seconds()) }
 	s.api = huma.NewAPI(apiConfig(), humago.NewAdapter(mux, ""))
 	s.register()
+	s.registerVersion()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
@@ -222,7 +230,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux)))))
+	s.handler = s.sendVersion(s.instrument(s.recover(s.refuseUncleanPaths(s.authenticate(s.limitBody(mux))))))
 	return s, nil
 }
 
