@@ -92,7 +92,7 @@ func WriteArchive(file, dir string, idx v1.ImageIndex, platform string, tags []s
 	}
 
 	var names []string
-	if err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	if err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err
 		}
