@@ -6,13 +6,53 @@ BIN := $(CURDIR)/bin
 # fault, simulated-node and end-to-end tests.
 TEST_TIMEOUT ?= 75m
 
-.PHONY: help build components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos clean
+# What `kubetask version` reports (internal/version). The date is the commit's
+# time, so that two builds of one commit are the same bytes; VERSION is the
+# nearest v* tag (git describe), else a Go pseudo-version of the commit.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+  echo "v0.0.0-$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null)-$$(git rev-parse --short=12 HEAD 2>/dev/null)")
+BUILD_DATE := $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/kubetask/kubetask/internal/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
+export SOURCE_DATE_EPOCH
+
+.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/kubetask (static, as kubectl's releases: without cgo it maps no libc and starts lighter)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/kubetask ./cmd/kubetask
+build: ## build bin/kubetask (static, as kubectl's releases: without cgo it maps no libc and starts lighter), its version stamped
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubetask ./cmd/kubetask
+
+# The image of `kubetask serve` (docs/deploy.md): built by tools/image with
+# go-containerregistry, no container engine; reproducible from the commit.
+IMAGE_REPO ?= ghcr.io/kubetask/kubetask
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+# The platform whose image the tar's manifest.json names (docker load, podman load).
+IMAGE_TAR_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
+image: ## build the kubetask serve image into bin/image: OCI layout, a tar for docker/podman load, ctr import, kind load and crane push, SBOMs
+	@set -e; args=; for p in $(IMAGE_PLATFORMS); do \
+	  out=$(BIN)/image/$${p/\//_}/kubetask; \
+	  echo "go build $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/kubetask; \
+	  args="$$args -binary $$p=$$out"; \
+	done; \
+	cd tools/image && $(GO) run . $$args -version $(VERSION) -revision $(COMMIT) -repository $(IMAGE_REPO) -tag latest -platform $(IMAGE_TAR_PLATFORM) \
+	  -ca-bundle /etc/ssl/certs/ca-certificates.crt -ca-version "$$(dpkg-query -W -f '$${Version}' ca-certificates 2>/dev/null)" -out $(BIN)/image
+
+# goreleaser from the Go module proxy, pinned (the first run builds it: minutes).
+GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.17.0
+release: ## build the CLI for linux and darwin, amd64 and arm64, with archives, checksums.txt and SBOMs into bin/dist (goreleaser, snapshot: offline, publishes nothing)
+	$(GORELEASER) release --snapshot --clean
+
+release-check: ## check .goreleaser.yaml and build it for this machine's platform alone (cheap: one compile)
+	$(GORELEASER) check
+	$(GORELEASER) build --snapshot --clean --single-target
+
+image-test: ## the tests of tools/image (its own module, which go test ./... does not reach)
+	cd tools/image && $(GO) test -count=1 ./...
 
 components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
 	$(BIN)/kubetask cluster build
@@ -48,6 +88,7 @@ importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/
 
 test: fmt vet importcheck components lighthouse ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd tools/image && $(GO) test -count=1 ./...
 
 N ?= 5
 test-repeat: fmt vet components lighthouse ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubetask/kubetask/internal/version"
 	"github.com/kubetask/kubetask/pkg/client"
 )
 
@@ -58,6 +60,9 @@ func (f *clientFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.config, "client-config", "", "client config file (default $"+EnvClientConfig+", else $XDG_CONFIG_HOME/kubetask/client.yaml)")
 }
 
+// serverFromDefault is connection.ServerFrom when no server was configured.
+const serverFromDefault = "the default"
+
 // connection is where and how the client commands reach the server, with
 // where each setting came from (for error messages).
 type connection struct {
@@ -96,7 +101,7 @@ func resolveConnection(f *clientFlags, changed func(string) bool, getenv func(st
 	}
 	conn.Server, conn.ServerFrom = pick("server", f.server, EnvServer, file.Server)
 	if conn.Server == "" {
-		conn.Server, conn.ServerFrom = client.DefaultServer, "the default"
+		conn.Server, conn.ServerFrom = client.DefaultServer, serverFromDefault
 	}
 	if file.Token != "" && file.TokenFile != "" {
 		return conn, fmt.Errorf("client config %s: give token or token-file, not both", path)
@@ -159,9 +164,18 @@ func loadClientConfig(flagPath string, flagSet bool, getenv func(string) string)
 	return cfg, path, nil
 }
 
-// client builds the API client of the connection.
-func (conn *connection) client() (*client.Client, error) {
-	opts := []client.Option{client.WithUserAgent("kubetask-cli")}
+// client builds the API client of the connection. It warns on stderr, once,
+// when the server's version differs from the CLI's in minor version.
+func (conn *connection) client(stderr io.Writer) (*client.Client, error) {
+	own := version.Get().Version
+	opts := []client.Option{
+		client.WithUserAgent("kubetask-cli/" + own),
+		client.WithServerVersion(func(server string) {
+			if w := version.Skew(own, server); w != "" {
+				fmt.Fprintf(stderr, "warning: %s (server %s)\n", w, conn.Server)
+			}
+		}),
+	}
 	if conn.Token != "" {
 		opts = append(opts, client.WithToken(conn.Token))
 	}
@@ -185,7 +199,7 @@ func connect(cmd *cobra.Command, f *clientFlags) (*client.Client, *connection, e
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitUsage, Err: err}
 	}
-	c, err := conn.client()
+	c, err := conn.client(cmd.ErrOrStderr())
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitUsage, Err: err}
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/kubetask/kubetask/internal/version"
 )
 
 // ExitError carries a specific process exit code out of a command.
@@ -65,6 +67,8 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 			klog.SetLogger(logr.FromSlogHandler(h)) // one logger: client-go's klog goes through slog
 		},
 	}
+	root.Version = version.String(version.Get()) // --version
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug details to stderr")
@@ -73,5 +77,6 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newRunCommand())
 	root.AddCommand(newServeCommand())
 	root.AddCommand(newClientCommands()...)
+	root.AddCommand(newVersionCommand())
 	return root
 }

@@ -179,6 +179,7 @@ var public = map[string]bool{
 	"/healthz": true, "/readyz": true,
 	api.Prefix + "/openapi.json": true, api.Prefix + "/openapi.yaml": true,
 	api.Prefix + "/openapi-3.0.json": true, api.Prefix + "/openapi-3.0.yaml": true,
+	api.Prefix + "/version": true,
 }
 
 // isUI reports whether r is for the web page (Config.UI): a GET or HEAD

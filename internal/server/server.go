@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/kubetask/kubetask/internal/version"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -151,6 +152,9 @@ type Config struct {
 	// AuditLogger receives one line (message "audit") for every mutating
 	// request: who, what, which task, the verdict. Default Logger.
 	AuditLogger *slog.Logger
+	// Version is the server's version, reported by GET /api/v1/version and
+	// the X-Kubetask-Version header. Default: the binary's (internal/version).
+	Version api.Version
 }
 
 func (c *Config) defaults() error {
@@ -227,6 +231,9 @@ func (c *Config) defaults() error {
 	if c.AuditLogger == nil {
 		c.AuditLogger = c.Logger
 	}
+	if c.Version.Version == "" {
+		c.Version = version.Get()
+	}
 	return nil
 }
 
@@ -300,6 +307,7 @@ func New(cfg Config) (*Server, error) {
 	s.valid.observe = func(d time.Duration) { m.submitSteps.WithLabelValues("validate").Observe(d.Seconds()) }
 	s.api = huma.NewAPI(apiConfig(), humago.NewAdapter(mux, ""))
 	s.register()
+	s.registerVersion()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
@@ -310,8 +318,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is under %s, described by %s/openapi.json", r.Method, r.URL.Path, api.Prefix, api.Prefix))
 	})
-	s.handler = s.auditRequests(s.instrument(s.recover(s.guardBody(s.refuseUncleanPaths(s.checkHost(s.refuseCrossSite(
-		s.authenticate(s.limitRequests(s.limitBody(mux))))))))))
+	s.handler = s.sendVersion(s.auditRequests(s.instrument(s.recover(s.guardBody(s.refuseUncleanPaths(s.checkHost(s.refuseCrossSite(
+		s.authenticate(s.limitRequests(s.limitBody(mux)))))))))))
 	return s, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kubetask/kubetask/pkg/api"
@@ -32,6 +33,9 @@ type Client struct {
 	backoff   backoffConfig
 	retry503  time.Duration
 	log       *slog.Logger
+	// onVersion and versionSeen: WithServerVersion.
+	onVersion   func(string)
+	versionSeen atomic.Bool
 }
 
 // Option configures a Client.
@@ -47,6 +51,7 @@ type settings struct {
 	backoff    backoffConfig
 	retry503   time.Duration
 	log        *slog.Logger
+	onVersion  func(string)
 }
 
 // WithToken sends token as "Authorization: Bearer <token>" on every request.
@@ -146,6 +151,17 @@ func WithUnavailableRetry(d time.Duration) Option {
 	}
 }
 
+// WithServerVersion calls f once per Client, with the server's version
+// (the api.HeaderVersion header) of the first response that carries one, an
+// error response included, before the call that got it returns. A client
+// compares it with its own to warn about version skew.
+func WithServerVersion(f func(version string)) Option {
+	return func(s *settings) error {
+		s.onVersion = f
+		return nil
+	}
+}
+
 // WithLogger logs the reconnections of Watch and Logs (at debug level) to l.
 // Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
@@ -176,7 +192,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, retry503: s.retry503, log: s.log}, nil
+	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, retry503: s.retry503, log: s.log, onVersion: s.onVersion}, nil
 }
 
 // BaseURL returns the server address the client calls (without a trailing
@@ -286,6 +302,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
+	}
+	if v := resp.Header.Get(api.HeaderVersion); v != "" && c.onVersion != nil && c.versionSeen.CompareAndSwap(false, true) {
+		c.onVersion(v)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()

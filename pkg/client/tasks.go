@@ -228,3 +228,13 @@ func (c *Client) Rerun(ctx context.Context, id string, opts RerunOptions) (*api.
 	}
 	return &t, a.status == http.StatusCreated, nil
 }
+
+// Version returns the server's version (GET /api/v1/version, which needs no
+// token).
+func (c *Client) Version(ctx context.Context) (*api.Version, error) {
+	var v api.Version
+	if _, err := c.call(ctx, request{method: http.MethodGet, path: "/version", repeatable: true}, &v); err != nil {
+		return nil, fmt.Errorf("getting the server's version: %w", err)
+	}
+	return &v, nil
+}
