@@ -101,6 +101,23 @@ func (s *syncBuffer) String() string {
 
 var _ io.Writer = (*syncBuffer)(nil)
 
+// unreachableLeases is a fake clientset whose Lease requests all fail while
+// failing is set, as when the API server is unreachable. Every request, not
+// only updates: an ephemeral Lease, deleted when its term ended, would
+// otherwise be created again at once, and the gate closed for too short a
+// while to be seen (4 of 15 runs of TestLeaseLostAndTakenAgain).
+func unreachableLeases() (*fake.Clientset, *atomic.Bool) {
+	client := fake.NewClientset()
+	failing := &atomic.Bool{}
+	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	return client, failing
+}
+
 // TestLeaseLostAndTakenAgain: when the Lease cannot be renewed (the API
 // server unreachable), the executor stops acting and, once it holds the
 // Lease again, resumes; Start does not return.
@@ -111,18 +128,7 @@ func TestLeaseLostAndTakenAgain(t *testing.T) {
 }
 
 func testLeaseLostAndTakenAgain(t *testing.T, ephemeral bool) {
-	client := fake.NewClientset()
-	var failing atomic.Bool
-	// Every Lease request fails, as when the API server is unreachable: an
-	// ephemeral Lease, deleted when its term ended, would otherwise be
-	// created again at once, and the gate closed for too short a while to
-	// be seen (4 of 15 runs).
-	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	client, failing := unreachableLeases()
 	terms := make(chan int, 4)
 	n := 0
 	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky", EphemeralLease: ephemeral,
@@ -179,14 +185,7 @@ func testLeaseLostAndTakenAgain(t *testing.T, ephemeral bool) {
 // for Start's context for ever, and Start with them in its wg.Wait: the
 // chaos suite's replica whose shard nobody ran for 16 minutes.
 func TestStartReturnsALaterTermsError(t *testing.T) {
-	client := fake.NewClientset()
-	var failing atomic.Bool
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	client, failing := unreachableLeases()
 	errRefused := errors.New("the second term is refused")
 	var n atomic.Int32
 	ex, err := New(Config{RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Client: client, InstanceID: "flaky",
