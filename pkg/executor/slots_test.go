@@ -421,6 +421,62 @@ func TestFinalizerStaysUntilLogsAreArchived(t *testing.T) {
 	}
 }
 
+// TestForcedDeletionEndsTheLogCapture: a pod deleted with grace period 0
+// while its containers' statuses still say Running (an eviction on a node
+// that does not stop containers, like kwok's; a forced deletion on a lost
+// node) runs nothing any more. Its capture, told so by LogCapture.Progress,
+// ends, and the finalizer is released: before, Progress kept saying the
+// main container ran, the capture waited for ever and the pod stayed
+// Terminating with the finalizer (found by TestChaosTiny: invariants 5, 6).
+func TestForcedDeletionEndsTheLogCapture(t *testing.T) {
+	f := newFx(t, func(c *Config) {
+		c.CaptureLogs = func(ctx context.Context, lc LogCapture) error {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for !lc.Progress().Terminated { // what podlog.Follower waits for
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-lc.Changed:
+				case <-tick.C:
+				}
+			}
+			return nil
+		}
+	})
+	f.submit("a", newTask(retryOn("Evicted")))
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := running()
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	if _, _, err := f.sync("a"); err != nil { // starts the capture
+		t.Fatal(err)
+	}
+	w = w.DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0)
+	f.both(f.podOf("a", 0, w))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, verbs, err := f.sync("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(verbs, "patch pods") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the evicted pod's finalizer is not released (state %s, last requests %v)", f.state("a"), verbs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec := f.record("a")
+	if len(rec.Attempts) != 1 || rec.Attempts[0].Reason != "Evicted" || rec.Terminal {
+		t.Errorf("record: attempts %+v, terminal %v; want attempt 0 Evicted and another attempt", rec.Attempts, rec.Terminal)
+	}
+	if p := f.serverPod(task.PodName(identOf(f, "a"), 0)); p != nil && hasFinalizer(p) {
+		t.Error("the finalizer is still on the pod")
+	}
+}
+
 // TestCreationBackoff: a creation that keeps failing (here: the namespace
 // does not exist) is retried after a backoff of its own that grows (the work
 // queue's is reset by every pass that hands the pod to a creator), no

@@ -7,15 +7,20 @@ import (
 )
 
 // ProgressOf computes the Progress of container name (regular or init) from
-// pod as last seen; a nil pod is Gone. NeverRestarts is read from the spec. A container terminated for good is one
-// whose pod has a final phase or is being deleted, or that exited and will not
-// be restarted: container restart rules first, then the container's restart
-// policy, then the pod's (init containers are restarted only after a failure).
+// pod as last seen; a nil pod is Gone. NeverRestarts is read from the spec.
+// A container terminated for good is one whose pod has a final phase or is
+// being deleted with grace period 0 (a forced deletion, or the kubelet's own
+// once it stopped every container: its status may still say Running, and
+// nothing will report otherwise), or that exited and either will not be
+// restarted or whose pod is being deleted: container restart rules first,
+// then the container's restart policy, then the pod's (init containers are
+// restarted only after a failure).
 func ProgressOf(pod *corev1.Pod, name string) Progress {
 	if pod == nil {
 		return Progress{Gone: true}
 	}
-	final := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	final := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+		pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0
 	p := Progress{Terminated: final, NeverRestarts: neverRestarts(pod, name)}
 	st := findStatus(pod, name)
 	if st == nil {

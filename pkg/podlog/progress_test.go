@@ -28,6 +28,7 @@ func TestProgressOf(t *testing.T) {
 		policy   corev1.RestartPolicy
 		phase    corev1.PodPhase
 		deleting bool
+		grace0   bool // deleted with grace period 0 (forced, or by a kubelet that stopped everything)
 		init     bool
 		c        corev1.Container
 		st       *status
@@ -43,6 +44,16 @@ func TestProgressOf(t *testing.T) {
 			want: Progress{Started: true, RestartCount: 2}},
 		"exited, pod deleted": {policy: corev1.RestartPolicyAlways, deleting: true, st: &status{state: exited(1)},
 			want: Progress{Started: true, Terminated: true}},
+		"running, pod deleted with a grace period": {policy: corev1.RestartPolicyNever, deleting: true, st: &status{state: running},
+			want: Progress{Started: true, NeverRestarts: true}},
+		// A forced deletion (or a node's pods evicted by a simulated node)
+		// leaves the container's last status Running for good: nothing runs
+		// any more as far as the control plane knows (podstate.Stopped), so
+		// the log is as complete as it gets.
+		"running, pod deleted with grace period 0": {policy: corev1.RestartPolicyNever, deleting: true, grace0: true, st: &status{state: running},
+			want: Progress{Started: true, Terminated: true, NeverRestarts: true}},
+		"never started, pod deleted with grace period 0": {policy: corev1.RestartPolicyNever, deleting: true, grace0: true, st: &status{state: waiting},
+			want: Progress{Terminated: true, NeverRestarts: true}},
 		"never started, pod failed": {policy: corev1.RestartPolicyNever, phase: corev1.PodFailed, st: &status{state: waiting},
 			want: Progress{Terminated: true, NeverRestarts: true}},
 		"restart rule restarts on 42": {policy: corev1.RestartPolicyNever, c: corev1.Container{RestartPolicy: &never, RestartPolicyRules: restartOn42},
@@ -67,6 +78,9 @@ func TestProgressOf(t *testing.T) {
 			p := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: tc.policy}, Status: corev1.PodStatus{Phase: tc.phase}}
 			if tc.deleting {
 				p.DeletionTimestamp = &metav1.Time{}
+			}
+			if tc.grace0 {
+				p.DeletionGracePeriodSeconds = new(int64)
 			}
 			var sts *[]corev1.ContainerStatus
 			if tc.init {
