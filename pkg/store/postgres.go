@@ -529,11 +529,11 @@ func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, 
 	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
-		return err
+		return timedOut(ctx, err)
 	}
 	defer c.Release()
 	if err := ctx.Err(); err != nil {
-		return err
+		return timedOut(ctx, err)
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout)
 	defer cancel()
@@ -546,9 +546,26 @@ func (s *postgresStore) write(ctx context.Context, fn func(ctx context.Context, 
 	return nil
 }
 
-// bound is ctx ending at the latest callTimeout from now: a read's context.
+// errCallTimeout is the cause of a call's context ending at the call
+// timeout (bound) rather than by its caller: the server did not answer in
+// time, which is the store being unavailable, not the caller giving up.
+var errCallTimeout = fmt.Errorf("%w: no answer from the server within the call timeout", ErrUnavailable)
+
+// bound is ctx ending at the latest callTimeout from now, with cause
+// errCallTimeout: a read's context.
 func (s *postgresStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.callTimeout)
+	return context.WithTimeoutCause(ctx, s.callTimeout, errCallTimeout)
+}
+
+// timedOut marks err with ErrUnavailable when ctx, from bound, ended at the
+// call timeout: a read over a silent connection then answers "unavailable"
+// (HTTP 503, retried by clients) rather than a bare deadline (500). Errors
+// of a call whose caller gave up, and other errors, are returned as they are.
+func timedOut(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !errors.Is(context.Cause(ctx), errCallTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errCallTimeout, err)
 }
 
 func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
@@ -599,9 +616,10 @@ func (s *postgresStore) Create(ctx context.Context, rec Record) (Record, bool, e
 	return out, created, nil
 }
 
-func (s *postgresStore) Get(ctx context.Context, id string) (Record, error) {
+func (s *postgresStore) Get(ctx context.Context, id string) (_ Record, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return Record{}, fmt.Errorf("task record %s: %w", id, err)
@@ -671,9 +689,10 @@ func (s *postgresStore) BeginTerm(ctx context.Context, instance string) (int64, 
 	return epoch, nil
 }
 
-func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, error) {
+func (s *postgresStore) Epoch(ctx context.Context, instance string) (_ int64, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
@@ -686,9 +705,10 @@ func (s *postgresStore) Epoch(ctx context.Context, instance string) (int64, erro
 	return epoch, nil
 }
 
-func (s *postgresStore) List(ctx context.Context, opts ListOptions) ([]Record, error) {
+func (s *postgresStore) List(ctx context.Context, opts ListOptions) (_ []Record, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("task record list: %w", unavailable(err))

@@ -23,7 +23,7 @@ var (
 
 // Page serves one page from one statement (one snapshot), read in order from
 // an index (see postgresPageSQL).
-func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error) {
+func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (_ Page, err error) {
 	q, err := opts.query()
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
@@ -33,6 +33,7 @@ func (s *postgresStore) Page(ctx context.Context, opts PageOptions) (Page, error
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return Page{}, fmt.Errorf("task record page: %w", unavailable(err))
@@ -348,9 +349,10 @@ func (s *postgresStore) ReadLog(ctx context.Context, key LogKey, offset int64, l
 	return data, info, nil
 }
 
-func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, limit int) ([]byte, LogInfo, error) {
+func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, limit int) (_ []byte, _ LogInfo, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, LogInfo{}, err
@@ -415,9 +417,10 @@ func (s *postgresStore) readLog(ctx context.Context, key LogKey, offset int64, l
 	return out, info, nil
 }
 
-func (s *postgresStore) LogKeys(ctx context.Context, taskID string) ([]LogKey, error) {
+func (s *postgresStore) LogKeys(ctx context.Context, taskID string) (_ []LogKey, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	defer func() { err = timedOut(ctx, err) }()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("logs of task %s: %w", taskID, unavailable(err))

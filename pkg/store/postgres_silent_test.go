@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 	"sync"
@@ -178,5 +179,54 @@ func TestPostgresSilentServer(t *testing.T) {
 	case <-listens:
 	case <-time.After(time.Minute):
 		t.Fatal("the LISTEN connection did not notice the silence: changes made meanwhile would go unreported")
+	}
+}
+
+// A read over a connection that went silent ends at the call timeout as
+// ErrUnavailable, as a write does: the server answers 503 with Retry-After
+// and clients retry. Before, reads ended with the bare context deadline,
+// which the HTTP API answered 500. A caller that gives up first still gets
+// its own context's error.
+func TestPostgresSilentReadIsUnavailable(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.Database(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newSilentProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	ctx := context.Background()
+	s, err := store.OpenPostgresTimeouts(ctx, u.String(), 2*time.Second, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustCreate(t, s, storetest.Sample("a"))
+	if _, err := s.Get(ctx, "a"); err != nil { // the pool keeps this connection
+		t.Fatal(err)
+	}
+	p.silence()
+
+	gone, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Get(gone, "a"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("a read whose caller gave up first: %v, want the caller's deadline, not ErrUnavailable", err)
+	}
+	for name, read := range map[string]func() error{
+		"Get":  func() error { _, err := s.Get(ctx, "a"); return err },
+		"List": func() error { _, err := s.List(ctx, store.ListOptions{}); return err },
+		"Page": func() error { _, err := s.(store.Pager).Page(ctx, store.PageOptions{Limit: 10}); return err },
+	} {
+		if _, err := s.Get(ctx, "a"); err != nil { // a connection in the pool again
+			t.Fatal(err)
+		}
+		p.silence()
+		start := time.Now()
+		err := read()
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s over a silent connection: %v, want ErrUnavailable", name, err)
+		}
+		t.Logf("%s over a silent connection, after %s: %v", name, time.Since(start).Round(time.Millisecond), err)
 	}
 }
