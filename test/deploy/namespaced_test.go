@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -196,5 +197,35 @@ func TestServeConfinedToNamespace(t *testing.T) {
 	}
 	for _, line := range s.forbidden() {
 		t.Errorf("the refused submission met a permission the service does not have: %s", line)
+	}
+}
+
+// The list and the RoleBindings must agree (deploy/namespaced/
+// task-namespaces.yaml): a namespace listed without its RoleBinding is not
+// served in silence. `kubetask serve` with the Deployment's --namespaces
+// plus a namespace where kubetask-tasks is not bound logs the Forbidden of
+// its pod informer there, naming the namespace, and does not become ready
+// (so the Deployment's readiness probe keeps it out of the Service).
+func TestListedNamespaceWithoutRoleBindingIsNotReady(t *testing.T) {
+	env := clustertest.New(t)
+	tasks := clustertest.New(t)
+	unbound := clustertest.New(t)
+	d := deployOverlay(t, env, overlay{TaskNamespaces: []string{tasks.Namespace}})
+	dir := t.TempDir()
+	certFile, keyFile, certPEM := selfSignedCert(t, dir)
+	s := startServeUnready(t, certPEM, nil, "serve", "--kubeconfig", d.kubeconfig, "--namespaces", tasks.Namespace+","+unbound.Namespace,
+		"--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--auth", "kubernetes", "--store", "sqlite", "--state-dir", filepath.Join(dir, "state"),
+		"--instance-id", "deploy-"+d.suffix)
+	eventually(t, time.Minute, "the service to log the Forbidden of namespace "+unbound.Namespace, func() bool {
+		return slices.ContainsFunc(s.forbidden(), func(line string) bool { return strings.Contains(line, unbound.Namespace) })
+	})
+	if got := s.status(t, "/readyz"); got != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz with a namespace listed but not bound: %d, want 503", got)
+	}
+	for _, line := range s.forbidden() {
+		if !strings.Contains(line, unbound.Namespace) {
+			t.Errorf("a Forbidden outside the namespace without a RoleBinding: %s", line)
+		}
 	}
 }

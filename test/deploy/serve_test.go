@@ -111,6 +111,15 @@ type serve struct {
 // HTTPS (trusting certPEM) and stops it when the test ends.
 func startServe(t *testing.T, certPEM []byte, env []string, args ...string) *serve {
 	t.Helper()
+	s := startServeUnready(t, certPEM, env, args...)
+	eventually(t, time.Minute, "kubetask serve to be ready", func() bool { return s.status(t, "/readyz") == http.StatusOK })
+	return s
+}
+
+// startServeUnready is startServe without the wait for /readyz: it returns
+// once the service prints its address.
+func startServeUnready(t *testing.T, certPEM []byte, env []string, args ...string) *serve {
+	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	s := &serve{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
@@ -140,7 +149,6 @@ func startServe(t *testing.T, certPEM []byte, env []string, args ...string) *ser
 		}
 		return m != nil
 	})
-	eventually(t, time.Minute, "kubetask serve to be ready", func() bool { return s.status(t, "/readyz") == http.StatusOK })
 	return s
 }
 
