@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/pkg/client"
@@ -141,6 +143,27 @@ func TestServeConfinedToNamespace(t *testing.T) {
 	env := clustertest.New(t)
 	tasks := clustertest.New(t)
 	d := deployOverlay(t, env, overlay{TaskNamespaces: []string{tasks.Namespace}})
+	// The task namespace gets the labels of the default install's own
+	// (kubetask-tasks: its Pod Security level), so that the task runs as it
+	// would there.
+	var labels map[string]string
+	for _, o := range build(t, "/deploy", nil) {
+		if o.GetKind() == "Namespace" && o.GetName() == "kubetask-tasks" {
+			labels = o.GetLabels()
+		}
+	}
+	if labels["pod-security.kubernetes.io/enforce"] == "" {
+		t.Fatalf("the default layout's task namespace kubetask-tasks has no Pod Security level (labels %v)", labels)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer pcancel()
+	if _, err := env.Client.CoreV1().Namespaces().Patch(pctx, tasks.Namespace, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, o := range d.objs {
 		if o.GetKind() == "ClusterRoleBinding" && into[rbacv1.ClusterRoleBinding](t, o).RoleRef.Name == "kubetask-tasks-"+d.suffix {
 			t.Fatalf("the default layout binds kubetask-tasks cluster-wide (%s)", o.GetName())
