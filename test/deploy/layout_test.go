@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -99,11 +100,25 @@ func TestDefaultLayoutGrantsTaskNamespacesOnly(t *testing.T) {
 			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 		if o.GetNamespace() == "" {
+			// Deleted when the test ends; a namespace is waited for until it
+			// is gone, so that the test can run again in the same cluster.
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ri, err := a.resource(o)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				if ri, err := a.resource(o); err == nil {
-					_ = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+				if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("deleting %s %s: %v", o.GetKind(), o.GetName(), err)
+					return
+				}
+				if o.GetKind() == "Namespace" {
+					eventually(t, time.Minute, "namespace "+o.GetName()+" to be deleted", func() bool {
+						_, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+						return apierrors.IsNotFound(err)
+					})
 				}
 			})
 		}
