@@ -24,9 +24,9 @@ import (
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
 
-// deployed is the RBAC of deploy/ applied for real into a test namespace:
-// the ServiceAccount, a token of it and a kubeconfig that uses that token
-// (and nothing of the admin's).
+// deployed is the RBAC of a layout of deploy/ applied for real into test
+// namespaces (an overlay): the ServiceAccount, a token of it and a
+// kubeconfig that uses that token (and nothing of the admin's).
 type deployed struct {
 	objs       []*unstructured.Unstructured // every object the overlay builds
 	sa         string
