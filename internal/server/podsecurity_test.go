@@ -213,8 +213,15 @@ func TestSubmitOutsideNamespacesRefused(t *testing.T) {
 		t.Fatalf("%s %s, want 422", r.Status, b)
 	}
 	p := problemOf(t, b)
-	if !slices.Contains(locations(p), "path.ns") || !strings.Contains(p.Detail, "(etl, ml)") || !strings.Contains(p.Detail, "--namespaces") {
-		t.Errorf("refusal: %s", b)
+	if !slices.Contains(locations(p), "path.ns") {
+		t.Errorf("refusal without the location path.ns: %s", b)
+	}
+	// The namespace, those served, and how to add one (the list of deploy/'s
+	// default layout, serve's flag, the RoleBinding).
+	for _, want := range []string{`namespace "kube-system"`, "(etl, ml)", "deploy/namespaced/task-namespaces.yaml", "--namespaces", "RoleBinding of the ClusterRole kubetask-tasks"} {
+		if !strings.Contains(p.Detail, want) {
+			t.Errorf("refusal does not say %q: %s", want, p.Detail)
+		}
 	}
 	if n := len(h.client.Actions()); n != 0 {
 		t.Errorf("%d requests to the API server: %v", n, h.client.Actions())

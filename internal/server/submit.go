@@ -85,7 +85,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if len(s.cfg.Namespaces) > 0 && !slices.Contains(s.cfg.Namespaces, in.Namespace) {
 		return nil, huma.Error422UnprocessableEntity(
-			fmt.Sprintf("namespace %q is not one this kubetask serve runs tasks in (%s): submit to one of those, or ask the operator to add it (kubetask serve --namespaces, and a RoleBinding of the ClusterRole kubetask-tasks there: docs/deploy.md)",
+			fmt.Sprintf("namespace %q is not one this kubetask serve runs tasks in (%s): submit to one of those, or ask the operator to add it to the task namespaces (deploy/namespaced/task-namespaces.yaml: the list given to kubetask serve --namespaces, and a RoleBinding of the ClusterRole kubetask-tasks there; docs/deploy.md)",
 				in.Namespace, strings.Join(s.cfg.Namespaces, ", ")),
 			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be one of " + strings.Join(s.cfg.Namespaces, ", ")})
 	}

@@ -1,11 +1,16 @@
 // Package deploy tests the manifests in deploy/ against the local cluster: the
-// kustomization builds and every object is accepted by a real API server
-// (server-side apply, dry run), and a `kubetask serve` that holds nothing but
-// the deployed roles runs a task end to end (pods, sidecar stop, file result
-// through exec, log capture, finalizers, Leases, TokenReview and
-// SubjectAccessReview) while an action outside them is refused; two replicas
-// run with the Deployment's own arguments on PostgreSQL share the work and
-// hand it over (membership and shard Leases).
+// default layout (namespaced/: the task-pod role bound in the listed task
+// namespaces only, serve given the same list) and the cluster-wide overlay
+// build and every object is accepted by a real API server (server-side
+// apply, dry run); the API server's RBAC grants the default layout's
+// ServiceAccount pods in its task namespaces and nowhere else; a `kubetask
+// serve` that holds nothing but the deployed roles runs a task end to end
+// (pods, sidecar stop, file result through exec, log capture, finalizers,
+// Leases, TokenReview and SubjectAccessReview) while an action outside them
+// is refused, and refuses a submission to a namespace not listed with a 422
+// that says how to add it; two replicas run with the Deployment's own
+// arguments on PostgreSQL share the work and hand it over (membership and
+// shard Leases).
 package deploy
 
 import (

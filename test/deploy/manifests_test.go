@@ -32,28 +32,30 @@ import (
 const deployDir = "../../deploy"
 
 // build runs kustomize, as `kubectl apply -k` does, in a file system that
-// holds deploy/ as /deploy and the files of extra (path: content): on
-// /deploy itself, or on an overlay of it (root "/overlay" with an
-// extra["/overlay/kustomization.yaml"] that names ../deploy, say). It
-// returns the objects built.
+// holds deploy/ (with its layouts base/, namespaced/, cluster-wide/) as
+// /deploy and the files of extra (path: content): on /deploy itself (the
+// default layout), on a layout of it, or on an overlay (root "/overlay"
+// with an extra["/overlay/kustomization.yaml"] that names ../deploy/base,
+// say). It returns the objects built.
 func build(t *testing.T, root string, extra map[string]string) []*unstructured.Unstructured {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
-	files, err := os.ReadDir(deployDir)
+	err := filepath.WalkDir(deployDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(deployDir, path)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile("/deploy/"+filepath.ToSlash(rel), b)
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, f := range files {
-		if f.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(deployDir, f.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := fs.WriteFile("/deploy/"+f.Name(), b); err != nil {
-			t.Fatal(err)
-		}
 	}
 	for path, content := range extra {
 		if err := fs.WriteFile(path, []byte(content)); err != nil {
@@ -75,34 +77,61 @@ func build(t *testing.T, root string, extra map[string]string) []*unstructured.U
 	return objs
 }
 
-// overlay is a kustomization of deploy/ in /overlay: it puts deploy/ into
-// namespace Namespace and, with a Suffix, renames every object
-// (cluster-scoped ones included, so that tests do not share ClusterRoles).
+// overlay is deploy/ moved into test namespaces, as docs/deploy.md tells an
+// operator to do it: the service (deploy/base) in namespace Namespace and,
+// with a Suffix, every object renamed (cluster-scoped ones included, so that
+// tests do not share ClusterRoles).
+//
+// With TaskNamespaces it is the default layout (namespaced/): the service's
+// layer, a task-namespaces.yaml of its own (the list and a RoleBinding of
+// kubetask-tasks in each) and the component namespaces-flag that hands the
+// list to serve, as the doc's prod overlay. Without, it is the cluster-wide
+// overlay moved into Namespace.
 type overlay struct {
 	Namespace, Suffix string
-	// Files are more files of the overlay (name: content), added to its
-	// resources.
-	Files map[string]string
-	// More is added to its kustomization.yaml (patches, say).
-	More string
+	TaskNamespaces    []string
 }
 
 // build builds the overlay.
 func (o overlay) build(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	res := []string{"../deploy"}
-	files := map[string]string{}
-	for name, content := range o.Files {
-		res = append(res, name)
-		files["/overlay/"+name] = content
-	}
-	slices.Sort(res)
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\nnamespace: %s\n", strings.Join(res, ", "), o.Namespace)
+	suffix := ""
 	if o.Suffix != "" {
-		k += "nameSuffix: -" + o.Suffix + "\n"
+		suffix = "nameSuffix: -" + o.Suffix + "\n"
 	}
-	files["/overlay/kustomization.yaml"] = k + o.More
-	return build(t, "/overlay", files)
+	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	if len(o.TaskNamespaces) == 0 {
+		return build(t, "/overlay", map[string]string{"/overlay/kustomization.yaml": head +
+			"resources: [../deploy/cluster-wide]\nnamespace: " + o.Namespace + "\n" + suffix})
+	}
+	return build(t, "/overlay", map[string]string{
+		"/service/kustomization.yaml":   head + "resources: [../deploy/base]\nnamespace: " + o.Namespace + "\n" + suffix,
+		"/overlay/kustomization.yaml":   head + "resources: [../service, task-namespaces.yaml]\ncomponents: [../deploy/namespaced/namespaces-flag]\n",
+		"/overlay/task-namespaces.yaml": taskNamespaces(o.TaskNamespaces, o.Namespace),
+	})
+}
+
+// taskNamespaces is a task-namespaces.yaml (deploy/namespaced/) for the task
+// namespaces nss of a service in namespace svc: the list, and a RoleBinding
+// of kubetask-tasks in each.
+func taskNamespaces(nss []string, svc string) string {
+	s := fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kubetask-task-namespaces
+  annotations: {config.kubernetes.io/local-config: "true"}
+data: {namespaces: %q}
+`, strings.Join(nss, ","))
+	for _, ns := range nss {
+		s += fmt.Sprintf(`---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: kubetask-tasks, namespace: %s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kubetask-tasks}
+subjects: [{kind: ServiceAccount, name: kubetask, namespace: %s}]
+`, ns, svc)
+	}
+	return s
 }
 
 // find returns the object of kind whose name starts with prefix, failing
@@ -181,69 +210,79 @@ func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRu
 
 // The kustomization builds as `kubectl apply -k deploy/` builds it, holds
 // what a platform team needs, and the API server accepts every object
-// (server-side apply, dry run) in a namespace of the test cluster.
+// (server-side apply, dry run) of both layouts, the default (namespaced) and
+// the cluster-wide overlay, moved into namespaces of the test cluster.
 func TestManifestsApplyServerSideDryRun(t *testing.T) {
-	base := build(t, "/deploy", nil)
-	var kinds []string
-	for _, o := range base {
-		kinds = append(kinds, o.GetKind())
-	}
-	for _, want := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-		"Secret", "Deployment", "Service", "PodDisruptionBudget"} {
-		if !slices.Contains(kinds, want) {
-			t.Errorf("kustomize build deploy/: no %s (got %v)", want, kinds)
+	for root, layout := range map[string]string{"/deploy": "default", "/deploy/namespaced": "default", "/deploy/cluster-wide": "cluster-wide"} {
+		objs := build(t, root, nil)
+		var kinds []string
+		for _, o := range objs {
+			kinds = append(kinds, o.GetKind())
 		}
-	}
-	for _, o := range base {
-		if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {
-			b := into[rbacv1.ClusterRoleBinding](t, o) // a RoleBinding has the same fields
-			if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != "kubetask" || b.Subjects[0].Namespace != "kubetask" {
-				t.Errorf("%s %s: subjects %+v, want the ServiceAccount kubetask/kubetask", o.GetKind(), o.GetName(), b.Subjects)
+		for _, want := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"Secret", "Deployment", "Service", "PodDisruptionBudget"} {
+			if !slices.Contains(kinds, want) {
+				t.Errorf("kustomize build %s: no %s (got %v)", root, want, kinds)
 			}
 		}
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {
+				b := into[rbacv1.ClusterRoleBinding](t, o) // a RoleBinding has the same fields
+				if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != "kubetask" || b.Subjects[0].Namespace != "kubetask" {
+					t.Errorf("%s: %s %s: subjects %+v, want the ServiceAccount kubetask/kubetask", root, o.GetKind(), o.GetName(), b.Subjects)
+				}
+			}
+		}
+		dep := into[appsv1.Deployment](t, find(t, objs, "Deployment", "kubetask"))
+		checkDeployment(t, dep, "kubetask", "kubetask-store")
+		_, confined := flagValues(dep.Spec.Template.Spec.Containers[0].Args)["namespaces"]
+		if want := layout == "default"; confined != want {
+			t.Errorf("%s: the Deployment passes --namespaces: %v, want %v", root, confined, want)
+		}
 	}
-	checkDeployment(t, into[appsv1.Deployment](t, find(t, base, "Deployment", "kubetask")), "kubetask", "kubetask-store")
 
 	env := clustertest.New(t)
-	objs := overlay{Namespace: env.Namespace}.build(t)
-	for _, o := range objs {
-		switch {
-		case o.GetKind() == "Namespace":
-			if o.GetName() != env.Namespace {
-				t.Errorf("overlay: Namespace %s, want %s", o.GetName(), env.Namespace)
-			}
-		case o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding":
-			if b := into[rbacv1.ClusterRoleBinding](t, o); b.Subjects[0].Namespace != env.Namespace {
-				t.Errorf("overlay: %s %s binds %s/%s, want the ServiceAccount in %s", o.GetKind(), o.GetName(),
-					b.Subjects[0].Namespace, b.Subjects[0].Name, env.Namespace)
-			}
-		}
-	}
-
+	tasks := clustertest.New(t)
 	a := newApplier(t, env.Config)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, o := range objs {
-		got, err := a.apply(ctx, o, true)
-		if err != nil {
-			t.Errorf("server-side apply (dry run) of %s %s: %v", o.GetKind(), o.GetName(), err)
-			continue
+	for _, o := range []overlay{{Namespace: env.Namespace, TaskNamespaces: []string{tasks.Namespace}}, {Namespace: env.Namespace}} {
+		objs := o.build(t)
+		for _, o := range objs {
+			switch {
+			case o.GetKind() == "Namespace":
+				if o.GetName() != env.Namespace {
+					t.Errorf("overlay: Namespace %s, want %s", o.GetName(), env.Namespace)
+				}
+			case o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding":
+				if b := into[rbacv1.ClusterRoleBinding](t, o); b.Subjects[0].Namespace != env.Namespace {
+					t.Errorf("overlay: %s %s binds %s/%s, want the ServiceAccount in %s", o.GetKind(), o.GetName(),
+						b.Subjects[0].Namespace, b.Subjects[0].Name, env.Namespace)
+				}
+			}
 		}
-		if got.GetKind() != o.GetKind() || got.GetName() != o.GetName() {
-			t.Errorf("server-side apply (dry run) of %s %s answered %s %s", o.GetKind(), o.GetName(), got.GetKind(), got.GetName())
+		for _, o := range objs {
+			got, err := a.apply(ctx, o, true)
+			if err != nil {
+				t.Errorf("server-side apply (dry run) of %s %s: %v", o.GetKind(), o.GetName(), err)
+				continue
+			}
+			if got.GetKind() != o.GetKind() || got.GetName() != o.GetName() {
+				t.Errorf("server-side apply (dry run) of %s %s answered %s %s", o.GetKind(), o.GetName(), got.GetKind(), got.GetName())
+			}
 		}
-	}
-	// Dry run stored nothing.
-	for _, o := range objs {
-		if o.GetKind() == "Namespace" {
-			continue
-		}
-		ri, err := a.resource(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); err == nil {
-			t.Errorf("%s %s exists after a dry run", o.GetKind(), o.GetName())
+		// Dry run stored nothing.
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				continue
+			}
+			ri, err := a.resource(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); err == nil {
+				t.Errorf("%s %s exists after a dry run", o.GetKind(), o.GetName())
+			}
 		}
 	}
 }
@@ -315,6 +354,27 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, sa, secret string) {
 	if ln, ok := args["lease-namespace"]; ok && ln != "$(POD_NAMESPACE)" {
 		t.Errorf("Deployment: --lease-namespace %q, want $(POD_NAMESPACE): rbac-leases.yaml grants Leases in the pod's namespace only", ln)
 	}
+}
+
+// containerVars returns what the kubelet expands $(VAR) with in the
+// arguments of the Deployment's container: the literal values of its
+// environment, and POD_NAMESPACE (the downward API) as podNamespace.
+func containerVars(d *appsv1.Deployment, podNamespace string) map[string]string {
+	vars := map[string]string{"POD_NAMESPACE": podNamespace}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom == nil {
+			vars[e.Name] = e.Value
+		}
+	}
+	return vars
+}
+
+// expand replaces each $(VAR) of s as the kubelet does.
+func expand(s string, vars map[string]string) string {
+	for k, v := range vars {
+		s = strings.ReplaceAll(s, "$("+k+")", v)
+	}
+	return s
 }
 
 // flagValues maps the --name=value arguments of args to their values.

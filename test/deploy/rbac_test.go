@@ -24,9 +24,9 @@ import (
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
 
-// deployed is the RBAC of deploy/ applied for real into a test namespace:
-// the ServiceAccount, a token of it and a kubeconfig that uses that token
-// (and nothing of the admin's).
+// deployed is the RBAC of a layout of deploy/ applied for real into test
+// namespaces (an overlay): the ServiceAccount, a token of it and a
+// kubeconfig that uses that token (and nothing of the admin's).
 type deployed struct {
 	objs       []*unstructured.Unstructured // every object the overlay builds
 	sa         string
@@ -35,21 +35,14 @@ type deployed struct {
 	suffix     string
 }
 
-// rbacKinds are the objects of deploy/ that TestServeWithDeployedRoles and
-// TestActionOutsideRoleIsRefused create for real.
+// rbacKinds are the objects of deploy/ that the tests create for real.
 var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
 
-// deployRoles applies deploy/'s ServiceAccount, roles and bindings into
-// env's namespace (cluster-scoped ones renamed with a suffix, deleted when
-// the test ends), waits until the API server's authorizer grants every rule
-// to the ServiceAccount, and mints it a token.
-func deployRoles(t *testing.T, env *clustertest.Env) *deployed {
-	t.Helper()
-	return deployOverlay(t, env, overlay{})
-}
-
-// deployOverlay is deployRoles with o's files and additions (its namespace
-// and suffix are set here).
+// deployOverlay applies o's ServiceAccount, roles and bindings (the service
+// in env's namespace, cluster-scoped objects renamed with a suffix, deleted
+// when the test ends; o's namespace and suffix are set here), waits until
+// the API server's authorizer grants every rule to the ServiceAccount where
+// its binding grants it, and mints it a token.
 func deployOverlay(t *testing.T, env *clustertest.Env, o overlay) *deployed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -221,11 +214,14 @@ func caller(t *testing.T, env *clustertest.Env, suffix string) string {
 	return token(ctx, t, env, name)
 }
 
-// Outside the deployed roles the ServiceAccount's token is refused with
-// 403, while what the roles grant is allowed.
+// Outside the deployed roles of the default layout the ServiceAccount's
+// token is refused with 403, while what the roles grant is allowed: pods in
+// the task namespace, never in kube-system, in its own namespace (where the
+// store Secret is) or cluster-wide.
 func TestActionOutsideRoleIsRefused(t *testing.T) {
 	env := clustertest.New(t)
-	d := deployRoles(t, env)
+	tasks := clustertest.New(t)
+	d := deployOverlay(t, env, overlay{TaskNamespaces: []string{tasks.Namespace}})
 	cs := clientFor(t, d.kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -237,20 +233,20 @@ func TestActionOutsideRoleIsRefused(t *testing.T) {
 
 	// What the roles grant (a control: the token and the bindings work).
 	for what, do := range map[string]func() error{
-		"list pods in every namespace": func() error {
-			_, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		"list pods in the task namespace": func() error {
+			_, err := cs.CoreV1().Pods(tasks.Namespace).List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"create a pod (dry run) in kube-system": func() error {
-			_, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, dryRun)
+		"create a pod (dry run) in the task namespace": func() error {
+			_, err := cs.CoreV1().Pods(tasks.Namespace).Create(ctx, pod, dryRun)
 			return err
 		},
 		"list Leases in its namespace": func() error {
 			_, err := cs.CoordinationV1().Leases(env.Namespace).List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"get its namespace (its Pod Security labels)": func() error {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
+		"get the task namespace (its Pod Security labels)": func() error {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, tasks.Namespace, metav1.GetOptions{})
 			return err
 		},
 		"create a TokenReview": func() error {
@@ -265,6 +261,25 @@ func TestActionOutsideRoleIsRefused(t *testing.T) {
 
 	// What they do not.
 	for what, do := range map[string]func() error{
+		"list pods in every namespace": func() error {
+			_, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"create a pod (dry run) in kube-system": func() error {
+			_, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, dryRun)
+			return err
+		},
+		"create a pod (dry run) in its own namespace": func() error {
+			_, err := cs.CoreV1().Pods(env.Namespace).Create(ctx, pod, dryRun)
+			return err
+		},
+		"read a pod's log in its own namespace": func() error {
+			return cs.CoreV1().Pods(env.Namespace).GetLogs("p", &corev1.PodLogOptions{}).Do(ctx).Error()
+		},
+		"get its own namespace": func() error {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, env.Namespace, metav1.GetOptions{})
+			return err
+		},
 		"delete a Secret in its own namespace": func() error {
 			return cs.CoreV1().Secrets(env.Namespace).Delete(ctx, "precious", metav1.DeleteOptions{})
 		},

@@ -75,14 +75,12 @@ func podFiles(t *testing.T, spec appsv1.DeploymentSpec, dir string, secrets map[
 }
 
 // localArgs turns the Deployment's arguments into a local process's: the
-// paths under mount paths into local ones, $(VAR) of the downward API
-// expanded as the kubelet does, a loopback port instead of the pod's.
+// paths under mount paths into local ones, $(VAR) expanded with vars as the
+// kubelet does (containerVars), a loopback port instead of the pod's.
 func localArgs(args []string, mounts map[string]string, vars map[string]string) []string {
 	var out []string
 	for _, a := range args {
-		for k, v := range vars {
-			a = strings.ReplaceAll(a, "$("+k+")", v)
-		}
+		a = expand(a, vars)
 		name, value, ok := strings.Cut(a, "=")
 		switch {
 		case !ok:
@@ -103,16 +101,18 @@ func localArgs(args []string, mounts map[string]string, vars map[string]string) 
 	return out
 }
 
-// Two replicas run with the Deployment's own arguments (--shards,
-// --store postgres with the URL from the Secret's file, HTTPS, --auth
-// kubernetes, the Leases in the pod's namespace) on one PostgreSQL database,
+// Two replicas of the default layout run with the Deployment's own
+// arguments (--shards, --store postgres with the URL from the Secret's file,
+// HTTPS, --auth kubernetes, the Leases in the pod's namespace, --namespaces
+// of the task namespace) on one PostgreSQL database,
 // with nothing but the deployed ServiceAccount's credentials: both join the
 // group, a task runs to the end, and a replica stopped with SIGTERM hands its
 // shards over (deleting its membership Lease) to the other, which runs the
 // next task. Neither meets a Forbidden.
 func TestDeployedReplicas(t *testing.T) {
 	env := clustertest.New(t)
-	d := deployRoles(t, env)
+	tasks := clustertest.New(t)
+	d := deployOverlay(t, env, overlay{TaskNamespaces: []string{tasks.Namespace}})
 	callerToken := caller(t, env, d.suffix)
 	dep := into[appsv1.Deployment](t, find(t, d.objs, "Deployment", "kubetask"))
 	store := find(t, d.objs, "Secret", "kubetask-store")
@@ -144,7 +144,10 @@ func TestDeployedReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		args := localArgs(dep.Spec.Template.Spec.Containers[0].Args, m, map[string]string{"POD_NAMESPACE": env.Namespace})
+		args := localArgs(dep.Spec.Template.Spec.Containers[0].Args, m, containerVars(dep, env.Namespace))
+		if got := flagValues(args)["namespaces"]; got != tasks.Namespace {
+			t.Fatalf("the Deployment's --namespaces expands to %q, want the task namespace %s", got, tasks.Namespace)
+		}
 		return startServe(t, certPEM, extraEnv, append(args, "--kubeconfig", d.kubeconfig, "--instance-id", group, "--replica-id", name)...)
 	}
 	// replica-b's informers LIST and WATCH, replica-a's stream their lists.
@@ -166,7 +169,7 @@ func TestDeployedReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSidecarTask(ctx, t, c, env.Namespace)
+	runSidecarTask(ctx, t, c, tasks.Namespace)
 
 	b.stop(t)
 	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
@@ -176,9 +179,9 @@ func TestDeployedReplicas(t *testing.T) {
 		t.Errorf("%d membership Leases after replica-b stopped, want 1 (it deletes its own)", n)
 	}
 	ctx = a.failFast(tctx, t)
-	runSidecarTask(ctx, t, c, env.Namespace)
-	eventually(t, 30*time.Second, "no pod left in the namespace", func() bool {
-		pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{})
+	runSidecarTask(ctx, t, c, tasks.Namespace)
+	eventually(t, 30*time.Second, "no pod left in the task namespace", func() bool {
+		pods, err := env.Client.CoreV1().Pods(tasks.Namespace).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
 	for name, s := range map[string]*serve{"replica-a": a, "replica-b": b} {

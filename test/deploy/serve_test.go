@@ -111,6 +111,15 @@ type serve struct {
 // HTTPS (trusting certPEM) and stops it when the test ends.
 func startServe(t *testing.T, certPEM []byte, env []string, args ...string) *serve {
 	t.Helper()
+	s := startServeUnready(t, certPEM, env, args...)
+	eventually(t, time.Minute, "kubetask serve to be ready", func() bool { return s.status(t, "/readyz") == http.StatusOK })
+	return s
+}
+
+// startServeUnready is startServe without the wait for /readyz: it returns
+// once the service prints its address.
+func startServeUnready(t *testing.T, certPEM []byte, env []string, args ...string) *serve {
+	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	s := &serve{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
@@ -140,7 +149,6 @@ func startServe(t *testing.T, certPEM []byte, env []string, args ...string) *ser
 		}
 		return m != nil
 	})
-	eventually(t, time.Minute, "kubetask serve to be ready", func() bool { return s.status(t, "/readyz") == http.StatusOK })
 	return s
 }
 
@@ -306,14 +314,14 @@ func runSidecarTask(ctx context.Context, t *testing.T, c *client.Client, ns stri
 }
 
 // A `kubetask serve` whose only Kubernetes credentials are the deployed
-// ServiceAccount's (cluster-wide, --auth kubernetes, HTTPS, as the
-// Deployment runs it) runs a task with a sidecar, a file result and a
+// ServiceAccount's (the cluster-wide overlay, --auth kubernetes, HTTPS, as
+// the Deployment runs it) runs a task with a sidecar, a file result and a
 // captured log to Succeeded and leaves no pod; shows a Pending task's
 // events; cancels; records a pod deleted behind its back; refuses a
 // submission to a missing namespace; and never meets a Forbidden on the way.
 func TestServeWithDeployedRoles(t *testing.T) {
 	env := clustertest.New(t)
-	d := deployRoles(t, env)
+	d := deployOverlay(t, env, overlay{})
 	callerToken := caller(t, env, d.suffix)
 	dir := t.TempDir()
 	certFile, keyFile, certPEM := selfSignedCert(t, dir)
@@ -426,16 +434,19 @@ func TestServeWithDeployedRoles(t *testing.T) {
 	}
 }
 
-// Every flag the Deployment gives `kubetask serve` is one it knows.
+// Every flag the Deployment of each layout gives `kubetask serve` is one it
+// knows.
 func TestDeploymentArgsAreServeFlags(t *testing.T) {
-	dep := into[appsv1.Deployment](t, find(t, build(t, "/deploy", nil), "Deployment", "kubetask"))
 	help, err := exec.Command(kubetaskBin(t), "serve", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubetask serve --help: %v\n%s", err, help)
 	}
-	for name := range flagValues(dep.Spec.Template.Spec.Containers[0].Args) {
-		if !regexp.MustCompile(`(?m)^\s+(-\w, )?--` + regexp.QuoteMeta(name) + `\b`).Match(help) {
-			t.Errorf("the Deployment passes --%s, which kubetask serve does not know", name)
+	for _, root := range []string{"/deploy", "/deploy/cluster-wide"} {
+		dep := into[appsv1.Deployment](t, find(t, build(t, root, nil), "Deployment", "kubetask"))
+		for name := range flagValues(dep.Spec.Template.Spec.Containers[0].Args) {
+			if !regexp.MustCompile(`(?m)^\s+(-\w, )?--` + regexp.QuoteMeta(name) + `\b`).Match(help) {
+				t.Errorf("%s: the Deployment passes --%s, which kubetask serve does not know", root, name)
+			}
 		}
 	}
 }
