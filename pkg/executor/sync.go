@@ -270,9 +270,15 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 		return wait, nil // the previous creation failed: its backoff
 	}
 	if ok, why := e.admit(rec, n, pod, t.Spec.Priority); !ok {
-		if why != "" {
-			e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot, why, nil)
+		if why == "" {
+			return 0, nil // a creation of this task is under way
 		}
+		if recordSlotWait(rec, why) {
+			if err := e.persistSlotWait(ctx, rec, why); err != nil {
+				return 0, err
+			}
+		}
+		e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot, why, nil)
 		return 0, nil // woken when a slot frees
 	}
 	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)
@@ -723,6 +729,35 @@ func (e *Executor) persistProgress(ctx context.Context, rec store.Record, st pod
 	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(st.Phase), string(st.Reason), st.Message, nil
 	if _, err := e.update(ctx, rec); err != nil {
 		return fmt.Errorf("recording the state %s/%s of task %s: %w", st.Phase, st.Reason, rec.ID, err)
+	}
+	return nil
+}
+
+// recordSlotWait decides whether a pass that found task rec waiting for a
+// parallelism slot, held by the limit why names (waitMessage), writes that
+// to the record: when the record does not say WaitingForSlot yet (Submitted,
+// RetryBackoff, CreateFailed...), or names another limit. Messages name a
+// limit, never a count, so a task waiting in line is written once, and
+// again only when another limit holds it at one of its passes (a waiting
+// task is synced when it is submitted, when the slot plan may give it a
+// slot, at a resync): never at every pass, nor as the slots in use change.
+// The pod's creation ends it (markCreated writes Scheduling).
+func recordSlotWait(rec store.Record, why string) bool {
+	if why == "" || rec.Terminal || rec.PodCreated {
+		return false
+	}
+	return rec.Phase != string(podstate.Pending) || rec.Reason != reasonWaitingForSlot || rec.Message != why
+}
+
+// persistSlotWait writes that task rec waits for a slot, held by the limit
+// why names, so that lists, their reason filter and every replica show it,
+// not only this one's Get (recordSlotWait says when). The write is fenced by
+// the term's epoch and a compare-and-swap on rec's version: a conflict is
+// returned, and the sync retried from the record as it then is.
+func (e *Executor) persistSlotWait(ctx context.Context, rec store.Record, why string) error {
+	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(podstate.Pending), reasonWaitingForSlot, why, nil
+	if _, err := e.update(ctx, rec); err != nil {
+		return fmt.Errorf("recording that task %s waits for a slot: %w", rec.ID, err)
 	}
 	return nil
 }
