@@ -646,6 +646,11 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	for _, o := range opts {
 		o(&rec)
 	}
+	if !e.cfg.RecordOnly && !rec.PodCreated {
+		if why := e.waitAtSubmit(rec, t.Spec.Priority); why != "" {
+			rec.Reason, rec.Message = reasonWaitingForSlot, why
+		}
+	}
 	rec, created, err := e.store.Create(ctx, rec)
 	if err != nil {
 		return Status{}, false, fmt.Errorf("storing task %s: %w", id, err)

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -48,32 +49,25 @@ func TestRecordSlotWait(t *testing.T) {
 }
 
 // TestWaitingForSlotIsRecorded: the record of a task waiting for a slot says
-// WaitingForSlot and which limit (so that lists and every replica show it),
-// written once per limit: a pass that finds it waiting for the same limit
-// writes nothing, one that finds another limit writes it, and the pod's
-// creation replaces it. Before, the record said Submitted until the pod was
-// created.
+// WaitingForSlot and which limit (so that lists and every replica show it):
+// a task that waits from its submission is recorded so by the submission's
+// own write, one that starts waiting later (after a retry's backoff) by its
+// pass; a pass that finds it waiting for the same limit writes nothing, one
+// that finds another limit writes it, and the pod's creation replaces it.
+// Before, the record said Submitted until the pod was created.
 func TestWaitingForSlotIsRecorded(t *testing.T) {
 	f := newFx(t, func(c *Config) {
 		c.Namespaces = nil
 		c.Parallelism = 1
 		c.NamespaceParallelism = map[string]int{"ns": 1}
 	})
-	x := newTask()
-	x.Namespace = "x"
-	if _, err := f.ex.Submit(f.ctx, "x1", x); err != nil {
-		t.Fatal(err)
+	check := func(when, id, want string, version int64) {
+		t.Helper()
+		r := f.record(id)
+		if got := r.Phase + "/" + r.Reason + " " + r.Message; got != want || r.Version != version {
+			t.Errorf("%s: record of %s says %q (version %d), want %q (version %d)", when, id, got, r.Version, want, version)
+		}
 	}
-	f.update("x1", func(r *store.Record) { r.PodCreated = true })
-	xPod := f.podOf("x1", 0, running())
-	f.both(xPod)
-	if _, _, err := f.sync("x1"); err != nil {
-		t.Fatal(err)
-	}
-	f.clk.Step(time.Second)
-	f.submit("b1", newTask())
-	f.clk.Step(time.Second)
-	f.submit("b2", newTask())
 	syncs := func(ids ...string) {
 		t.Helper()
 		for _, id := range ids {
@@ -82,27 +76,40 @@ func TestWaitingForSlotIsRecorded(t *testing.T) {
 			}
 		}
 	}
-	check := func(when, id, want string, version int64) {
-		t.Helper()
-		r := f.record(id)
-		if got := r.Phase + "/" + r.Reason + " " + r.Message; got != want || r.Version != version {
-			t.Errorf("%s: record of %s says %q (version %d), want %q (version %d)", when, id, got, r.Version, want, version)
-		}
+	x := newTask()
+	x.Namespace = "x"
+	if _, err := f.ex.Submit(f.ctx, "x1", x); err != nil {
+		t.Fatal(err)
 	}
+	check("submitted with a free slot", "x1", "Pending/Submitted waiting to create the pod", 1)
+	f.update("x1", func(r *store.Record) { r.PodCreated = true })
+	xPod := f.podOf("x1", 0, running())
+	f.both(xPod)
+	syncs("x1")
+
 	all := "Pending/WaitingForSlot all 1 slots in use; namespaces with waiting tasks take free slots in turn"
-	syncs("b2", "b1")
-	check("x1 holds the only slot", "b1", all, 2)
-	check("x1 holds the only slot", "b2", all, 2)
-	syncs("b2", "b1", "b2")
-	check("passes that find the same limit", "b1", all, 2)
-	check("passes that find the same limit", "b2", all, 2)
+	f.clk.Step(time.Second)
+	f.submit("b1", newTask())
+	f.clk.Step(time.Second)
+	f.submit("b2", newTask())
+	check("submitted while x1 holds the only slot", "b1", all, 1)
+	check("submitted while x1 holds the only slot", "b2", all, 1)
+	syncs("b2", "b1", "b2", "b1")
+	check("passes that find the same limit", "b1", all, 1)
+	check("passes that find the same limit", "b2", all, 1)
+
+	// As after a failed attempt: the record says RetryBackoff, and the
+	// pass that finds the task waiting writes it.
+	f.update("b2", func(r *store.Record) { r.Reason, r.Message = "RetryBackoff", "attempt 1 starts at ..." })
+	syncs("b2")
+	check("waits once its backoff is over", "b2", all, 3)
 
 	// x1's pod goes: b1 takes the slot, and ns is at its limit for b2.
 	f.uncache(xPod)
 	f.ex.podEvent(compactPod(xPod), true)
-	syncs("b1", "b2")
-	check("b1 admitted, its pod not created yet", "b1", all, 2)
-	check("ns at its limit", "b2", "Pending/WaitingForSlot namespace ns at its limit of 1", 3)
+	syncs("b1", "b2", "b2")
+	check("b1 admitted, its pod not created yet", "b1", all, 1)
+	check("ns at its limit", "b2", "Pending/WaitingForSlot namespace ns at its limit of 1", 4)
 	if got := f.drainCreations(); len(got) != 1 || got[0] != "b1" {
 		t.Fatalf("creations: %v, want b1", got)
 	}
@@ -110,15 +117,16 @@ func TestWaitingForSlotIsRecorded(t *testing.T) {
 	if got := r.Phase + "/" + r.Reason; !r.PodCreated || got != "Pending/Scheduling" {
 		t.Errorf("b1 once its pod is created: %s, PodCreated %v, want Pending/Scheduling", got, r.PodCreated)
 	}
-	// The watch saw the same as the record, once per change.
-	var waits []string
+	// A watch sees what the record says, once per change.
+	var seen []string
 	for _, ev := range f.events {
-		if ev.ID == "b2" && ev.Type == EventState {
-			waits = append(waits, ev.Reason+" "+ev.Message)
+		if ev.ID == "b2" && (ev.Type == EventState || ev.Type == EventSubmitted) {
+			seen = append(seen, string(ev.Type)+" "+ev.Reason+" "+ev.Message)
 		}
 	}
-	want := []string{"WaitingForSlot all 1 slots in use; namespaces with waiting tasks take free slots in turn", "WaitingForSlot namespace ns at its limit of 1"}
-	if len(waits) != len(want) || waits[0] != want[0] || waits[1] != want[1] {
-		t.Errorf("b2's State events: %q, want %q", waits, want)
+	want := []string{"Submitted WaitingForSlot all 1 slots in use; namespaces with waiting tasks take free slots in turn",
+		"State WaitingForSlot namespace ns at its limit of 1"}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("b2's events:\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 }
