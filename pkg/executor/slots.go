@@ -98,7 +98,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	e.enlistLocked(rec, prio)
 	plan := e.planLocked(now)
 	if !slices.Contains(plan.admit, rec.ID) {
-		msg := waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism)
+		msg := waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism, e.cfg.LimitShards)
 		e.mu.Unlock()
 		return false, msg
 	}
@@ -141,7 +141,7 @@ func (e *Executor) waitingFor(id string) string {
 	if slices.Contains(plan.admit, id) {
 		return ""
 	}
-	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism)
+	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism, e.cfg.LimitShards)
 }
 
 // waitAtSubmit says which limit task rec, about to be submitted with
@@ -166,7 +166,7 @@ func (e *Executor) waitAtSubmit(rec store.Record, prio int32) string {
 	if slices.Contains(plan.admit, rec.ID) {
 		return ""
 	}
-	return waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism)
+	return waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism, e.cfg.LimitShards)
 }
 
 // enlist puts a task that will need a slot in its namespace's line, by
