@@ -1,21 +1,28 @@
 package executor
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/kubetask/kubetask/pkg/store"
 )
 
-// TestRecordSlotWait: a task waiting for a slot is written to its record
-// when it starts waiting and when another limit holds it, never at a pass
-// that finds it waiting for the same limit, and never once its pod is
-// recorded or its outcome is.
-func TestRecordSlotWait(t *testing.T) {
+// TestRecordPending: a task without its pod is written to its record when
+// it starts waiting for a slot, when another limit holds it and when its
+// pod's creation fails; never at a pass that finds the same limit, nor for
+// each failed creation again, nor once its pod or its outcome is recorded.
+func TestRecordPending(t *testing.T) {
 	const (
 		nsLimit = "namespace team-a at its limit of 20"
 		all     = "all 50 slots in use; namespaces with waiting tasks take free slots in turn"
+		failed  = "creating pod p failed 1 times since 2026-12-03T10:00:00Z, retrying in 200ms: exceeded quota"
+		failed2 = "creating pod p failed 2 times since 2026-12-03T10:00:00Z, retrying in 400ms: exceeded quota"
+		slot    = reasonWaitingForSlot
 	)
 	rec := func(phase, reason, msg string, edit ...func(*store.Record)) store.Record {
 		r := store.Record{ID: "t", Phase: phase, Reason: reason, Message: msg}
@@ -25,26 +32,52 @@ func TestRecordSlotWait(t *testing.T) {
 		return r
 	}
 	for _, c := range []struct {
-		name string
-		rec  store.Record
-		why  string
-		want bool
+		name            string
+		rec             store.Record
+		reason, message string
+		want            bool
 	}{
-		{"submitted, then waits: written", rec("Pending", "Submitted", "waiting to create the pod"), nsLimit, true},
-		{"retry backoff over, then waits: written", rec("Pending", "RetryBackoff", "attempt 1 starts at ..."), all, true},
-		{"a creation failed, then waits: written", rec("Pending", "CreateFailed", "creating pod p failed"), all, true},
-		{"the same limit at a later pass: not written", rec("Pending", "WaitingForSlot", nsLimit), nsLimit, false},
-		{"another limit holds it: written", rec("Pending", "WaitingForSlot", nsLimit), all, true},
-		{"the same reason in another phase: written", rec("Running", "WaitingForSlot", nsLimit), nsLimit, true},
-		{"a creation under way (no limit): not written", rec("Pending", "Submitted", ""), "", false},
-		{"its pod is recorded: not written", rec("Pending", "Scheduling", "pod p created", func(r *store.Record) { r.PodCreated = true }), nsLimit, false},
-		{"finished: not written", rec("Failed", "Cancelled", "", func(r *store.Record) { r.Terminal = true }), nsLimit, false},
+		{"submitted, then waits: written", rec("Pending", "Submitted", "waiting to create the pod"), slot, nsLimit, true},
+		{"retry backoff over, then waits: written", rec("Pending", "RetryBackoff", "attempt 1 starts at ..."), slot, all, true},
+		{"a creation failed, then waits: written", rec("Pending", "CreateFailed", failed), slot, all, true},
+		{"the same limit at a later pass: not written", rec("Pending", slot, nsLimit), slot, nsLimit, false},
+		{"another limit holds it: written", rec("Pending", slot, nsLimit), slot, all, true},
+		{"the same reason in another phase: written", rec("Running", slot, nsLimit), slot, nsLimit, true},
+		{"a creation under way (no limit): not written", rec("Pending", "Submitted", ""), slot, "", false},
+		{"its creation fails after it waited: written", rec("Pending", slot, all), reasonCreateFailed, failed, true},
+		{"its creation fails at once: written", rec("Pending", "Submitted", "waiting to create the pod"), reasonCreateFailed, failed, true},
+		{"its creation fails again: not written", rec("Pending", reasonCreateFailed, failed), reasonCreateFailed, failed2, false},
+		{"its pod is recorded: not written", rec("Pending", "Scheduling", "pod p created", func(r *store.Record) { r.PodCreated = true }), slot, nsLimit, false},
+		{"finished: not written", rec("Failed", "Cancelled", "", func(r *store.Record) { r.Terminal = true }), slot, nsLimit, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := recordSlotWait(c.rec, c.why); got != c.want {
-				t.Errorf("recordSlotWait(%s/%s %q, %q) = %v, want %v", c.rec.Phase, c.rec.Reason, c.rec.Message, c.why, got, c.want)
+			if got := recordPending(c.rec, c.reason, c.message); got != c.want {
+				t.Errorf("recordPending(%s/%s %q, %s %q) = %v, want %v", c.rec.Phase, c.rec.Reason, c.rec.Message, c.reason, c.message, got, c.want)
 			}
 		})
+	}
+}
+
+// TestCreateFailedIsRecorded: a creation that fails for a passing reason
+// is written to the record once (so that a list does not say the task
+// still waits for a slot, or was just submitted), not at each failure.
+func TestCreateFailedIsRecorded(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask())
+	f.reactorError("create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("exceeded quota: pods=10")))
+	for i := range 3 {
+		if _, _, err := f.sync("a"); err != nil {
+			t.Fatal(err)
+		}
+		f.drainCreations()
+		if _, _, err := f.sync("a"); err != nil {
+			t.Fatal(err)
+		}
+		r := f.record("a")
+		if r.Reason != reasonCreateFailed || r.Version != 2 || !strings.Contains(r.Message, "exceeded quota") {
+			t.Errorf("after %d failed creations: record says %s/%s %q (version %d), want CreateFailed written once (version 2)", i+1, r.Phase, r.Reason, r.Message, r.Version)
+		}
+		f.clk.Step(time.Minute) // past the creation's backoff
 	}
 }
 

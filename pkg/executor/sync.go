@@ -273,8 +273,8 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 		if why == "" {
 			return 0, nil // a creation of this task is under way
 		}
-		if recordSlotWait(rec, why) {
-			if err := e.persistSlotWait(ctx, rec, why); err != nil {
+		if recordPending(rec, reasonWaitingForSlot, why) {
+			if err := e.persistPending(ctx, rec, reasonWaitingForSlot, why); err != nil {
 				return 0, err
 			}
 		}
@@ -335,8 +335,15 @@ func (e *Executor) createFailed(ctx context.Context, t *task.Task, rec store.Rec
 		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
 		return 0, err
 	}
-	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed,
-		fmt.Sprintf("creating pod %s failed %d times since %s, retrying in %s: %v", cr.name, f.count, f.first.UTC().Format(time.RFC3339), delay, cr.err), nil)
+	msg := fmt.Sprintf("creating pod %s failed %d times since %s, retrying in %s: %v", cr.name, f.count, f.first.UTC().Format(time.RFC3339), delay, cr.err)
+	if recordPending(rec, reasonCreateFailed, msg) {
+		// A failed write leaves the failure counted: the next failure's
+		// pass writes it.
+		if err := e.persistPending(ctx, rec, reasonCreateFailed, msg); err != nil {
+			return 0, err
+		}
+	}
+	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed, msg, nil)
 	return delay, nil
 }
 
@@ -733,31 +740,36 @@ func (e *Executor) persistProgress(ctx context.Context, rec store.Record, st pod
 	return nil
 }
 
-// recordSlotWait decides whether a pass that found task rec waiting for a
-// parallelism slot, held by the limit why names (waitMessage), writes that
-// to the record: when the record does not say WaitingForSlot yet (Submitted,
-// RetryBackoff, CreateFailed...), or names another limit. Messages name a
-// limit, never a count, so a task waiting in line is written once, and
-// again only when another limit holds it at one of its passes (a waiting
-// task is synced when it is submitted, when the slot plan may give it a
-// slot, at a resync): never at every pass, nor as the slots in use change.
-// The pod's creation ends it (markCreated writes Scheduling).
-func recordSlotWait(rec store.Record, why string) bool {
-	if why == "" || rec.Terminal || rec.PodCreated {
+// recordPending decides whether a pass that found task rec without its
+// pod, Pending for reason (WaitingForSlot, CreateFailed) with message, writes
+// that to the record: when the record says another phase or reason (it was
+// Submitted, RetryBackoff, WaitingForSlot...); for WaitingForSlot also when
+// the message names another limit (waitMessage names a limit, never a
+// count); never for a change of a CreateFailed message alone (it counts the
+// failures). So a task is written once as it starts waiting, and again only
+// when another limit or a failed creation holds it at one of its passes (a
+// waiting task is synced when it is submitted, when the slot plan may give
+// it a slot, at a resync): never at every pass, nor as the slots in use
+// change. The pod's creation ends it (markCreated writes Scheduling).
+func recordPending(rec store.Record, reason, message string) bool {
+	if message == "" || rec.Terminal || rec.PodCreated {
 		return false
 	}
-	return rec.Phase != string(podstate.Pending) || rec.Reason != reasonWaitingForSlot || rec.Message != why
+	if rec.Phase != string(podstate.Pending) || rec.Reason != reason {
+		return true
+	}
+	return reason == reasonWaitingForSlot && rec.Message != message
 }
 
-// persistSlotWait writes that task rec waits for a slot, held by the limit
-// why names, so that lists, their reason filter and every replica show it,
-// not only this one's Get (recordSlotWait says when). The write is fenced by
-// the term's epoch and a compare-and-swap on rec's version: a conflict is
-// returned, and the sync retried from the record as it then is.
-func (e *Executor) persistSlotWait(ctx context.Context, rec store.Record, why string) error {
-	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(podstate.Pending), reasonWaitingForSlot, why, nil
+// persistPending writes that task rec, without its pod, is Pending for
+// reason with message, so that lists, their reason filter and every replica
+// show it, not only this one's Get (recordPending says when). The write is
+// fenced by the term's epoch and a compare-and-swap on rec's version: a
+// conflict is returned, and the sync retried from the record as it then is.
+func (e *Executor) persistPending(ctx context.Context, rec store.Record, reason, message string) error {
+	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(podstate.Pending), reason, message, nil
 	if _, err := e.update(ctx, rec); err != nil {
-		return fmt.Errorf("recording that task %s waits for a slot: %w", rec.ID, err)
+		return fmt.Errorf("recording the state Pending/%s of task %s: %w", reason, rec.ID, err)
 	}
 	return nil
 }
