@@ -362,8 +362,7 @@ func (c *Client) sendRetrying(ctx context.Context, r request) (*http.Response, e
 	var (
 		deadline time.Time // of the 503s
 		b        *backoff
-		busy     int           // 429s answered
-		waited   time.Duration // after 429s
+		busy     busyTries
 	)
 	for {
 		resp, err := c.send(ctx, r)
@@ -377,25 +376,10 @@ func (c *Client) sendRetrying(ctx context.Context, r request) (*http.Response, e
 		case r.method != http.MethodGet && !r.repeatable:
 			return nil, err
 		case e.StatusCode == http.StatusTooManyRequests:
-			if c.busy.tries <= 0 {
-				return nil, err
+			d, berr := c.nextBusy(&busy, err, e)
+			if berr != nil {
+				return nil, berr
 			}
-			busy++
-			if b == nil {
-				b = c.backoff.start()
-			}
-			d := e.RetryAfter
-			if d <= 0 {
-				d = b.delay()
-			}
-			switch {
-			case busy > c.busy.tries:
-				return nil, fmt.Errorf("%w (sent %d times, waiting %s in all; the server is still at its limit)", err, busy, waited.Round(time.Millisecond))
-			case waited+d > c.busy.maxWait:
-				return nil, fmt.Errorf("%w (sent %d times; the server asks to wait %s, beyond the client's bound of %s in all: try again later)",
-					err, busy, d, c.busy.maxWait)
-			}
-			waited += d
 			c.log.Debug("server at its request limit, trying again", "method", r.method, "path", api.Prefix+r.path, "after", d, "detail", e.Problem.Detail)
 			if serr := c.wait(ctx, d); serr != nil {
 				return nil, fmt.Errorf("%w (while waiting to try again after: %w)", serr, err)
@@ -422,6 +406,61 @@ func (c *Client) sendRetrying(ctx context.Context, r request) (*http.Response, e
 			return nil, err
 		}
 	}
+}
+
+// busyTries counts the 429s of one call and the time waited after them
+// (WithBusyRetry).
+type busyTries struct {
+	n      int
+	waited time.Duration
+	b      *backoff
+}
+
+// nextBusy says how long to wait before sending again a call that the
+// server answered err, the 429 e: its Retry-After, else the retry backoff.
+// It returns err, saying why, when it is not to be sent again: retries are
+// off, c.busy.tries are spent, or the wait would take the call beyond
+// c.busy.maxWait.
+func (c *Client) nextBusy(t *busyTries, err error, e *Error) (time.Duration, error) {
+	if c.busy.tries <= 0 {
+		return 0, err
+	}
+	t.n++
+	if t.b == nil {
+		t.b = c.backoff.start()
+	}
+	d := e.RetryAfter
+	if d <= 0 {
+		d = t.b.delay()
+	}
+	switch {
+	case t.n > c.busy.tries:
+		return 0, fmt.Errorf("%w (sent %d times, waiting %s in all; the server is still at its limit)", err, t.n, t.waited.Round(time.Millisecond))
+	case t.waited+d > c.busy.maxWait:
+		return 0, fmt.Errorf("%w (sent %d times; the server asks to wait %s, beyond the client's bound of %s in all: try again later)", err, t.n, d, c.busy.maxWait)
+	}
+	t.waited += d
+	return d, nil
+}
+
+// isBusy returns the *Error of a 429 in err's chain.
+func isBusy(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.StatusCode == http.StatusTooManyRequests {
+		return e, true
+	}
+	return nil, false
+}
+
+// reconnectDelay is the wait before a stream (Watch, Logs) connects again
+// after err: the backoff's delay d, or the answer's Retry-After (a 429 or
+// a 503) when that is longer, up to the bound of WithBusyRetry.
+func (c *Client) reconnectDelay(d time.Duration, err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > d {
+		return min(e.RetryAfter, max(c.busy.maxWait, d))
+	}
+	return d
 }
 
 // answer is what call returns of a response besides its body.
