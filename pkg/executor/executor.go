@@ -36,7 +36,9 @@ type EventType string
 
 // Event types, in the order they happen to an attempt.
 const (
-	// EventSubmitted: the task was accepted (once per task).
+	// EventSubmitted: the task was accepted (once per task). Its reason is
+	// Submitted, or WaitingForSlot (with the limit) for a task that waits
+	// for a parallelism slot from its submission.
 	EventSubmitted EventType = "Submitted"
 	// EventPodCreated: the executor created the attempt's pod.
 	EventPodCreated EventType = "PodCreated"
