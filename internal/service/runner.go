@@ -60,6 +60,7 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 	}
 	ec.Parallelism = (ec.Parallelism + cfg.Shards - 1) / cfg.Shards
 	ec.NamespaceParallelism, ec.DefaultNamespaceParallelism = shardLimits(ec.NamespaceParallelism, ec.DefaultNamespaceParallelism, cfg.Shards)
+	ec.LimitShards = cfg.Shards // a waiting task's message says its limit is its shard's part
 	changes, _ := st.(store.Changes)
 	// The Leases get a client of their own: renewals never queue behind
 	// pod requests for the executors' rate limit.

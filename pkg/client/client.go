@@ -32,7 +32,11 @@ type Client struct {
 	userAgent string
 	backoff   backoffConfig
 	retry503  time.Duration
+	busy      busyRetry
 	log       *slog.Logger
+	// wait waits d between the tries of a call, or until ctx ends (a timer;
+	// tests see the waits without taking them).
+	wait func(ctx context.Context, d time.Duration) error
 	// onVersion and versionSeen: WithServerVersion.
 	onVersion   func(string)
 	versionSeen atomic.Bool
@@ -50,8 +54,15 @@ type settings struct {
 	insecure   bool
 	backoff    backoffConfig
 	retry503   time.Duration
+	busy       busyRetry
 	log        *slog.Logger
 	onVersion  func(string)
+}
+
+// busyRetry bounds the tries of a call answered 429 (WithBusyRetry).
+type busyRetry struct {
+	tries   int
+	maxWait time.Duration
 }
 
 // WithToken sends token as "Authorization: Bearer <token>" on every request.
@@ -151,6 +162,34 @@ func WithUnavailableRetry(d time.Duration) Option {
 	}
 }
 
+// Defaults of WithBusyRetry.
+const (
+	DefaultBusyRetries = 5
+	DefaultBusyWait    = time.Minute
+)
+
+// WithBusyRetry sets how a call that the server answers 429 Too Many
+// Requests (kubetask serve: a limit on the requests in flight, the
+// caller's or everyone's, is reached) is sent again: at most tries times,
+// each after the answer's Retry-After (else the retry backoff,
+// WithRetryBackoff), as long as the waits add up to at most maxWait; then,
+// or when the server asks for a longer wait, the 429 is returned, with how
+// often it was sent. The context ends a wait at once. tries 0 turns it off.
+// Defaults DefaultBusyRetries and DefaultBusyWait.
+//
+// Only calls that are safe to repeat are sent again, as after a 503
+// (WithUnavailableRetry): Get, List, Cancel, Version, and Submit and Rerun
+// with an ID. A Submit or Rerun without an ID returns the first 429.
+func WithBusyRetry(tries int, maxWait time.Duration) Option {
+	return func(s *settings) error {
+		if tries < 0 || maxWait < 0 {
+			return fmt.Errorf("WithBusyRetry: want tries >= 0 and maxWait >= 0, got %d and %s", tries, maxWait)
+		}
+		s.busy = busyRetry{tries: tries, maxWait: maxWait}
+		return nil
+	}
+}
+
 // WithServerVersion calls f once per Client, with the server's version
 // (the api.HeaderVersion header) of the first response that carries one, an
 // error response included, before the call that got it returns. A client
@@ -179,7 +218,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := settings{userAgent: "kubetask-client", backoff: defaultBackoff, retry503: DefaultUnavailableRetry}
+	s := settings{userAgent: "kubetask-client", backoff: defaultBackoff, retry503: DefaultUnavailableRetry,
+		busy: busyRetry{tries: DefaultBusyRetries, maxWait: DefaultBusyWait}}
 	for _, o := range opts {
 		if err := o(&s); err != nil {
 			return nil, fmt.Errorf("client: %w", err)
@@ -192,7 +232,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, retry503: s.retry503, log: s.log, onVersion: s.onVersion}, nil
+	return &Client{base: base, hc: hc, token: s.token, userAgent: s.userAgent, backoff: s.backoff, retry503: s.retry503,
+		busy: s.busy, log: s.log, wait: sleep, onVersion: s.onVersion}, nil
 }
 
 // BaseURL returns the server address the client calls (without a trailing
@@ -315,34 +356,111 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 
 // sendRetrying is send that sends a GET or repeatable request again while
 // the server answers 503, after its Retry-After (else the backoff), for up
-// to c.retry503 from the first 503.
+// to c.retry503 from the first 503; and while it answers 429, after its
+// Retry-After (else the backoff), within c.busy's tries and waits.
 func (c *Client) sendRetrying(ctx context.Context, r request) (*http.Response, error) {
 	var (
-		deadline time.Time
+		deadline time.Time // of the 503s
 		b        *backoff
+		busy     busyTries
 	)
 	for {
 		resp, err := c.send(ctx, r)
 		var e *Error
-		if err == nil || c.retry503 <= 0 || (r.method != http.MethodGet && !r.repeatable) ||
-			!errors.As(err, &e) || e.StatusCode != http.StatusServiceUnavailable {
+		if err == nil || !errors.As(err, &e) {
 			return resp, err
 		}
-		if b == nil {
-			deadline, b = time.Now().Add(c.retry503), c.backoff.start()
-		}
-		d := e.RetryAfter
-		if d <= 0 {
-			d = b.delay()
-		}
-		if time.Until(deadline) < d {
+		switch {
+		case e.StatusCode == http.StatusTooManyRequests && c.busy.tries > 0 && r.method != http.MethodGet && !r.repeatable:
+			return nil, fmt.Errorf("%w (not sent again: a submission without an ID could run twice; give it an ID to let the client retry it)", err)
+		case r.method != http.MethodGet && !r.repeatable:
+			return nil, err
+		case e.StatusCode == http.StatusTooManyRequests:
+			d, berr := c.nextBusy(&busy, err, e)
+			if berr != nil {
+				return nil, berr
+			}
+			c.log.Debug("server at its request limit, trying again", "method", r.method, "path", api.Prefix+r.path, "after", d, "detail", e.Problem.Detail)
+			if serr := c.wait(ctx, d); serr != nil {
+				return nil, fmt.Errorf("%w (while waiting to try again after: %w)", serr, err)
+			}
+		case e.StatusCode == http.StatusServiceUnavailable && c.retry503 > 0:
+			if deadline.IsZero() {
+				deadline = time.Now().Add(c.retry503)
+			}
+			if b == nil {
+				b = c.backoff.start()
+			}
+			d := e.RetryAfter
+			if d <= 0 {
+				d = b.delay()
+			}
+			if time.Until(deadline) < d {
+				return nil, err
+			}
+			c.log.Debug("server unavailable, trying again", "method", r.method, "path", api.Prefix+r.path, "after", d, "detail", e.Problem.Detail)
+			if serr := c.wait(ctx, d); serr != nil {
+				return nil, fmt.Errorf("%w (while waiting to try again after: %w)", serr, err)
+			}
+		default:
 			return nil, err
 		}
-		c.log.Debug("server unavailable, trying again", "method", r.method, "path", api.Prefix+r.path, "after", d, "detail", e.Problem.Detail)
-		if serr := sleep(ctx, d); serr != nil {
-			return nil, fmt.Errorf("%w (while waiting to try again after: %w)", serr, err)
-		}
 	}
+}
+
+// busyTries counts the 429s of one call and the time waited after them
+// (WithBusyRetry).
+type busyTries struct {
+	n      int
+	waited time.Duration
+	b      *backoff
+}
+
+// nextBusy says how long to wait before sending again a call that the
+// server answered err, the 429 e: its Retry-After, else the retry backoff.
+// It returns err, saying why, when it is not to be sent again: retries are
+// off, c.busy.tries are spent, or the wait would take the call beyond
+// c.busy.maxWait.
+func (c *Client) nextBusy(t *busyTries, err error, e *Error) (time.Duration, error) {
+	if c.busy.tries <= 0 {
+		return 0, err
+	}
+	t.n++
+	if t.b == nil {
+		t.b = c.backoff.start()
+	}
+	d := e.RetryAfter
+	if d <= 0 {
+		d = t.b.delay()
+	}
+	switch {
+	case t.n > c.busy.tries:
+		return 0, fmt.Errorf("%w (sent %d times, waiting %s in all; the server is still at its limit)", err, t.n, t.waited.Round(time.Millisecond))
+	case t.waited+d > c.busy.maxWait:
+		return 0, fmt.Errorf("%w (sent %d times; the server asks to wait %s, beyond the client's bound of %s in all: try again later)", err, t.n, d, c.busy.maxWait)
+	}
+	t.waited += d
+	return d, nil
+}
+
+// isBusy returns the *Error of a 429 in err's chain.
+func isBusy(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.StatusCode == http.StatusTooManyRequests {
+		return e, true
+	}
+	return nil, false
+}
+
+// reconnectDelay is the wait before a stream (Watch, Logs) connects again
+// after err: the backoff's delay d, or the answer's Retry-After (a 429 or
+// a 503) when that is longer, up to the bound of WithBusyRetry.
+func (c *Client) reconnectDelay(d time.Duration, err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > d {
+		return min(e.RetryAfter, max(c.busy.maxWait, d))
+	}
+	return d
 }
 
 // answer is what call returns of a response besides its body.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kubetask/kubetask/pkg/api"
 )
@@ -89,13 +90,27 @@ func (c *Client) Logs(ctx context.Context, id string, opts LogOptions) (*LogRead
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &LogReader{c: c, ctx: rctx, cancel: cancel, id: id, attempt: attempt, opts: opts, offset: opts.Offset, bo: c.backoff.start()}
-	resp, err := r.request() //nolint:bodyclose // the reader owns the body: Read closes it at its end, Close before
-	if err != nil {
+	var busy busyTries
+	for {
+		resp, err := r.request() //nolint:bodyclose // the reader owns the body: Read closes it at its end, Close before
+		if err == nil {
+			r.start(resp)
+			return r, nil
+		}
+		if e, ok := isBusy(err); ok {
+			// Too many streams: try again after Retry-After (WithBusyRetry).
+			var d time.Duration
+			if d, err = c.nextBusy(&busy, err, e); err == nil {
+				werr := c.wait(rctx, d)
+				if werr == nil {
+					continue
+				}
+				err = fmt.Errorf("%w (while waiting to try again after: %w)", werr, e)
+			}
+		}
 		cancel()
 		return nil, fmt.Errorf("reading the log of task %s: %w", id, err)
 	}
-	r.start(resp)
-	return r, nil
 }
 
 // Attempt returns the attempt whose log the reader reads.
@@ -212,15 +227,17 @@ func (r *LogReader) setInfo(h http.Header) {
 // resume requests the log again from the offset reached, retrying with
 // backoff while the failures may pass.
 func (r *LogReader) resume() error {
+	var last error // of the previous request
 	for {
 		if r.failures > 0 {
-			d := r.bo.delay()
+			d := r.c.reconnectDelay(r.bo.delay(), last)
 			r.c.log.Debug("log reconnecting", "task", r.id, "attempt", r.attempt, "offset", r.offset, "delay", d)
-			if err := sleep(r.ctx, d); err != nil {
+			if err := r.c.wait(r.ctx, d); err != nil {
 				return err
 			}
 		}
 		resp, err := r.request() //nolint:bodyclose // the reader owns the body: Read closes it at its end, Close before
+		last = err
 		if err == nil {
 			r.start(resp)
 			return nil

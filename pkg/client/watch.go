@@ -90,6 +90,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(api.Event
 	}
 	bo := c.backoff.start()
 	connected := false
+	var busy busyTries
 	for {
 		res := w.stream(ctx, r)
 		switch {
@@ -99,16 +100,32 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(api.Event
 			return w.cursor, res.fnErr
 		case ctx.Err() != nil:
 			return w.cursor, ctx.Err()
-		case !connected && !res.connected, !retryable(res.err):
+		case !connected && !res.connected:
+			// The first connection: only a 429 (too many streams) is
+			// tried again, after its Retry-After (WithBusyRetry).
+			e, ok := isBusy(res.err)
+			if !ok {
+				return w.cursor, fmt.Errorf("%s: %w", what, res.err)
+			}
+			d, err := c.nextBusy(&busy, res.err, e)
+			if err != nil {
+				return w.cursor, fmt.Errorf("%s: %w", what, err)
+			}
+			c.log.Debug("watch refused by a limit, trying again", "what", what, "delay", d, "detail", e.Problem.Detail)
+			if err := c.wait(ctx, d); err != nil {
+				return w.cursor, err
+			}
+			continue
+		case !retryable(res.err):
 			return w.cursor, fmt.Errorf("%s: %w", what, res.err)
 		}
 		connected = true
 		if res.progress {
 			bo.reset()
 		}
-		d := bo.delay()
+		d := c.reconnectDelay(bo.delay(), res.err)
 		c.log.Debug("watch reconnecting", "what", what, "err", res.err, "delay", d, "cursor", w.cursor)
-		if err := sleep(ctx, d); err != nil {
+		if err := c.wait(ctx, d); err != nil {
 			return w.cursor, err
 		}
 	}

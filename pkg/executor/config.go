@@ -56,6 +56,14 @@ type Config struct {
 	// NamespaceParallelism does not name; 0 (default): such namespaces are
 	// capped by Parallelism only.
 	DefaultNamespaceParallelism int
+	// LimitShards, when above 1, says that Parallelism,
+	// NamespaceParallelism and DefaultNamespaceParallelism are this
+	// executor's part of limits that LimitShards executors divide among
+	// them (kubetask serve --shards: each shard's part, rounded up): a
+	// waiting task's message says so ("namespace team-a at its limit of 2
+	// in this task's shard (the namespace's limit divided among 12
+	// shards)"). 0 (default): they are this executor's own.
+	LimitShards int
 	// NamespaceWeights are the namespaces' shares of the slots under
 	// SlotOrderFair: a namespace of weight 2 holds up to twice the slots of
 	// one of weight 1 while both have waiting tasks. Each value is at least

@@ -36,7 +36,9 @@ type EventType string
 
 // Event types, in the order they happen to an attempt.
 const (
-	// EventSubmitted: the task was accepted (once per task).
+	// EventSubmitted: the task was accepted (once per task). Its reason is
+	// Submitted, or WaitingForSlot (with the limit) for a task that waits
+	// for a parallelism slot from its submission.
 	EventSubmitted EventType = "Submitted"
 	// EventPodCreated: the executor created the attempt's pod.
 	EventPodCreated EventType = "PodCreated"
@@ -645,6 +647,11 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	}
 	for _, o := range opts {
 		o(&rec)
+	}
+	if !e.cfg.RecordOnly && !rec.PodCreated {
+		if why := e.waitAtSubmit(rec, t.Spec.Priority); why != "" {
+			rec.Reason, rec.Message = reasonWaitingForSlot, why
+		}
 	}
 	rec, created, err := e.store.Create(ctx, rec)
 	if err != nil {

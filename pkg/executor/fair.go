@@ -127,15 +127,25 @@ func takesFirst(order SlotOrder, a, b string, spaces map[string]nsSlots, used, n
 // waitMessage says which limit a task of namespace ns waits for, given the
 // slots its namespace holds once the free ones are taken (used), its own
 // limit and the executor's: the namespace's limit when it is reached,
-// otherwise the executor's.
-func waitMessage(order SlotOrder, ns string, limit, used, parallelism int) string {
+// otherwise the executor's. With shards above 1 the limits are a shard's
+// part (Config.LimitShards), and the message says so. It names a limit,
+// never a count, so that it changes only when another limit holds the task
+// (recordSlotWait).
+func waitMessage(order SlotOrder, ns string, limit, used, parallelism, shards int) string {
 	if limit > 0 && used >= limit {
+		if shards > 1 {
+			return fmt.Sprintf("namespace %s at its limit of %d in this task's shard (the namespace's limit divided among %d shards)", ns, limit, shards)
+		}
 		return fmt.Sprintf("namespace %s at its limit of %d", ns, limit)
 	}
-	if order == SlotOrderFIFO {
-		return fmt.Sprintf("all %d slots in use; tasks start in submission order", parallelism)
+	slots := fmt.Sprintf("all %d slots in use", parallelism)
+	if shards > 1 {
+		slots = fmt.Sprintf("all %d slots of this task's shard in use (the parallelism divided among %d shards)", parallelism, shards)
 	}
-	return fmt.Sprintf("all %d slots in use; namespaces with waiting tasks take free slots in turn", parallelism)
+	if order == SlotOrderFIFO {
+		return slots + "; tasks start in submission order"
+	}
+	return slots + "; namespaces with waiting tasks take free slots in turn"
 }
 
 // priorityOf reads spec.priority from a stored task document (0 when it

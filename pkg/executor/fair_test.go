@@ -185,20 +185,25 @@ func TestAllot(t *testing.T) {
 // TestWaitMessage: a waiting task's message names the limit it waits for.
 func TestWaitMessage(t *testing.T) {
 	cases := map[string]struct {
-		order              SlotOrder
-		limit, used, total int
-		want               string
+		order                      SlotOrder
+		limit, used, total, shards int
+		want                       string
 	}{
-		"its namespace at its limit":                 {SlotOrderFair, 20, 20, 50, "namespace team-a at its limit of 20"},
-		"its namespace over its limit (lowered)":     {SlotOrderFair, 5, 8, 50, "namespace team-a at its limit of 5"},
-		"below its namespace's limit: all slots":     {SlotOrderFair, 20, 7, 50, "all 50 slots in use; namespaces with waiting tasks take free slots in turn"},
-		"no limit of its own: all slots":             {SlotOrderFair, 0, 50, 50, "all 50 slots in use; namespaces with waiting tasks take free slots in turn"},
-		"fifo: all slots, in submission order":       {SlotOrderFIFO, 0, 3, 50, "all 50 slots in use; tasks start in submission order"},
-		"fifo: the namespace's limit is still named": {SlotOrderFIFO, 3, 3, 50, "namespace team-a at its limit of 3"},
+		"its namespace at its limit":                 {SlotOrderFair, 20, 20, 50, 0, "namespace team-a at its limit of 20"},
+		"its namespace over its limit (lowered)":     {SlotOrderFair, 5, 8, 50, 0, "namespace team-a at its limit of 5"},
+		"below its namespace's limit: all slots":     {SlotOrderFair, 20, 7, 50, 0, "all 50 slots in use; namespaces with waiting tasks take free slots in turn"},
+		"no limit of its own: all slots":             {SlotOrderFair, 0, 50, 50, 0, "all 50 slots in use; namespaces with waiting tasks take free slots in turn"},
+		"fifo: all slots, in submission order":       {SlotOrderFIFO, 0, 3, 50, 0, "all 50 slots in use; tasks start in submission order"},
+		"fifo: the namespace's limit is still named": {SlotOrderFIFO, 3, 3, 50, 0, "namespace team-a at its limit of 3"},
+		"a shard's part of its namespace's limit": {SlotOrderFair, 2, 2, 9, 12,
+			"namespace team-a at its limit of 2 in this task's shard (the namespace's limit divided among 12 shards)"},
+		"a shard's part of the slots": {SlotOrderFair, 2, 1, 9, 12,
+			"all 9 slots of this task's shard in use (the parallelism divided among 12 shards); namespaces with waiting tasks take free slots in turn"},
+		"one shard: its own limits": {SlotOrderFair, 20, 20, 50, 1, "namespace team-a at its limit of 20"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := waitMessage(tc.order, "team-a", tc.limit, tc.used, tc.total); got != tc.want {
+			if got := waitMessage(tc.order, "team-a", tc.limit, tc.used, tc.total, tc.shards); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})

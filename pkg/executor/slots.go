@@ -98,7 +98,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	e.enlistLocked(rec, prio)
 	plan := e.planLocked(now)
 	if !slices.Contains(plan.admit, rec.ID) {
-		msg := waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism)
+		msg := waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism, e.cfg.LimitShards)
 		e.mu.Unlock()
 		return false, msg
 	}
@@ -141,7 +141,32 @@ func (e *Executor) waitingFor(id string) string {
 	if slices.Contains(plan.admit, id) {
 		return ""
 	}
-	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism)
+	return waitMessage(e.cfg.SlotOrder, p.ns, e.namespaceLimit(p.ns), plan.used[p.ns], e.cfg.Parallelism, e.cfg.LimitShards)
+}
+
+// waitAtSubmit says which limit task rec, about to be submitted with
+// priority prio, would wait for at its first sync (waitMessage), or ""
+// when the slot plan would give it a free slot (or the task is known
+// already), so that a task that waits from its submission is recorded
+// WaitingForSlot by the submission's own write, not by one more.
+func (e *Executor) waitAtSubmit(rec store.Record, prio int32) string {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.inLine[rec.ID]; ok {
+		return ""
+	}
+	if _, ok := e.creations[rec.ID]; ok {
+		return ""
+	}
+	rec.CreatedAt = now // as the store will record it: after every task in line
+	e.enlistLocked(rec, prio)
+	plan := e.planLocked(now)
+	e.removeLocked(rec.ID)
+	if slices.Contains(plan.admit, rec.ID) {
+		return ""
+	}
+	return waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism, e.cfg.LimitShards)
 }
 
 // enlist puts a task that will need a slot in its namespace's line, by

@@ -270,9 +270,15 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 		return wait, nil // the previous creation failed: its backoff
 	}
 	if ok, why := e.admit(rec, n, pod, t.Spec.Priority); !ok {
-		if why != "" {
-			e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot, why, nil)
+		if why == "" {
+			return 0, nil // a creation of this task is under way
 		}
+		if recordPending(rec, reasonWaitingForSlot, why) {
+			if err := e.persistPending(ctx, rec, reasonWaitingForSlot, why); err != nil {
+				return 0, err
+			}
+		}
+		e.setProgress(rec, string(podstate.Pending), reasonWaitingForSlot, why, nil)
 		return 0, nil // woken when a slot frees
 	}
 	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)
@@ -329,8 +335,15 @@ func (e *Executor) createFailed(ctx context.Context, t *task.Task, rec store.Rec
 		_, _, err := e.record(ctx, t, rec, nil, st, nil, now)
 		return 0, err
 	}
-	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed,
-		fmt.Sprintf("creating pod %s failed %d times since %s, retrying in %s: %v", cr.name, f.count, f.first.UTC().Format(time.RFC3339), delay, cr.err), nil)
+	msg := fmt.Sprintf("creating pod %s failed %d times since %s, retrying in %s: %v", cr.name, f.count, f.first.UTC().Format(time.RFC3339), delay, cr.err)
+	if recordPending(rec, reasonCreateFailed, msg) {
+		// A failed write leaves the failure counted: the next failure's
+		// pass writes it.
+		if err := e.persistPending(ctx, rec, reasonCreateFailed, msg); err != nil {
+			return 0, err
+		}
+	}
+	e.setProgress(rec, string(podstate.Pending), reasonCreateFailed, msg, nil)
 	return delay, nil
 }
 
@@ -723,6 +736,40 @@ func (e *Executor) persistProgress(ctx context.Context, rec store.Record, st pod
 	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(st.Phase), string(st.Reason), st.Message, nil
 	if _, err := e.update(ctx, rec); err != nil {
 		return fmt.Errorf("recording the state %s/%s of task %s: %w", st.Phase, st.Reason, rec.ID, err)
+	}
+	return nil
+}
+
+// recordPending decides whether a pass that found task rec without its
+// pod, Pending for reason (WaitingForSlot, CreateFailed) with message, writes
+// that to the record: when the record says another phase or reason (it was
+// Submitted, RetryBackoff, WaitingForSlot...); for WaitingForSlot also when
+// the message names another limit (waitMessage names a limit, never a
+// count); never for a change of a CreateFailed message alone (it counts the
+// failures). So a task is written once as it starts waiting, and again only
+// when another limit or a failed creation holds it at one of its passes (a
+// waiting task is synced when it is submitted, when the slot plan may give
+// it a slot, at a resync): never at every pass, nor as the slots in use
+// change. The pod's creation ends it (markCreated writes Scheduling).
+func recordPending(rec store.Record, reason, message string) bool {
+	if message == "" || rec.Terminal || rec.PodCreated {
+		return false
+	}
+	if rec.Phase != string(podstate.Pending) || rec.Reason != reason {
+		return true
+	}
+	return reason == reasonWaitingForSlot && rec.Message != message
+}
+
+// persistPending writes that task rec, without its pod, is Pending for
+// reason with message, so that lists, their reason filter and every replica
+// show it, not only this one's Get (recordPending says when). The write is
+// fenced by the term's epoch and a compare-and-swap on rec's version: a
+// conflict is returned, and the sync retried from the record as it then is.
+func (e *Executor) persistPending(ctx context.Context, rec store.Record, reason, message string) error {
+	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(podstate.Pending), reason, message, nil
+	if _, err := e.update(ctx, rec); err != nil {
+		return fmt.Errorf("recording the state Pending/%s of task %s: %w", reason, rec.ID, err)
 	}
 	return nil
 }

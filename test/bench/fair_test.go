@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,31 @@ type fairRow struct {
 	// aBeforeB is how many of A's pods were created after B's submission
 	// and before B's first.
 	aBeforeB int
+	// writes is the record writes (Create and Update) over the whole run,
+	// slotWaits the updates that recorded WaitingForSlot, waited the tasks
+	// that ever waited for a slot (a WaitingForSlot event, or a Submitted
+	// one that says so).
+	writes, slotWaits, waited int
+}
+
+// countingStore counts the record writes (Create, Update) of the store it
+// wraps, and the updates that record WaitingForSlot.
+type countingStore struct {
+	store.Store
+	writes, slotWaits atomic.Int64
+}
+
+func (c *countingStore) Create(ctx context.Context, rec store.Record) (store.Record, bool, error) {
+	c.writes.Add(1)
+	return c.Store.Create(ctx, rec)
+}
+
+func (c *countingStore) Update(ctx context.Context, rec store.Record) (store.Record, error) {
+	c.writes.Add(1)
+	if rec.Reason == "WaitingForSlot" {
+		c.slotWaits.Add(1)
+	}
+	return c.Store.Update(ctx, rec)
 }
 
 // fairEvents records, per task, the time of its first event of each type.
@@ -61,6 +87,9 @@ func (f *fairEvents) add(ev executor.Event) {
 	typ := ev.Type
 	if ev.Terminal {
 		typ = "Terminal"
+	}
+	if (ev.Type == executor.EventState || ev.Type == executor.EventSubmitted) && ev.Reason == "WaitingForSlot" {
+		typ = "WaitingForSlot"
 	}
 	if _, ok := m[typ]; !ok {
 		m[typ] = time.Now()
@@ -86,10 +115,11 @@ func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	tb.Helper()
 	envA, envB := clustertest.New(tb), clustertest.New(tb)
 	evs := &fairEvents{first: map[string]map[executor.EventType]time.Time{}}
+	st := &countingStore{Store: store.NewMemory()}
 	ex, stop := exectest.StartExecutor(tb, envA, executor.Config{
 		InstanceID: "fair", Namespaces: []string{envA.Namespace, envB.Namespace},
 		Parallelism: sz.parallelism, SlotOrder: order, Workers: 16, CreateConcurrency: 8,
-		Store: store.NewMemory(), OnEvent: evs.add,
+		Store: st, OnEvent: evs.add,
 	})
 	defer stop()
 	ctx := context.Background()
@@ -153,6 +183,8 @@ func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	}
 	evs.mu.Unlock()
 	r.lifetime = percentile(lifetimes, 0.5)
+	r.writes, r.slotWaits = int(st.writes.Load()), int(st.slotWaits.Load())
+	r.waited = len(evs.times("", "WaitingForSlot"))
 	stop()
 	exectest.WaitNoTaskPods(tb, envA, 2*time.Minute)
 	exectest.WaitNoTaskPods(tb, envB, 2*time.Minute)
@@ -177,6 +209,21 @@ func latest(ts []time.Time) time.Time {
 		}
 	}
 	return l
+}
+
+// writesTable formats the record writes of the runs: all of them per
+// task, and those that recorded WaitingForSlot (what showing it in lists
+// costs) per task that waited and as a share of all.
+func writesTable(rows []fairRow) string {
+	var b strings.Builder
+	b.WriteString("| slot order | tasks | record writes | per task | tasks that waited | WaitingForSlot updates | per task that waited | share of the writes |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		n := r.size.a + r.size.b
+		fmt.Fprintf(&b, "| %s | %d | %d | %.2f | %d | %d | %.2f | %.1f %% |\n", r.order, n, r.writes, float64(r.writes)/float64(n),
+			r.waited, r.slotWaits, float64(r.slotWaits)/float64(max(r.waited, 1)), 100*float64(r.slotWaits)/float64(max(r.writes, 1)))
+	}
+	return b.String()
 }
 
 // fairTable formats the runs, each against the first (the FIFO baseline).
@@ -224,11 +271,12 @@ func BenchmarkFairShare(b *testing.B) {
 	ensureSimNodes(b, benchNodes)
 	for i := 0; i < b.N; i++ {
 		rows := []fairRow{fairRun(b, executor.SlotOrderFIFO, sz), fairRun(b, executor.SlotOrderFair, sz)}
-		fmt.Print("\n" + fairTable(rows))
+		fmt.Print("\n" + fairTable(rows) + "\n" + writesTable(rows))
 		b.ReportMetric(rows[1].bFirstPod.Seconds(), "s-B-first-pod-fair")
 		b.ReportMetric(rows[0].bFirstPod.Seconds(), "s-B-first-pod-fifo")
 		b.ReportMetric(rows[1].bLast.Seconds(), "s-B-last-fair")
 		b.ReportMetric(rows[0].bLast.Seconds(), "s-B-last-fifo")
+		b.ReportMetric(float64(rows[1].slotWaits)/float64(max(rows[1].waited, 1)), "slot-wait-writes/waiting-task-fair")
 	}
 }
 
@@ -242,7 +290,15 @@ func BenchmarkFairShare(b *testing.B) {
 func TestFairShareTiny(t *testing.T) {
 	fifo := fairRun(t, executor.SlotOrderFIFO, fairTiny)
 	fair := fairRun(t, executor.SlotOrderFair, fairTiny)
-	t.Log("\n" + fairTable([]fairRow{fifo, fair}))
+	t.Log("\n" + fairTable([]fairRow{fifo, fair}) + "\n" + writesTable([]fairRow{fifo, fair}))
+	for _, r := range []fairRow{fifo, fair} {
+		// Recorded by the submission of a task that waits from it, else
+		// when it starts waiting, and again only when another limit holds
+		// it (here there is one: Parallelism): at most one update each.
+		if r.waited == 0 || r.slotWaits > r.waited {
+			t.Errorf("%s: %d WaitingForSlot updates for %d tasks that waited, want at least one task and at most one update each", r.order, r.slotWaits, r.waited)
+		}
+	}
 	bound := 2 * fairTiny.parallelism
 	if fair.aBeforeB > bound {
 		t.Errorf("fair: %d of A's pods were created after B's submission and before B's first, want at most %d", fair.aBeforeB, bound)

@@ -1,7 +1,9 @@
 package e2eserve
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ func TestServeNamespaceParallelism(t *testing.T) {
 	s := startService(t, env, "--namespace-parallelism", env.Namespace+"=1", "--parallelism", "10")
 	slow := func(name string) []byte {
 		return taskDoc(name, "", `      containers:
-        - {name: main, image: busybox, command: [sh, -c, "sleep 4"]}`)
+        - {name: main, image: busybox, command: [sh, -c, "sleep 8"]}`)
 	}
 	first, second := s.submit(slow("first")), s.submit(slow("second"))
 	want := fmt.Sprintf("namespace %s at its limit of 1", env.Namespace)
@@ -45,6 +47,28 @@ func TestServeNamespaceParallelism(t *testing.T) {
 	})
 	if waiting.Phase != "Pending" || waiting.Message != want {
 		t.Errorf("waiting task %s: %s/%s %q, want Pending/WaitingForSlot %q", waiting.ID, waiting.Phase, waiting.Reason, waiting.Message, want)
+	}
+	// Lists (all namespaces, the namespace, the reason filter) say the same
+	// as GET while the task waits (the other one sleeps 8 s): they read the
+	// record, which says so. Before, it said Submitted until the pod existed.
+	for _, q := range []string{"", "namespace=" + env.Namespace, "namespace=" + env.Namespace + "&reason=WaitingForSlot"} {
+		resp, b := s.do(http.MethodGet, api.Prefix+"/tasks?"+q, "", nil)
+		var l api.TaskList
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &l) != nil {
+			t.Fatalf("list ?%s: %s\n%s", q, resp.Status, b)
+		}
+		var listed *api.Task
+		for i := range l.Items {
+			if l.Items[i].ID == waiting.ID {
+				listed = &l.Items[i]
+			}
+		}
+		switch {
+		case listed == nil:
+			t.Errorf("list ?%s while %s waits for a slot: not listed (%d tasks)", q, waiting.ID, len(l.Items))
+		case listed.Phase != "Pending" || listed.Reason != "WaitingForSlot" || listed.Message != want:
+			t.Errorf("list ?%s while %s waits for a slot: %s/%s %q, want Pending/WaitingForSlot %q", q, waiting.ID, listed.Phase, listed.Reason, listed.Message, want)
+		}
 	}
 	for _, id := range []string{first.ID, second.ID} {
 		tk := s.waitTask(id, 2*time.Minute, "the task succeeds", func(tk api.Task) bool { return tk.Terminal })

@@ -3,6 +3,12 @@
 
 const REASONS = {
   Submitted: ['kubetask accepted the task and is about to create its pod.', ''],
+  WaitingForSlot: ['The task waits for a parallelism slot: the message names the limit that holds it, its namespace\'s own or the service\'s.',
+    'It starts once a slot is its; namespaces with waiting tasks take free slots in turn.'],
+  WaitingForPreviousPod: ['A container of the previous attempt\'s pod still runs; the next attempt starts once it stopped.', ''],
+  Creating: ['kubetask is creating the pod.', ''],
+  CreateFailed: ['The API server refused the pod\'s creation for a passing reason (a quota, a webhook, 429); kubetask tries again with a backoff.',
+    'The task fails with ScheduleTimeout if this lasts past timeouts.schedule.'],
   RetryBackoff: ['The last attempt failed with a failure that is retried; the next attempt starts after the backoff.', 'Look at the failed attempt below to see why it failed.'],
   Scheduling: ['The pod waits for the scheduler to place it on a node.', ''],
   Unschedulable: ['No node can run the pod: the scheduler found none that fits its resources, node selector, affinity or tolerations.',
