@@ -21,6 +21,8 @@ type initConfig struct {
 	Dir      string   `json:"dir,omitempty"`
 	Mounts   []Mount  `json:"mounts,omitempty"`
 	Isolated bool     `json:"isolated,omitempty"`
+	Rootfs   *Rootfs  `json:"rootfs,omitempty"`
+	User     *User    `json:"user,omitempty"`
 	// Join, when non-zero, is the host PID of a container whose namespaces an exec'd
 	// command enters instead of preparing its own.
 	Join int `json:"join,omitempty"`

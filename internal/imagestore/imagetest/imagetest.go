@@ -5,9 +5,13 @@ package imagetest
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +119,50 @@ func Binary(t testing.TB, path string) Entry {
 		t.Fatal(err)
 	}
 	return Entry{Body: b, Mode: 0o755}
+}
+
+// Probe builds the probe command (package probe: a static binary that reports
+// what a container sees) into dir and returns its path.
+func Probe(t testing.TB, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "probe")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/kubetask/kubetask/internal/imagestore/imagetest/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v: %s", err, b)
+	}
+	return out
+}
+
+// Report is the probe's report (see package probe).
+type Report struct {
+	PID    int               `json:"pid"`
+	UID    int               `json:"uid"`
+	GID    int               `json:"gid"`
+	Groups []int             `json:"groups"`
+	Cwd    string            `json:"cwd"`
+	Env    []string          `json:"env"`
+	Args   []string          `json:"args"`
+	Files  map[string]string `json:"files"`
+}
+
+// ParseReport reads the probe's report from the first line of its output.
+func ParseReport(t testing.TB, out string) Report {
+	t.Helper()
+	line, _, _ := strings.Cut(out, "\n")
+	var r Report
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	return r
+}
+
+// Getenv returns the value of key in the report's environment.
+func (r Report) Getenv(key string) (string, bool) {
+	for _, kv := range r.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }

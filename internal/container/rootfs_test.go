@@ -1,0 +1,110 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kubetask/kubetask/internal/imagestore/imagetest"
+)
+
+// TestRootfsRunsInTheImage runs the probe from an image root file system as a
+// non-root user and checks what it sees: the image's files and not the host's,
+// PID 1, the working directory (created), the user and groups, a bind-mounted
+// volume; that its writes stay out of the image; and that exec enters it as the
+// same user.
+func TestRootfsRunsInTheImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("namespace isolation needs root")
+	}
+	tmp := t.TempDir()
+	image := filepath.Join(tmp, "image")
+	for _, d := range []string{"bin", "etc"} {
+		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe, err := os.ReadFile(imagetest.Probe(t, tmp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "bin", "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "etc", "only-in-image"), []byte("image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(tmp, "vol")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vol, "f"), []byte("volume"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostFile, err := os.Executable() // a file the host has and the image has not
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, Spec{
+		Command:    []string{"probe", "-wait", "/etc/only-in-image", "/mnt/vol/f", hostFile, "/proc/1/cmdline"},
+		Env:        []string{"PATH=/bin", "PROBE_EXIT=3"},
+		WorkingDir: "/work/dir",
+		Mounts:     []Mount{{HostPath: vol, ContainerPath: "/mnt/vol", ReadOnly: true}},
+		Rootfs:     &Rootfs{Image: image, State: filepath.Join(tmp, "state")},
+		User:       &User{UID: 1234, GID: 5678, Groups: []uint32{5678, 42}},
+		Isolation:  IsolationNamespaces,
+	})
+	waitLog(t, p, "\n")
+	r := imagetest.ParseReport(t, readAll(t, p, LogOptions{TailLines: -1}))
+	if r.PID != 1 || r.UID != 1234 || r.GID != 5678 || r.Cwd != "/work/dir" {
+		t.Errorf("pid %d uid %d gid %d cwd %q; want 1, 1234, 5678, /work/dir", r.PID, r.UID, r.GID, r.Cwd)
+	}
+	if slices.Sort(r.Groups); !slices.Equal(r.Groups, []int{42, 5678}) {
+		t.Errorf("groups %v, want [42 5678]", r.Groups)
+	}
+	if got := r.Files["/etc/only-in-image"]; got != "image" {
+		t.Errorf("image file: %q", got)
+	}
+	if got := r.Files["/mnt/vol/f"]; got != "volume" {
+		t.Errorf("volume file: %q", got)
+	}
+	if got := r.Files[hostFile]; !strings.HasPrefix(got, "error:") {
+		t.Errorf("the host's %s is visible in the container", hostFile)
+	}
+	if got := r.Files["/proc/1/cmdline"]; !strings.HasPrefix(got, "probe\x00") {
+		t.Errorf("/proc/1/cmdline = %q, want the probe's", got)
+	}
+
+	var out bytes.Buffer
+	var stderr bytes.Buffer
+	code, err := p.Exec(context.Background(), []string{"/bin/probe", "/etc/only-in-image"}, nil, &out, &stderr)
+	if err != nil || code != 3 {
+		t.Fatalf("exec: code %d, err %v, out %q, stderr %q", code, err, out.String(), stderr.String())
+	}
+	if e := imagetest.ParseReport(t, out.String()); e.UID != 1234 || e.GID != 5678 || e.Cwd != "/work/dir" || e.Files["/etc/only-in-image"] != "image" || e.PID == 1 {
+		t.Errorf("exec saw %+v", e)
+	}
+	if res := p.Stop(context.Background(), 10e9); res.ExitCode != 3 {
+		t.Errorf("exit code %d, want 3", res.ExitCode)
+	}
+	if _, err := os.Stat(filepath.Join(image, "work")); !os.IsNotExist(err) {
+		t.Errorf("the working directory was created in the image itself: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "state", "upper", "work", "dir")); err != nil {
+		t.Errorf("the working directory is not in the instance's upper layer: %v", err)
+	}
+}
+
+func TestRootfsNeedsNamespaces(t *testing.T) {
+	_, err := Start(context.Background(), Spec{
+		Command: []string{"true"}, LogPath: filepath.Join(t.TempDir(), "log"),
+		Rootfs: &Rootfs{Image: "/nonexistent"}, Isolation: IsolationNone,
+	})
+	if err == nil {
+		t.Fatal("a rootfs container started without namespaces")
+	}
+}
