@@ -47,6 +47,10 @@ const ImagesDirName = "images"
 // ImageDir is the cluster's image store, shared by its local nodes.
 func (c *Cluster) ImageDir() string { return filepath.Join(c.cfg.Dir, ImagesDirName) }
 
+// KubetaskBinary is the kubetask executable the local nodes run (the one
+// `kubetask cluster load-image` of the same build is).
+func (c *Cluster) KubetaskBinary() string { return c.cfg.KubetaskBinary }
+
 // ImageDir is the image store of the cluster in the directory (see ImagesDirName).
 func (d StateDir) ImageDir() string { return d.file(ImagesDirName) }
 
