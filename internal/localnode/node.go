@@ -257,7 +257,7 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 				OperatingSystem:         runtime.GOOS,
 				Architecture:            runtime.GOARCH,
 				ContainerRuntimeVersion: "kubetask-local://" + strconv.Itoa(os.Getpid()),
-				OSImage:                 "kubetask local node (commands run on the host)",
+				OSImage:                 "kubetask local node (host processes, or loaded images)",
 			},
 			Conditions: []corev1.NodeCondition{
 				cond(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", "local node starting"),
