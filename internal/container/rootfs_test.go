@@ -3,11 +3,17 @@ package container
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kubetask/kubetask/internal/imagestore/imagetest"
 )
@@ -107,4 +113,88 @@ func TestRootfsNeedsNamespaces(t *testing.T) {
 	if err == nil {
 		t.Fatal("a rootfs container started without namespaces")
 	}
+}
+
+// helperEnv makes the test binary a node stand-in: it starts the container
+// of the JSON Spec in the variable, prints its PID and waits to be killed.
+const helperEnv = "KUBETASK_CONTAINER_TEST_HELPER"
+
+func runHelper(raw string) {
+	var spec Spec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	p, err := Start(context.Background(), spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Println(p.PID())
+	select {}
+}
+
+// TestContainerOfAnotherUserDiesWithTheNode: a container that switched to
+// another user ends when its node is SIGKILLed. (The kernel clears the
+// parent-death signal on a change of user, so the init sets it again; this test
+// passes without that too, here: the orphaned container also ends another way,
+// exit status 2, so it guards the guarantee, not that line.)
+func TestContainerOfAnotherUserDiesWithTheNode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("namespace isolation needs root")
+	}
+	tmp := t.TempDir()
+	image := filepath.Join(tmp, "image")
+	if err := os.MkdirAll(filepath.Join(image, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := os.ReadFile(imagetest.Probe(t, tmp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(image, "bin", "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(Spec{
+		Command: []string{"/bin/probe", "-wait"}, LogPath: filepath.Join(tmp, "log"),
+		Rootfs: &Rootfs{Image: image, State: filepath.Join(tmp, "state")},
+		User:   &User{UID: 4321, GID: 4321}, Isolation: IsolationNamespaces,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := exec.Command(os.Args[0], "-test.run=^$")
+	node.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	out, err := node.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil {
+		_ = node.Process.Kill()
+		t.Fatalf("reading the container's PID: %v", err)
+	}
+	_ = node.Process.Kill()
+	_ = node.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("container process %d outlived its node by 10s", pid)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a condition with a deadline
+	}
+}
+
+// alive reports whether pid runs (a zombie has ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	return !strings.HasPrefix(s[strings.LastIndexByte(s, ')')+2:], "Z")
 }
