@@ -323,13 +323,13 @@ func newClusterLoadImageCommand(f *clusterFlags) *cobra.Command {
 		Use:   "load-image ARCHIVE...",
 		Short: "Put container images into the local cluster's image store, from which its local nodes run pods (as kind load image-archive)",
 		Long: `Put the images of each ARCHIVE into the local cluster's image store: a
-docker-compatible tar (docker save, podman save, make image's bin/image/kubetask.tar)
+docker-compatible tar (docker save, podman save, make image's bin/image/kubetask-image.tar)
 or an OCI image layout directory (make image's bin/image/oci). A pod whose image
 names a loaded image (by repository:tag, or by digest) then runs on the local
 nodes from the image's own root file system, with its entrypoint, cmd, env,
 working directory and user; other pods keep running their command on the host.
 Loading the same name again points it at the new image (pods started later use it).`,
-		Example: `  make image && kubetask cluster load-image bin/image/kubetask.tar
+		Example: `  make image && kubetask cluster load-image bin/image/kubetask-image.tar
   kubectl run hello --image=ghcr.io/kubetask/kubetask:latest --restart=Never -- version`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, archives []string) error {

@@ -32,6 +32,7 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir, User: p.spec.User}
 	if p.isolated {
 		cfg.Join = p.pid
+		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
 	}
 	if p.spec.Rootfs != nil {
 		// nsenter opens --wd before it enters the namespaces: name the directory

@@ -26,6 +26,9 @@ type initConfig struct {
 	// Join, when non-zero, is the host PID of a container whose namespaces an exec'd
 	// command enters instead of preparing its own.
 	Join int `json:"join,omitempty"`
+	// NSEnter is the node's nsenter, found in the node's PATH: the exec'd child
+	// has the container's environment, whose PATH is the image's.
+	NSEnter string `json:"nsenter,omitempty"`
 }
 
 func (c initConfig) encode() (string, error) {

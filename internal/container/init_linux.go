@@ -245,9 +245,9 @@ func bindMount(m Mount) error {
 // nsenter (setns into a mount namespace is not possible from a multi-threaded Go
 // process, and joining a PID namespace only affects children).
 func joinAndExec(cfg initConfig) error {
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		return fmt.Errorf("exec into an isolated container needs nsenter: %w", err)
+	nsenter := cfg.NSEnter
+	if nsenter == "" {
+		return errors.New("exec into an isolated container needs nsenter (util-linux) in the node's PATH")
 	}
 	dir := cfg.Dir
 	if dir == "" {

@@ -29,7 +29,7 @@ func TestRootfsRunsInTheImage(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	image := filepath.Join(tmp, "image")
-	for _, d := range []string{"bin", "etc"} {
+	for _, d := range []string{"opt/kt", "etc"} {
 		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestRootfsRunsInTheImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(image, "bin", "probe"), probe, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(image, "opt", "kt", "probe"), probe, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(image, "etc", "only-in-image"), []byte("image"), 0o644); err != nil {
@@ -57,7 +57,7 @@ func TestRootfsRunsInTheImage(t *testing.T) {
 	}
 	p := start(t, Spec{
 		Command:    []string{"probe", "-wait", "/etc/only-in-image", "/mnt/vol/f", hostFile, "/proc/1/cmdline"},
-		Env:        []string{"PATH=/bin", "PROBE_EXIT=3"},
+		Env:        []string{"PATH=/opt/kt", "PROBE_EXIT=3"}, // a PATH the host has not: nsenter is the node's
 		WorkingDir: "/work/dir",
 		Mounts:     []Mount{{HostPath: vol, ContainerPath: "/mnt/vol", ReadOnly: true}},
 		Rootfs:     &Rootfs{Image: image, State: filepath.Join(tmp, "state")},
@@ -87,7 +87,7 @@ func TestRootfsRunsInTheImage(t *testing.T) {
 
 	var out bytes.Buffer
 	var stderr bytes.Buffer
-	code, err := p.Exec(context.Background(), []string{"/bin/probe", "/etc/only-in-image"}, nil, &out, &stderr)
+	code, err := p.Exec(context.Background(), []string{"probe", "/etc/only-in-image"}, nil, &out, &stderr)
 	if err != nil || code != 3 {
 		t.Fatalf("exec: code %d, err %v, out %q, stderr %q", code, err, out.String(), stderr.String())
 	}
