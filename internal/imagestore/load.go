@@ -202,7 +202,7 @@ func (s *Store) unpack(img v1.Image, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // gone already once renamed into place
 	rootfs := filepath.Join(tmp, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return err

@@ -205,7 +205,7 @@ func podEtcFiles(dir, podName string) ([]container.Mount, error) {
 					data = b
 				}
 			}
-			if err := os.WriteFile(p, data, 0o644); err != nil {
+			if err := os.WriteFile(p, data, 0o644); err != nil { //nolint:gosec // p is the pod's directory and a fixed name
 				return nil, err
 			}
 		}

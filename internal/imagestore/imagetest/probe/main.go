@@ -35,7 +35,7 @@ func main() {
 		args = args[1:]
 	}
 	for _, a := range args {
-		b, err := os.ReadFile(a)
+		b, err := os.ReadFile(a) //nolint:gosec // reading what the test names is the probe's job
 		if err != nil {
 			r.Files[a] = "error: " + err.Error()
 			continue
