@@ -119,6 +119,32 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 		t.Errorf("the host's %s is visible in the container", hostFile)
 	}
 
+	// Without command and args: the image's entrypoint and cmd. The image's user
+	// (not root) writes the termination message and into an emptyDir.
+	e.create(e.pod("defaults", corev1.Container{Name: "main", Image: "kubetask.test/probe:v1"}))
+	done = e.waitPod("defaults", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+	r = imagetest.ParseReport(t, e.logs("defaults", &corev1.PodLogOptions{Container: "main"}))
+	if strings.Join(r.Args, " ") != "/bin/probe /etc/only-in-image" || r.Files["/etc/only-in-image"] != "image file" {
+		t.Errorf("argv %q files %v; want the image's entrypoint and cmd", r.Args, r.Files)
+	}
+	p = e.pod("writes", corev1.Container{
+		Name: "main", Image: "kubetask.test/probe:v1",
+		Args:         []string{"/dev/termination-log=bye from app", "/scratch/out=written"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+	})
+	p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	e.create(p)
+	done = e.waitPod("writes", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+	r = imagetest.ParseReport(t, e.logs("writes", &corev1.PodLogOptions{Container: "main"}))
+	for f, want := range map[string]string{"/dev/termination-log": "ok", "/scratch/out": "ok"} {
+		if r.Files[f] != want {
+			t.Errorf("writing %s as the image's user app: %q", f, r.Files[f])
+		}
+	}
+	if term := terminated(done, "main"); term == nil || term.Message != "bye from app" {
+		t.Errorf("termination message of a non-root container: %+v", term)
+	}
+
 	// command replaces the entrypoint and drops cmd; runAsUser replaces the image's user.
 	p = e.pod("run-as", corev1.Container{
 		Name: "main", Image: "kubetask.test/probe@" + id.String(), Command: []string{"/bin/probe"},

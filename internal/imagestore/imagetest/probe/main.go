@@ -1,6 +1,7 @@
 // Command probe reports, as one JSON line on stdout, what a container sees: its
 // PID, user, groups, working directory, environment, arguments and the content
-// of the files named by its arguments. With -wait as its first argument it then
+// of the files named by its arguments; an argument PATH=TEXT writes TEXT to PATH
+// instead (the outcome, "ok" or the error, is reported as the file's). With -wait as its first argument it then
 // waits for SIGTERM; it exits with the code in PROBE_EXIT. Tests of the local node's image
 // mode put it, built static, into an image (imagetest.Probe).
 package main
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -35,6 +37,13 @@ func main() {
 		args = args[1:]
 	}
 	for _, a := range args {
+		if path, text, ok := strings.Cut(a, "="); ok {
+			r.Files[path] = "ok"
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil { //nolint:gosec // writing what the test names is the probe's job
+				r.Files[path] = "error: " + err.Error()
+			}
+			continue
+		}
 		b, err := os.ReadFile(a) //nolint:gosec // reading what the test names is the probe's job
 		if err != nil {
 			r.Files[a] = "error: " + err.Error()
