@@ -37,33 +37,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	c := clustertest.Cluster()
 	env := clustertest.New(t)
 	e := &nodeEnv{Env: env, t: t, Node: c.LocalNodeNames()[0], stop: func() {}}
-	tmp := t.TempDir()
-	probe := imagetest.Probe(t, tmp)
-	img := imagetest.Image(t, v1.Config{
-		Entrypoint: []string{"/bin/probe"},
-		Cmd:        []string{"/etc/only-in-image"},
-		Env:        []string{"PATH=/bin", "IMAGE_VAR=from-image", "OVERRIDDEN=from-image"},
-		WorkingDir: "/srv/app",
-		User:       "app",
-	}, imagetest.Layer(t, map[string]imagetest.Entry{
-		"bin/probe":          imagetest.Binary(t, probe),
-		"etc/only-in-image":  {Body: []byte("image file")},
-		"etc/passwd":         {Body: []byte("root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n")},
-		"etc/group":          {Body: []byte("root:x:0:\napp:x:1001:\n")},
-		"srv/app/readme.txt": {Body: []byte("in the working directory")},
-	}))
-	id, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	archive := filepath.Join(tmp, "probe.tar")
-	imagetest.WriteTar(t, archive, "kubetask.test/probe:v1", img)
-
-	out, err := exec.Command(c.KubetaskBinary(), "cluster", "load-image", "--state-dir", c.Dir(), archive).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), id.String()) || !strings.Contains(string(out), "kubetask.test/probe:v1") {
-		t.Fatalf("kubetask cluster load-image: %v: %s", err, out)
-	}
-	t.Logf("load-image: %s", out)
+	_, id := loadProbeImage(t, "kubetask.test/probe:v1")
 
 	ctx := context.Background()
 	if _, err := e.Client.CoreV1().ConfigMaps(e.Namespace).Create(ctx, &corev1.ConfigMap{
@@ -94,8 +68,8 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	if term == nil || term.ExitCode != 7 || term.Reason != "Error" {
 		t.Fatalf("main terminated %+v, want exit code 7, reason Error", term)
 	}
-	if st := status(done, "main"); st.ImageID != id.String() {
-		t.Errorf("imageID %q, want %q", st.ImageID, id.String())
+	if st := status(done, "main"); st.ImageID != id {
+		t.Errorf("imageID %q, want %q", st.ImageID, id)
 	}
 	r := imagetest.ParseReport(t, e.logs("from-image", &corev1.PodLogOptions{Container: "main"}))
 	if r.PID != 1 || r.UID != 1000 || r.GID != 1001 || r.Cwd != "/srv/app" {
@@ -147,7 +121,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 
 	// command replaces the entrypoint and drops cmd; runAsUser replaces the image's user.
 	p = e.pod("run-as", corev1.Container{
-		Name: "main", Image: "kubetask.test/probe@" + id.String(), Command: []string{"/bin/probe"},
+		Name: "main", Image: "kubetask.test/probe@" + id, Command: []string{"/bin/probe"},
 		SecurityContext: &corev1.SecurityContext{RunAsUser: ptr(int64(2000)), RunAsGroup: ptr(int64(3000))},
 	})
 	e.create(p)
@@ -190,4 +164,41 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 		_, err := e.get("exec-image")
 		return err != nil, nil
 	})
+}
+
+// loadProbeImage builds an image holding the probe (entrypoint /bin/probe, cmd
+// /etc/only-in-image, user app = 1000:1001, working directory /srv/app, a few
+// files), writes it as a docker-compatible tar named ref and loads it into the
+// shared cluster with the built `kubetask cluster load-image`, as a user would.
+// It returns the probe's path on the host and the image ID.
+func loadProbeImage(tb testing.TB, ref string) (probe, id string) {
+	tb.Helper()
+	c := clustertest.Cluster()
+	tmp := tb.TempDir()
+	probe = imagetest.Probe(tb, tmp)
+	img := imagetest.Image(tb, v1.Config{
+		Entrypoint: []string{"/bin/probe"},
+		Cmd:        []string{"/etc/only-in-image"},
+		Env:        []string{"PATH=/bin", "IMAGE_VAR=from-image", "OVERRIDDEN=from-image"},
+		WorkingDir: "/srv/app",
+		User:       "app",
+	}, imagetest.Layer(tb, map[string]imagetest.Entry{
+		"bin/probe":          imagetest.Binary(tb, probe),
+		"etc/only-in-image":  {Body: []byte("image file")},
+		"etc/passwd":         {Body: []byte("root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n")},
+		"etc/group":          {Body: []byte("root:x:0:\napp:x:1001:\n")},
+		"srv/app/readme.txt": {Body: []byte("in the working directory")},
+	}))
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	archive := filepath.Join(tmp, "probe.tar")
+	imagetest.WriteTar(tb, archive, ref, img)
+	out, err := exec.Command(c.KubetaskBinary(), "cluster", "load-image", "--state-dir", c.Dir(), archive).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), cfgName.String()) || !strings.Contains(string(out), ref) {
+		tb.Fatalf("kubetask cluster load-image: %v: %s", err, out)
+	}
+	tb.Logf("load-image: %s", out)
+	return probe, cfgName.String()
 }
