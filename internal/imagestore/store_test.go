@@ -177,7 +177,7 @@ func stat(t *testing.T, p string) os.FileInfo {
 }
 
 // TestUntarStaysInside writes entries behind links that point out of the root,
-// relative and absolute: they land inside it.
+// relative and absolute: they land inside it. Device nodes are not made.
 func TestUntarStaysInside(t *testing.T) {
 	dir := t.TempDir()
 	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
@@ -194,6 +194,8 @@ func TestUntarStaysInside(t *testing.T) {
 		{Name: "up/a", Typeflag: tar.TypeReg, Mode: 0o644},
 		{Name: "abs/b", Typeflag: tar.TypeReg, Mode: 0o644},
 		{Name: "../c", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666},
+		{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o600},
 		{Name: "hard", Typeflag: tar.TypeLink, Linkname: "../../../etc/hostname"},
 	} {
 		if err := tw.WriteHeader(h); err != nil {
@@ -209,6 +211,12 @@ func TestUntarStaysInside(t *testing.T) {
 	}
 	if _, serr := os.Stat(filepath.Join(dir, "c")); serr == nil {
 		t.Error("../c was written outside the root")
+	}
+	if _, serr := os.Lstat(filepath.Join(root, "null")); serr == nil {
+		t.Error("a device node was made")
+	}
+	if st, serr := os.Lstat(filepath.Join(root, "fifo")); serr != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("fifo: %v, %v", st, serr)
 	}
 	// The hard link's target resolves inside the root, where it does not exist.
 	if err == nil {
