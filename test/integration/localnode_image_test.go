@@ -96,7 +96,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	// Without command and args: the image's entrypoint and cmd. The image's user
 	// (not root) writes the termination message and into an emptyDir.
 	e.create(e.pod("defaults", corev1.Container{Name: "main", Image: "kubetask.test/probe:v1"}))
-	done = e.waitPod("defaults", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+	e.waitPod("defaults", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
 	r = imagetest.ParseReport(t, e.logs("defaults", &corev1.PodLogOptions{Container: "main"}))
 	if strings.Join(r.Args, " ") != "/bin/probe /etc/only-in-image" || r.Files["/etc/only-in-image"] != "image file" {
 		t.Errorf("argv %q files %v; want the image's entrypoint and cmd", r.Args, r.Files)
