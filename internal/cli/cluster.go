@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubetask/kubetask/internal/components"
+	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/localcluster"
 )
 
@@ -49,7 +50,7 @@ func newClusterCommand() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", "", "directory of the cluster's state (default $"+localcluster.EnvStateDir+" or ~/.local/state/kubetask/cluster)")
 	cmd.AddCommand(newClusterUpCommand(f), newClusterDownCommand(f), newClusterStatusCommand(f),
-		newClusterKubeconfigCommand(f), newClusterBuildCommand(), newClusterSuperviseCommand(f))
+		newClusterKubeconfigCommand(f), newClusterBuildCommand(), newClusterSuperviseCommand(f), newClusterLoadImageCommand(f))
 	return cmd
 }
 
@@ -311,6 +312,52 @@ func newClusterBuildCommand() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%-24s %-8s %s\n", c.Name, c.Version, p)
+			}
+			return nil
+		},
+	}
+}
+
+func newClusterLoadImageCommand(f *clusterFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "load-image ARCHIVE...",
+		Short: "Put container images into the local cluster's image store, from which its local nodes run pods (as kind load image-archive)",
+		Long: `Put the images of each ARCHIVE into the local cluster's image store: a
+docker-compatible tar (docker save, podman save, make image's bin/image/kubetask-image.tar)
+or an OCI image layout directory (make image's bin/image/oci). A pod whose image
+names a loaded image (by repository:tag, or by digest) then runs on the local
+nodes from the image's own root file system, with its entrypoint, cmd, env,
+working directory and user; other pods keep running their command on the host.
+Loading the same name again points it at the new image (pods started later use it).`,
+		Example: `  make image && kubetask cluster load-image bin/image/kubetask-image.tar
+  kubectl run hello --image=ghcr.io/kubetask/kubetask:latest --restart=Never -- version`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, archives []string) error {
+			dir, err := f.dir()
+			if err != nil {
+				return err
+			}
+			if st, err := os.Stat(dir.ImageDir()); err != nil || !st.IsDir() {
+				return fmt.Errorf("no local cluster in %s (it has no image store %s): start one with `kubetask cluster up` (or pass its --state-dir)", dir, dir.ImageDir())
+			}
+			store := imagestore.New(dir.ImageDir())
+			for _, a := range archives {
+				start := time.Now()
+				loaded, err := store.Load(cmd.Context(), a)
+				if err != nil {
+					return err
+				}
+				took := time.Since(start).Round(10 * time.Millisecond)
+				for _, l := range loaded {
+					what := "already in the store"
+					if l.Unpacked {
+						what = "unpacked in " + took.String()
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "loaded image %s (%s)\n", l.ID, what)
+					for _, k := range l.Keys[1:] {
+						fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", k)
+					}
+				}
 			}
 			return nil
 		},

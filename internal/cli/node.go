@@ -32,6 +32,7 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&cfg.NodeName, "name", "", "node name (required)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the pods' logs, volumes and termination messages (required)")
 	f.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "address of the kubelet API (logs, exec)")
+	f.StringVar(&cfg.ImageDir, "images", "", "image store (kubetask cluster load-image): containers whose image is in it run from the image")
 	f.IntVar(&cfg.MaxPods, "max-pods", 500, "pod capacity")
 	f.DurationVar(&cfg.StopGrace, "stop-grace", 2*time.Second, "time containers get after SIGTERM when the node stops")
 	for _, name := range []string{"kubeconfig", "name", "dir"} {

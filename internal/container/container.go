@@ -56,6 +56,35 @@ type Spec struct {
 	LogPath string
 	// Isolation defaults to IsolationAuto.
 	Isolation Isolation
+	// Rootfs, when set, runs the command in an image's root file system instead of
+	// the host's (IsolationNamespaces only; Start fails otherwise).
+	Rootfs *Rootfs
+	// User, when set, is who the command runs as; nil keeps the node's user.
+	User *User
+}
+
+// Rootfs is the root file system of a container run from an image: an overlay
+// whose read-only lower layer is the image's unpacked root (shared by every
+// container of the image, never written) and whose writable upper layer lives in
+// State, so that each container instance starts from the image as it is. Inside
+// it the container gets a fresh /proc of its PID namespace, a /dev on tmpfs with
+// the host's null, zero, full, random, urandom and tty, /dev/shm, /sys read-only,
+// and the Spec's Mounts (ContainerPath resolved inside the root); then it
+// pivot_roots into it, so nothing of the host's file system stays reachable.
+type Rootfs struct {
+	// Image is the image's unpacked root file system.
+	Image string
+	// State is a directory of this instance (created if missing) holding the
+	// overlay's upper and work directories and its mount point.
+	State string
+}
+
+// User is a numeric user and groups to run a command as, as a container runtime
+// sets them: groups first, then the group ID, then the user ID.
+type User struct {
+	UID, GID uint32
+	// Groups are the supplementary group IDs (none when empty).
+	Groups []uint32
 }
 
 // Result is the outcome of a container instance that has exited.
@@ -108,6 +137,9 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec.Rootfs != nil && !isolated {
+		return nil, errors.New("running a container from an image root file system needs namespace isolation (root on Linux)")
+	}
 	lw, err := createLog(spec.LogPath)
 	if err != nil {
 		return nil, err
@@ -135,9 +167,11 @@ func (p *Process) start(ctx context.Context) error {
 		Argv:     p.spec.Command,
 		Dir:      p.spec.WorkingDir,
 		Isolated: p.isolated,
+		User:     p.spec.User,
 	}
 	if p.isolated {
 		cfg.Mounts = p.spec.Mounts
+		cfg.Rootfs = p.spec.Rootfs
 	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {

@@ -17,6 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if raw := os.Getenv(helperEnv); raw != "" {
+		runHelper(raw)
+	}
 	code := m.Run()
 	if code == 0 {
 		if left := childProcesses(); len(left) > 0 {

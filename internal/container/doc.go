@@ -1,7 +1,9 @@
 // Package container runs one Kubernetes container as a local host process.
 //
-// There are no images: the container's command and args run on the host, with the
-// container's environment and working directory. Each container instance gets
+// The command runs on the host's file system, or, with Spec.Rootfs, on an overlay
+// of an unpacked image's root file system into which it pivot_roots (Rootfs), as
+// Spec.User when set, with the container's environment and working directory.
+// Each container instance gets
 //   - its own process group, so SIGTERM and SIGKILL reach every process it started;
 //   - a log file in the CRI format (`<RFC3339Nano> stdout|stderr F|P <text>`), the
 //     format the kubelet reads, so logs support follow, timestamps, since, tail and

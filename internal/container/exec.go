@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,9 +29,19 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	if p.Exited() {
 		return 0, ErrNotRunning
 	}
-	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir}
+	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir, User: p.spec.User}
 	if p.isolated {
 		cfg.Join = p.pid
+		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
+	}
+	if p.spec.Rootfs != nil {
+		// nsenter opens --wd before it enters the namespaces: name the directory
+		// through the container's root.
+		dir := p.spec.WorkingDir
+		if dir == "" {
+			dir = "/"
+		}
+		cfg.Dir = filepath.Join("/proc", strconv.Itoa(p.pid), "root", dir)
 	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {

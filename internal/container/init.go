@@ -21,9 +21,14 @@ type initConfig struct {
 	Dir      string   `json:"dir,omitempty"`
 	Mounts   []Mount  `json:"mounts,omitempty"`
 	Isolated bool     `json:"isolated,omitempty"`
+	Rootfs   *Rootfs  `json:"rootfs,omitempty"`
+	User     *User    `json:"user,omitempty"`
 	// Join, when non-zero, is the host PID of a container whose namespaces an exec'd
 	// command enters instead of preparing its own.
 	Join int `json:"join,omitempty"`
+	// NSEnter is the node's nsenter, found in the node's PATH: the exec'd child
+	// has the container's environment, whose PATH is the image's.
+	NSEnter string `json:"nsenter,omitempty"`
 }
 
 func (c initConfig) encode() (string, error) {

@@ -168,7 +168,7 @@ func (cfg *Config) defaults() error {
 
 func (c *Cluster) start(ctx context.Context) error {
 	cfg := c.cfg
-	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "logs"), cfg.EtcdDataDir} {
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "logs"), filepath.Join(cfg.Dir, ImagesDirName), cfg.EtcdDataDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}

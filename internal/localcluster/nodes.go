@@ -16,7 +16,7 @@ func (c *Cluster) AddLocalNode(ctx context.Context) error {
 	c.mu.Lock()
 	name := localNodeName(len(c.nodes))
 	dir := filepath.Join(c.cfg.Dir, "nodes", name)
-	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--name=" + name, "--dir=" + dir})
+	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--name=" + name, "--dir=" + dir, "--images=" + c.ImageDir()})
 	c.nodes = append(c.nodes, p)
 	c.mu.Unlock()
 	c.log.Info("starting local node", "node", name)
@@ -38,6 +38,21 @@ func (c *Cluster) nodeReady(ctx context.Context, name string) error {
 	}
 	return fmt.Errorf("node %s is not Ready", name)
 }
+
+// ImagesDirName is the directory, in a cluster's directory, of its image store
+// (package imagestore): `kubetask cluster load-image` writes it, every local
+// node runs the pods whose image is in it from the image.
+const ImagesDirName = "images"
+
+// ImageDir is the cluster's image store, shared by its local nodes.
+func (c *Cluster) ImageDir() string { return filepath.Join(c.cfg.Dir, ImagesDirName) }
+
+// KubetaskBinary is the kubetask executable the local nodes run (the one
+// `kubetask cluster load-image` of the same build is).
+func (c *Cluster) KubetaskBinary() string { return c.cfg.KubetaskBinary }
+
+// ImageDir is the image store of the cluster in the directory (see ImagesDirName).
+func (d StateDir) ImageDir() string { return d.file(ImagesDirName) }
 
 // LocalNodeNames lists the local process nodes started so far.
 func (c *Cluster) LocalNodeNames() []string {

@@ -1,5 +1,10 @@
 // Package localnode is a Kubernetes node, built on virtual-kubelet, whose pods run
-// each container's command as a local process (package container).
+// each container as a local process (package container): from the image's own
+// root file system, in its own mount and PID namespaces, when the image is in
+// the node's image store (Config.ImageDir, package imagestore: `kubetask cluster
+// load-image`), with the image's entrypoint, cmd, env, working directory and
+// user as the kubelet combines them with the container's (resolveImageRun);
+// otherwise the container's command and args run on the host.
 //
 // Run registers the node, keeps its lease and status fresh, serves the kubelet API
 // (logs, exec) over HTTPS with a self-signed certificate, and runs the pods bound to

@@ -51,3 +51,12 @@ func expandVars(s string, vars map[string]string) string {
 	}
 	return string(append(out, s[done:]...))
 }
+
+// expandAll expands $(VAR) references in each of args.
+func expandAll(args []string, vars map[string]string) []string {
+	var out []string
+	for _, a := range args {
+		out = append(out, expandVars(a, vars))
+	}
+	return out
+}

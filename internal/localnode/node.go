@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+
+	"github.com/kubetask/kubetask/internal/imagestore"
 )
 
 const (
@@ -60,6 +62,11 @@ type Config struct {
 	CPU, Memory string
 	// Logger receives the node's logs; default slog.Default().
 	Logger *slog.Logger
+	// ImageDir is the store of loaded images (package imagestore, written by
+	// `kubetask cluster load-image`): a container whose image is in it runs from
+	// the image's root file system. Empty: no store; every container's command
+	// runs on the host.
+	ImageDir string
 	// StopGrace is how long containers get after SIGTERM when the node stops,
 	// before SIGKILL; default 2s.
 	StopGrace time.Duration
@@ -130,6 +137,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	apiHost, apiPort := apiserverHostPort(restCfg.Host)
+	var images *imagestore.Store
+	if cfg.ImageDir != "" {
+		images = imagestore.New(cfg.ImageDir)
+	}
 	p := newProvider(providerConfig{
 		nodeName: cfg.NodeName,
 		dir:      filepath.Join(cfg.Dir, "pods"),
@@ -139,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 		apiPort:  apiPort,
 		cpu:      resource.MustParse(cfg.CPU),
 		memory:   resource.MustParse(cfg.Memory),
+		images:   images,
 	})
 
 	mux := http.NewServeMux()
@@ -245,7 +257,7 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 				OperatingSystem:         runtime.GOOS,
 				Architecture:            runtime.GOARCH,
 				ContainerRuntimeVersion: "kubetask-local://" + strconv.Itoa(os.Getpid()),
-				OSImage:                 "kubetask local node (commands run on the host)",
+				OSImage:                 "kubetask local node (host processes, or loaded images)",
 			},
 			Conditions: []corev1.NodeCondition{
 				cond(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", "local node starting"),

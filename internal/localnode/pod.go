@@ -61,6 +61,9 @@ type ctr struct {
 	restartAt time.Time
 	backoff   time.Duration
 
+	// imageID is the loaded image the current instance runs from ("" on the host).
+	imageID string
+
 	pullBackoff     time.Duration
 	pullBackoffShow time.Time
 	everRan         bool
@@ -586,12 +589,20 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		c.retryAt = now.Add(never)
 		return time.Time{}
 	}
+	// A loaded image runs from its own root file system; any other image name is
+	// ignored and the container's command runs on the host.
+	img, err := w.p.lookupImage(c.spec.Image)
+	if err != nil {
+		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: err.Error()}
+		c.retryAt = now.Add(configRetry)
+		return c.retryAt
+	}
 	// Without a command the args run alone, as on an image without an ENTRYPOINT
 	// (busybox, debian, ...): `kubectl run x --image=busybox -- sh -c ...` works.
-	if len(c.spec.Command) == 0 && len(c.spec.Args) == 0 {
+	if img == nil && len(c.spec.Command) == 0 && len(c.spec.Args) == 0 {
 		c.waiting = &corev1.ContainerStateWaiting{
 			Reason:  "CreateContainerError",
-			Message: fmt.Sprintf("kubetask local node: container %q has no command and no args; this node runs the container's command and args on the host and never runs images, so an image's entrypoint is unknown", c.spec.Name),
+			Message: fmt.Sprintf("kubetask local node: container %q has no command and no args, and its image %q is not loaded (kubetask cluster load-image): this node runs the command and args of a container whose image is not loaded on the host, so the image's entrypoint is unknown", c.spec.Name, c.spec.Image),
 		}
 		c.retryAt = now.Add(never)
 		return time.Time{}
@@ -600,6 +611,20 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 	var mounts []container.Mount
 	if err == nil {
 		mounts, err = mountsFor(&c.spec, w.volumes)
+	}
+	var command, args []string
+	if err == nil {
+		command, args = expandAll(c.spec.Command, env.vals), expandAll(c.spec.Args, env.vals)
+	}
+	var run imageRun
+	if err == nil && img != nil {
+		run, err = resolveImageRun(img.Config, &c.spec, w.pod, command, args, env.list(), readImageFiles(img.Rootfs))
+		if err == nil {
+			var etc []container.Mount
+			if etc, err = podEtcFiles(w.dir, w.pod.Name); err == nil {
+				mounts = append(etc, mounts...)
+			}
+		}
 	}
 	if err != nil {
 		var ce *configError
@@ -620,25 +645,31 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		w.log.Warn("creating container directory", "dir", instDir, "err", err)
 	} else if err := os.WriteFile(termFile, nil, 0o666); err != nil {
 		w.log.Warn("creating termination-message file", "file", termFile, "err", err)
+	} else if err := os.Chmod(termFile, 0o666); err != nil { // whatever the umask: any user may write it
+		w.log.Warn("creating termination-message file", "file", termFile, "err", err)
 	}
 	tmPath := c.spec.TerminationMessagePath
 	if tmPath == "" {
 		tmPath = corev1.TerminationMessagePathDefault
 	}
 	mounts = append(mounts, container.Mount{HostPath: termFile, ContainerPath: tmPath})
-	var argv []string
-	for _, a := range append(append([]string(nil), c.spec.Command...), c.spec.Args...) {
-		argv = append(argv, expandVars(a, env.vals))
-	}
-	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)
-	c.termFile = termFile
-	proc, err := container.Start(ctx, container.Spec{
-		Command:    argv,
+	spec := container.Spec{
+		Command:    append(command, args...),
 		Env:        env.list(),
 		WorkingDir: c.spec.WorkingDir,
 		Mounts:     mounts,
 		LogPath:    filepath.Join(w.dir, "logs", c.spec.Name, strconv.Itoa(instance)+".log"),
-	})
+	}
+	c.imageID = ""
+	if img != nil {
+		u := run.user
+		spec.Command, spec.Env, spec.WorkingDir, spec.User = run.argv, run.env, run.dir, &u
+		spec.Rootfs = &container.Rootfs{Image: img.Rootfs, State: filepath.Join(instDir, "rootfs")}
+		c.imageID = img.ID
+	}
+	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)
+	c.termFile = termFile
+	proc, err := container.Start(ctx, spec)
 	var se *container.StartError
 	switch {
 	case errors.As(err, &se):

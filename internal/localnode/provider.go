@@ -24,6 +24,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kubetask/kubetask/internal/container"
+	"github.com/kubetask/kubetask/internal/imagestore"
 )
 
 type providerConfig struct {
@@ -33,6 +34,9 @@ type providerConfig struct {
 	log              *slog.Logger
 	apiHost, apiPort string
 	cpu, memory      resource.Quantity
+	// images is the store of loaded images pods run from; nil: none (every
+	// container runs on the host).
+	images *imagestore.Store
 	// clock gives the pod workers the time and their timers (restart back-off,
 	// activeDeadlineSeconds, termination grace); default the real one.
 	clock clock.WithDelayedExecution
@@ -62,6 +66,14 @@ func newProvider(cfg providerConfig) *provider {
 		cfg.clock = clock.RealClock{}
 	}
 	return &provider{cfg: cfg, workers: map[string]*podWorker{}, notify: func(*corev1.Pod) {}}
+}
+
+// lookupImage returns the loaded image named image, or nil.
+func (p *provider) lookupImage(image string) (*imagestore.Image, error) {
+	if p.cfg.images == nil {
+		return nil, nil
+	}
+	return p.cfg.images.Lookup(image)
 }
 
 func (w *podWorker) clock() clock.WithDelayedExecution { return w.p.cfg.clock }

@@ -119,7 +119,7 @@ func (w *podWorker) setCond(s *corev1.PodStatus, t corev1.PodConditionType, stat
 }
 
 func (w *podWorker) containerStatus(c *ctr) corev1.ContainerStatus {
-	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restartCount}
+	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: c.imageID, RestartCount: c.restartCount}
 	started := false
 	switch {
 	case c.waiting != nil:

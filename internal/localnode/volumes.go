@@ -26,7 +26,11 @@ func (w *podWorker) prepareVolumes(ctx context.Context, pod *corev1.Pod) (map[st
 		var err error
 		switch {
 		case v.EmptyDir != nil:
-			err = os.MkdirAll(dir, 0o777)
+			// World-writable whatever the umask, as the kubelet makes it: a
+			// container from an image may run as any user.
+			if err = os.MkdirAll(dir, 0o777); err == nil {
+				err = os.Chmod(dir, 0o777)
+			}
 		case v.HostPath != nil:
 			dir = v.HostPath.Path
 			if t := v.HostPath.Type; t != nil {

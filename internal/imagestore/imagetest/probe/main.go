@@ -1,0 +1,62 @@
+// Command probe reports, as one JSON line on stdout, what a container sees: its
+// PID, user, groups, working directory, environment, arguments and the content
+// of the files named by its arguments; an argument PATH=TEXT writes TEXT to PATH
+// instead (the outcome, "ok" or the error, is reported as the file's). With -wait as its first argument it then
+// waits for SIGTERM; it exits with the code in PROBE_EXIT. Tests of the local node's image
+// mode put it, built static, into an image (imagetest.Probe).
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Report is what probe prints.
+type Report struct {
+	PID    int               `json:"pid"`
+	UID    int               `json:"uid"`
+	GID    int               `json:"gid"`
+	Groups []int             `json:"groups"`
+	Cwd    string            `json:"cwd"`
+	Env    []string          `json:"env"`
+	Args   []string          `json:"args"`
+	Files  map[string]string `json:"files"`
+}
+
+func main() {
+	r := Report{PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid(), Env: os.Environ(), Args: os.Args, Files: map[string]string{}}
+	r.Groups, _ = os.Getgroups()
+	r.Cwd, _ = os.Getwd()
+	args := os.Args[1:]
+	wait := len(args) > 0 && args[0] == "-wait"
+	if wait {
+		args = args[1:]
+	}
+	for _, a := range args {
+		if path, text, ok := strings.Cut(a, "="); ok {
+			r.Files[path] = "ok"
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil { //nolint:gosec // writing what the test names is the probe's job
+				r.Files[path] = "error: " + err.Error()
+			}
+			continue
+		}
+		b, err := os.ReadFile(a) //nolint:gosec // reading what the test names is the probe's job
+		if err != nil {
+			r.Files[a] = "error: " + err.Error()
+			continue
+		}
+		r.Files[a] = string(b)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+	if wait {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		<-c
+	}
+	code, _ := strconv.Atoi(os.Getenv("PROBE_EXIT"))
+	os.Exit(code)
+}
