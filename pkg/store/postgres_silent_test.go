@@ -97,6 +97,24 @@ func (p *silentProxy) pipe(dst, src net.Conn, cut chan struct{}) {
 	}
 }
 
+// silentStore is a PostgreSQL store, with 2 s call timeouts, whose
+// connections go through a silentProxy; it is closed when the test ends.
+func silentStore(t *testing.T) (*silentProxy, store.Store) {
+	t.Helper()
+	u, err := url.Parse(pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newSilentProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	s, err := store.OpenPostgresTimeouts(context.Background(), u.String(), 2*time.Second, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return p, s
+}
+
 // silence cuts every connection the proxy holds now, without a word.
 func (p *silentProxy) silence() {
 	p.mu.Lock()
@@ -120,19 +138,8 @@ func (p *silentProxy) silence() {
 // for the kernel to give up on the connection, about 15 minutes.
 func TestPostgresSilentServer(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.Database(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newSilentProxy(t, u.Host)
-	u.Host = p.ln.Addr().String()
+	p, s := silentStore(t)
 	ctx := context.Background()
-	s, err := store.OpenPostgresTimeouts(ctx, u.String(), 2*time.Second, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	rec := mustCreate(t, s, storetest.Sample("a"))
 	listens := make(chan struct{}, 10)
 	wctx, stop := context.WithCancel(ctx)
@@ -189,19 +196,8 @@ func TestPostgresSilentServer(t *testing.T) {
 // its own context's error.
 func TestPostgresSilentReadIsUnavailable(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.Database(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newSilentProxy(t, u.Host)
-	u.Host = p.ln.Addr().String()
+	p, s := silentStore(t)
 	ctx := context.Background()
-	s, err := store.OpenPostgresTimeouts(ctx, u.String(), 2*time.Second, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	mustCreate(t, s, storetest.Sample("a"))
 	if _, err := s.Get(ctx, "a"); err != nil { // the pool keeps this connection
 		t.Fatal(err)
