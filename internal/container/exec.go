@@ -51,7 +51,7 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cmd.Args = []string{initArgv0}
 	cmd.Env = append(withDefaultPath(p.spec.Env), cfgEnv)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr(false) // its own process group, killed with the node (on Linux)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A stdin that never ends must not keep Wait from returning after the command exits.
 	cmd.WaitDelay = time.Second

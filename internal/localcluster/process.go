@@ -53,7 +53,7 @@ func (p *process) start() error {
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = componentAttr()
 	errc := make(chan error, 1)
 	spawner <- func() { errc <- cmd.Start() }
 	if err := <-errc; err != nil {
