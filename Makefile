@@ -47,9 +47,10 @@ GORELEASER ?= $(GO) run github.com/goreleaser/goreleaser/v2@v2.17.0
 release: ## build the CLI for linux and darwin, amd64 and arm64, with archives, checksums.txt and SBOMs into bin/dist (goreleaser, snapshot: offline, publishes nothing)
 	$(GORELEASER) release --snapshot --clean
 
-release-check: ## check .goreleaser.yaml and build it for this machine's platform alone (cheap: one compile)
+release-check: ## check .goreleaser.yaml, build it for this machine's platform, and compile the CLI for darwin (.ci/run runs it so that make release cannot rot)
 	$(GORELEASER) check
 	$(GORELEASER) build --snapshot --clean --single-target
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -trimpath -o /dev/null ./cmd/kubetask
 
 image-test: ## the tests of tools/image (its own module, which go test ./... does not reach)
 	cd tools/image && $(GO) test -count=1 ./...
