@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -599,5 +600,54 @@ func TestDeleteAndReleaseGoOutTogether(t *testing.T) {
 	f.drainCleanups()
 	if a, ok := f.ex.actionOf(p.Namespace + "/" + p.Name); !ok || !a.done || a.err != nil {
 		t.Errorf("clean-up action done %v, err %v (found %v), want done without error", a.done, a.err, ok)
+	}
+}
+
+// failingUpdates is a store whose record updates fail while fail is set.
+type failingUpdates struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (s *failingUpdates) Update(ctx context.Context, rec store.Record) (store.Record, error) {
+	if s.fail.Load() {
+		return store.Record{}, errors.New("connection reset by peer")
+	}
+	return s.Store.Update(ctx, rec)
+}
+
+// TestProgressIsStoredBeforeItIsShown: a pod's new state reaches Get and the
+// State event only once the record has it, so a client that saw it in Get
+// (or a watch) and then lists finds it there too. Before, Get showed the
+// state at once and the record was written after: TestServePendingSaysWhy
+// listed "Starting" for a task Get had just shown as ConfigError.
+func TestProgressIsStoredBeforeItIsShown(t *testing.T) {
+	var st *failingUpdates
+	f := newFx(t, func(c *Config) {
+		st = &failingUpdates{Store: c.Store}
+		c.Store = st
+	})
+	f.submit("a", newTask())
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := running()
+	f.both(f.podOf("a", 0, w))
+	f.clk.SetTime(w.Now())
+	st.fail.Store(true)
+	if _, _, err := f.sync("a"); err == nil {
+		t.Fatal("the pass succeeded though the record could not be written")
+	}
+	got, err := f.ex.Get(f.ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason == "Running" || slices.Contains(f.eventTypes("a"), "State") {
+		t.Errorf("Get says %s/%s and events %v before the record has the state", got.Phase, got.Reason, f.eventTypes("a"))
+	}
+	st.fail.Store(false)
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, stored := f.state("a"), f.record("a"); got != "Running/Running" || stored.Reason != "Running" {
+		t.Errorf("after the write: Get %s, record %s/%s", got, stored.Phase, stored.Reason)
 	}
 }

@@ -192,10 +192,13 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		st = podstate.Derive(withoutFenceGate(pod), policy, now)
 	}
 	if !st.Terminal() {
-		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+		// The record first, then Get and the events: an answer of Get, or an
+		// event a watcher acts on, is never ahead of what lists and the
+		// other replicas read from the store.
 		if err := e.persistProgress(ctx, rec, st); err != nil {
 			return 0, err
 		}
+		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
 		return untilRecheck(st, now), nil
 	}
 	if pod != nil && st.ExitCode == nil && stoppedByOthers(st.Reason) && !podstate.Stopped(pod) {
