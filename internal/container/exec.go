@@ -32,6 +32,7 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir, User: p.spec.User}
 	if p.isolated {
 		cfg.Join = p.pid
+		cfg.JoinNet = p.spec.NetNS != nil
 		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
 	}
 	if p.spec.Rootfs != nil {
@@ -55,7 +56,7 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A stdin that never ends must not keep Wait from returning after the command exits.
 	cmd.WaitDelay = time.Second
-	if err := forkOnLockedThread(cmd.Start); err != nil {
+	if err := forkOnLockedThread(cmd.Start, nil); err != nil {
 		return 0, fmt.Errorf("start exec: %w", err)
 	}
 	err = cmd.Wait()
