@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,9 +29,14 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 	if w.lost {
 		return w.lostStatus(s, now)
 	}
-	s.HostIP, s.PodIP = "127.0.0.1", "127.0.0.1"
+	s.HostIP = "127.0.0.1"
 	s.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
-	s.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	// No address until the pod's network is chosen (as the kubelet before the
+	// pod's sandbox exists): then its own, or the node's.
+	s.PodIP, s.PodIPs = "", nil
+	if w.netDecided {
+		s.PodIP, s.PodIPs = w.pod.Status.PodIP, slices.Clone(w.pod.Status.PodIPs)
+	}
 	start := w.startTime
 	s.StartTime = &start
 	s.ObservedGeneration = w.pod.Generation
