@@ -260,6 +260,7 @@ func TestDeploymentFromImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newApplier(t, env.Config)
+	selector := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels).String()
 	created := time.Now()
 	for _, o := range d.objs {
 		switch o.GetKind() {
@@ -297,6 +298,7 @@ func TestDeploymentFromImage(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
+	starts := trackStarts(ctx, t, env, selector, readyz)
 	// Both replicas: Ready pods from the image, their addresses the Service's
 	// endpoints, each answering /readyz 200 there.
 	var eps []string
@@ -313,7 +315,6 @@ func TestDeploymentFromImage(t *testing.T) {
 		return true
 	})
 	t.Logf("Deployment applied to both replicas ready (their /readyz 200 at the Service's endpoints): %s", time.Since(created).Round(10*time.Millisecond))
-	selector := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels).String()
 	pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
@@ -398,6 +399,9 @@ func TestDeploymentFromImage(t *testing.T) {
 	})
 	stopWatch()
 	<-watched
+	for _, st := range starts() {
+		t.Logf("replica %s: created to /readyz 200 in %s", st.pod, st.took.Round(10*time.Millisecond))
+	}
 	if n := unanswered.Load(); n > 0 {
 		t.Errorf("the remaining replica at %s did not answer /readyz %d times while the other was evicted", kept, n)
 	}
@@ -420,6 +424,59 @@ func TestDeploymentFromImage(t *testing.T) {
 		if t.Failed() {
 			t.Logf("%s log:\n%s", p.Name, b)
 		}
+	}
+}
+
+// start is how long a replica took from its pod's creation (as the test saw
+// it, polling every 50 ms) to its first /readyz 200 at its address.
+type start struct {
+	pod  string
+	took time.Duration
+}
+
+// trackStarts polls the pods of selector until ctx or the test ends and
+// returns a function that lists the starts seen so far, in order.
+func trackStarts(ctx context.Context, t *testing.T, env *clustertest.Env, selector string, ready func(addr string) bool) func() []start {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var done []start
+	seen := map[string]time.Time{}
+	stopped := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-stopped })
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				continue
+			}
+			for _, p := range pods.Items {
+				first, ok := seen[p.Name]
+				if !ok {
+					seen[p.Name] = time.Now()
+					continue
+				}
+				if first.IsZero() || p.Status.PodIP == "" || !ready(p.Status.PodIP) {
+					continue
+				}
+				mu.Lock()
+				done = append(done, start{pod: p.Name, took: time.Since(first)})
+				mu.Unlock()
+				seen[p.Name] = time.Time{} // counted
+			}
+		}
+	}()
+	return func() []start {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(done)
 	}
 }
 
