@@ -64,6 +64,9 @@ type ctr struct {
 
 	// imageID is the loaded image the current instance runs from ("" on the host).
 	imageID string
+	// probeReady is the current instance's readiness probe's verdict (false
+	// until it first succeeds).
+	probeReady bool
 
 	pullBackoff     time.Duration
 	pullBackoffShow time.Time
@@ -71,6 +74,10 @@ type ctr struct {
 }
 
 func (c *ctr) running() bool { return c.proc != nil && c.term == nil }
+
+// isReady is the container's readiness: running, and its readiness probe (if
+// it has one) passed.
+func (c *ctr) isReady() bool { return c.running() && (c.spec.ReadinessProbe == nil || c.probeReady) }
 
 type termReason int
 
@@ -751,6 +758,10 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		return c.retryAt
 	}
 	c.proc, c.waiting, c.everRan = proc, nil, true
+	c.probeReady = false
+	if pr := c.spec.ReadinessProbe; pr != nil {
+		go w.probeReadiness(c, proc, pr)
+	}
 	go func() {
 		select {
 		case <-proc.Done():

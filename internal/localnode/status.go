@@ -63,7 +63,7 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 			if !c.everRan {
 				incomplete = append(incomplete, c.spec.Name)
 			}
-			if !c.running() {
+			if !c.isReady() {
 				unready = append(unready, c.spec.Name)
 			}
 		default:
@@ -75,7 +75,7 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 		}
 	}
 	for _, c := range w.regulars {
-		if !c.running() {
+		if !c.isReady() {
 			unready = append(unready, c.spec.Name)
 		}
 	}
@@ -133,7 +133,7 @@ func (w *podWorker) containerStatus(c *ctr) corev1.ContainerStatus {
 	case c.running():
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.proc.StartedAt())}
 		cs.ContainerID = c.curID
-		cs.Ready = c.kind != initKind
+		cs.Ready = c.kind != initKind && c.isReady()
 		started = true
 	case c.term != nil:
 		cs.State.Terminated = c.term.DeepCopy()
