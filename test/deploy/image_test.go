@@ -173,13 +173,12 @@ func serviceCert(t *testing.T, names ...string) (certPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
-// endpoints returns the addresses of the Service's ready endpoints.
-func endpoints(ctx context.Context, t *testing.T, env *clustertest.Env, svc string) []string {
-	t.Helper()
+// readyEndpoints returns the addresses of the Service's ready endpoints.
+func readyEndpoints(ctx context.Context, env *clustertest.Env, svc string) ([]string, error) {
 	l, err := env.Client.DiscoveryV1().EndpointSlices(env.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{discoveryv1.LabelServiceName: svc}.String()})
 	if err != nil {
-		t.Fatalf("listing the Service's EndpointSlices: %v", err)
+		return nil, fmt.Errorf("listing the Service's EndpointSlices: %w", err)
 	}
 	var out []string
 	for _, s := range l.Items {
@@ -190,7 +189,7 @@ func endpoints(ctx context.Context, t *testing.T, env *clustertest.Env, svc stri
 		}
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // The real Deployment of deploy/ (the default layout, with an overlay for the
@@ -298,12 +297,23 @@ func TestDeploymentFromImage(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
-	starts := trackStarts(ctx, t, env, selector, readyz)
+	endpoints := func() []string {
+		t.Helper()
+		eps, err := readyEndpoints(ctx, env, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eps
+	}
+	starts := trackStarts(ctx, t, env, selector, readyz, func() []string {
+		eps, _ := readyEndpoints(ctx, env, svc) // an error: none this time
+		return eps
+	})
 	// Both replicas: Ready pods from the image, their addresses the Service's
 	// endpoints, each answering /readyz 200 there.
 	var eps []string
 	eventually(t, 2*time.Minute, "two ready endpoints of the Service answering /readyz", func() bool {
-		eps = endpoints(ctx, t, env, svc)
+		eps = endpoints()
 		if len(eps) != 2 {
 			return false
 		}
@@ -394,13 +404,13 @@ func TestDeploymentFromImage(t *testing.T) {
 	}
 	runSidecarTask(ctx, t, clientAt(kept), tasks.Namespace)
 	eventually(t, 2*time.Minute, "the Deployment's second replica back at the Service's endpoints", func() bool {
-		eps = endpoints(ctx, t, env, svc)
+		eps = endpoints()
 		return len(eps) == 2 && slices.Contains(eps, kept) && !slices.Contains(eps, gone.Status.PodIP) && readyz(eps[0]) && readyz(eps[1])
 	})
 	stopWatch()
 	<-watched
 	for _, st := range starts() {
-		t.Logf("replica %s: created to /readyz 200 in %s", st.pod, st.took.Round(10*time.Millisecond))
+		t.Logf("replica %s: created to /readyz 200 at its address in %s, to the Service's ready endpoints in %s", st.pod, st.ready.Round(10*time.Millisecond), st.endpoint.Round(10*time.Millisecond))
 	}
 	if n := unanswered.Load(); n > 0 {
 		t.Errorf("the remaining replica at %s did not answer /readyz %d times while the other was evicted", kept, n)
@@ -428,19 +438,22 @@ func TestDeploymentFromImage(t *testing.T) {
 }
 
 // start is how long a replica took from its pod's creation (as the test saw
-// it, polling every 50 ms) to its first /readyz 200 at its address.
+// it, polling every 50 ms) to its first /readyz 200 at its address (serve is
+// ready), and to its address among the Service's ready endpoints (the
+// node's readiness probe passed).
 type start struct {
-	pod  string
-	took time.Duration
+	pod             string
+	ready, endpoint time.Duration
 }
 
 // trackStarts polls the pods of selector until ctx or the test ends and
 // returns a function that lists the starts seen so far, in order.
-func trackStarts(ctx context.Context, t *testing.T, env *clustertest.Env, selector string, ready func(addr string) bool) func() []start {
+func trackStarts(ctx context.Context, t *testing.T, env *clustertest.Env, selector string, ready func(addr string) bool, endpoints func() []string) func() []start {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	var done []start
 	seen := map[string]time.Time{}
+	readyAfter := map[string]time.Duration{}
 	stopped := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-stopped })
 	go func() {
@@ -457,19 +470,25 @@ func trackStarts(ctx context.Context, t *testing.T, env *clustertest.Env, select
 			if err != nil {
 				continue
 			}
+			eps := endpoints()
 			for _, p := range pods.Items {
 				first, ok := seen[p.Name]
 				if !ok {
 					seen[p.Name] = time.Now()
 					continue
 				}
-				if first.IsZero() || p.Status.PodIP == "" || !ready(p.Status.PodIP) {
+				if first.IsZero() || p.Status.PodIP == "" {
 					continue
 				}
-				mu.Lock()
-				done = append(done, start{pod: p.Name, took: time.Since(first)})
-				mu.Unlock()
-				seen[p.Name] = time.Time{} // counted
+				if _, ok := readyAfter[p.Name]; !ok && ready(p.Status.PodIP) {
+					readyAfter[p.Name] = time.Since(first)
+				}
+				if r, ok := readyAfter[p.Name]; ok && slices.Contains(eps, p.Status.PodIP) {
+					mu.Lock()
+					done = append(done, start{pod: p.Name, ready: r, endpoint: time.Since(first)})
+					mu.Unlock()
+					seen[p.Name] = time.Time{} // counted
+				}
 			}
 		}
 	}()
