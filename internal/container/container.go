@@ -66,6 +66,11 @@ type Spec struct {
 	// network. Needs root on Linux. The caller keeps it open while the
 	// container runs.
 	NetNS *os.File
+	// Hostname, when set, gives the container a UTS namespace of its own
+	// with this host name (the kubelet gives a pod's containers the pod's
+	// name), also for exec'd commands. IsolationNamespaces only; ignored
+	// otherwise.
+	Hostname string
 }
 
 // Rootfs is the root file system of a container run from an image: an overlay
@@ -177,6 +182,7 @@ func (p *Process) start(ctx context.Context) error {
 	if p.isolated {
 		cfg.Mounts = p.spec.Mounts
 		cfg.Rootfs = p.spec.Rootfs
+		cfg.Hostname = p.spec.Hostname
 	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {
@@ -206,7 +212,7 @@ func (p *Process) start(ctx context.Context) error {
 		Stdout:      outW,
 		Stderr:      errOutW,
 		ExtraFiles:  []*os.File{errW},
-		SysProcAttr: sysProcAttr(p.isolated),
+		SysProcAttr: sysProcAttr(p.isolated, p.isolated && p.spec.Hostname != ""),
 	}
 	startErr := forkOnLockedThread(cmd.Start, p.spec.NetNS)
 	errW.Close()

@@ -33,6 +33,7 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	if p.isolated {
 		cfg.Join = p.pid
 		cfg.JoinNet = p.spec.NetNS != nil
+		cfg.JoinUTS = p.spec.Hostname != ""
 		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
 	}
 	if p.spec.Rootfs != nil {

@@ -50,10 +50,13 @@ func resolveIsolation(iso Isolation) (bool, error) {
 	}
 }
 
-func sysProcAttr(isolated bool) *syscall.SysProcAttr {
+func sysProcAttr(isolated, uts bool) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if isolated {
 		a.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID
+	}
+	if uts {
+		a.Cloneflags |= syscall.CLONE_NEWUTS
 	}
 	return a
 }
@@ -65,6 +68,11 @@ func runInit(cfg initConfig) error {
 	}
 	if cfg.Join != 0 {
 		return joinAndExec(cfg)
+	}
+	if cfg.Isolated && cfg.Hostname != "" {
+		if err := syscall.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("set the host name %q: %w", cfg.Hostname, err)
+		}
 	}
 	if cfg.Isolated {
 		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
@@ -276,6 +284,9 @@ func joinAndExec(cfg initConfig) error {
 	argv := []string{"nsenter", "--target", strconv.Itoa(cfg.Join), "--mount", "--pid", "--wd=" + dir}
 	if cfg.JoinNet {
 		argv = append(argv, "--net")
+	}
+	if cfg.JoinUTS {
+		argv = append(argv, "--uts")
 	}
 	if u := cfg.User; u != nil {
 		// nsenter sets no supplementary groups of its own: the exec'd command gets

@@ -17,7 +17,7 @@ func resolveIsolation(iso Isolation) (bool, error) {
 	return false, nil
 }
 
-func sysProcAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+func sysProcAttr(bool, bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func runInit(initConfig) error { return errors.New("container init is only supported on Linux") }
 

@@ -23,7 +23,8 @@ func interfaces(dev string) []string {
 }
 
 // TestNetNSJoinsThePodNetwork: a container given a pod's network namespace sees
-// only lo and eth0 there, and so does a command exec'd into it; a container
+// only lo and eth0 there, and so does a command exec'd into it, which also
+// sees the container's own host name; a container
 // started after it on the same node (the forking thread returned) sees the
 // node's network again.
 func TestNetNSJoinsThePodNetwork(t *testing.T) {
@@ -44,18 +45,22 @@ func TestNetNSJoinsThePodNetwork(t *testing.T) {
 		Command:   sh(`cat /proc/self/net/dev; echo ready; trap 'exit 0' TERM; while :; do sleep 0.1; done`),
 		Isolation: IsolationNamespaces,
 		NetNS:     sb.NetNS(),
+		Hostname:  "pod-a",
 	})
 	waitLog(t, p, "ready\n")
 	if got := interfaces(readAll(t, p, LogOptions{TailLines: -1})); strings.Join(got, ",") != "lo,eth0" {
 		t.Errorf("container sees interfaces %v, want lo and eth0", got)
 	}
 	var out bytes.Buffer
-	code, err := p.Exec(context.Background(), sh(`cat /proc/self/net/dev`), nil, &out, io.Discard)
+	code, err := p.Exec(context.Background(), sh(`cat /proc/self/net/dev; echo "host $(cat /proc/sys/kernel/hostname)"`), nil, &out, io.Discard)
 	if err != nil || code != 0 {
 		t.Fatalf("exec: code %d err %v", code, err)
 	}
 	if got := interfaces(out.String()); strings.Join(got, ",") != "lo,eth0" {
 		t.Errorf("exec sees interfaces %v, want lo and eth0", got)
+	}
+	if !strings.Contains(out.String(), "host pod-a\n") {
+		t.Errorf("exec sees host name %q, want pod-a", out.String())
 	}
 	host := start(t, Spec{Command: sh(`cat /proc/self/net/dev`), Isolation: IsolationNamespaces})
 	waitDone(t, host)

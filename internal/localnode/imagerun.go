@@ -231,3 +231,16 @@ func managedHosts(ip, podName string) string {
 		"fe00::2\tip6-allrouters\n" +
 		ip + "\t" + podName + "\n"
 }
+
+// podHostname is the host name the kubelet gives a pod's containers: its
+// spec.hostname, else its name cut to 63 bytes without a trailing '-' or '.'.
+func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.Hostname != "" {
+		return pod.Spec.Hostname
+	}
+	h := pod.Name
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
