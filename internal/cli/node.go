@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubetask/kubetask/internal/localnode"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 // newNodeCommand is the hidden `kubetask node run` that local clusters start for each
@@ -35,6 +36,8 @@ func newNodeCommand() *cobra.Command {
 	f.StringVar(&cfg.ImageDir, "images", "", "image store (kubetask cluster load-image): containers whose image is in it run from the image")
 	f.IntVar(&cfg.MaxPods, "max-pods", 500, "pod capacity")
 	f.DurationVar(&cfg.StopGrace, "stop-grace", 2*time.Second, "time containers get after SIGTERM when the node stops")
+	f.StringVar(&cfg.PodSubnet, "pod-subnet", "", "IPv4 subnet of the pods of loaded images, each in a network namespace of its own (default: a free /24 of "+podnet.DefaultPool.String()+")")
+	f.BoolVar(&cfg.NoPodNetwork, "no-pod-network", false, "keep every pod in the node's network (pod IP 127.0.0.1)")
 	for _, name := range []string{"kubeconfig", "name", "dir"} {
 		_ = run.MarkFlagRequired(name)
 	}

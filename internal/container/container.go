@@ -61,6 +61,16 @@ type Spec struct {
 	Rootfs *Rootfs
 	// User, when set, is who the command runs as; nil keeps the node's user.
 	User *User
+	// NetNS, when set, is the network namespace the container joins (its pod's,
+	// see package podnet), and exec'd commands with it; nil keeps the node's
+	// network. Needs root on Linux. The caller keeps it open while the
+	// container runs.
+	NetNS *os.File
+	// Hostname, when set, gives the container a UTS namespace of its own
+	// with this host name (the kubelet gives a pod's containers the pod's
+	// name), also for exec'd commands. IsolationNamespaces only; ignored
+	// otherwise.
+	Hostname string
 }
 
 // Rootfs is the root file system of a container run from an image: an overlay
@@ -172,6 +182,7 @@ func (p *Process) start(ctx context.Context) error {
 	if p.isolated {
 		cfg.Mounts = p.spec.Mounts
 		cfg.Rootfs = p.spec.Rootfs
+		cfg.Hostname = p.spec.Hostname
 	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {
@@ -201,9 +212,9 @@ func (p *Process) start(ctx context.Context) error {
 		Stdout:      outW,
 		Stderr:      errOutW,
 		ExtraFiles:  []*os.File{errW},
-		SysProcAttr: sysProcAttr(p.isolated),
+		SysProcAttr: sysProcAttr(p.isolated, p.isolated && p.spec.Hostname != ""),
 	}
-	startErr := forkOnLockedThread(cmd.Start)
+	startErr := forkOnLockedThread(cmd.Start, p.spec.NetNS)
 	errW.Close()
 	outW.Close()
 	errOutW.Close()
@@ -340,12 +351,18 @@ func (p *Process) Kill() Result {
 // forker runs fork+exec on one OS thread that never exits: Pdeathsig fires when the
 // thread that forked a child exits, not when the process does, so forking from an
 // arbitrary (possibly short-lived) runtime thread could kill containers at random.
+// A child that joins a network namespace is forked with the thread in it (a child
+// gets the namespaces of the thread that forked it), and the thread returns to
+// the node's namespace at once.
 var forker struct {
 	once sync.Once
 	reqs chan func()
+	// stuck is set when the thread could not return to the node's network
+	// namespace: no container is started from it after that.
+	stuck error
 }
 
-func forkOnLockedThread(start func() error) error {
+func forkOnLockedThread(start func() error, netns *os.File) error {
 	forker.once.Do(func() {
 		forker.reqs = make(chan func())
 		go func() {
@@ -356,6 +373,28 @@ func forkOnLockedThread(start func() error) error {
 		}()
 	})
 	errc := make(chan error, 1)
-	forker.reqs <- func() { errc <- start() }
+	forker.reqs <- func() {
+		if forker.stuck != nil {
+			errc <- forker.stuck
+			return
+		}
+		if netns == nil {
+			errc <- start()
+			return
+		}
+		back, err := enterNetNS(netns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		err = start()
+		if rerr := back(); rerr != nil {
+			forker.stuck = rerr
+			if err == nil {
+				err = rerr
+			}
+		}
+		errc <- err
+	}
 	return <-errc
 }

@@ -32,6 +32,8 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir, User: p.spec.User}
 	if p.isolated {
 		cfg.Join = p.pid
+		cfg.JoinNet = p.spec.NetNS != nil
+		cfg.JoinUTS = p.spec.Hostname != ""
 		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
 	}
 	if p.spec.Rootfs != nil {
@@ -51,11 +53,11 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	cmd.Args = []string{initArgv0}
 	cmd.Env = append(withDefaultPath(p.spec.Env), cfgEnv)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.SysProcAttr = sysProcAttr(false) // its own process group, killed with the node (on Linux)
+	cmd.SysProcAttr = sysProcAttr(false, false) // its own process group, killed with the node (on Linux)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// A stdin that never ends must not keep Wait from returning after the command exits.
 	cmd.WaitDelay = time.Second
-	if err := forkOnLockedThread(cmd.Start); err != nil {
+	if err := forkOnLockedThread(cmd.Start, nil); err != nil {
 		return 0, fmt.Errorf("start exec: %w", err)
 	}
 	err = cmd.Wait()

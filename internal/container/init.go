@@ -22,10 +22,15 @@ type initConfig struct {
 	Mounts   []Mount  `json:"mounts,omitempty"`
 	Isolated bool     `json:"isolated,omitempty"`
 	Rootfs   *Rootfs  `json:"rootfs,omitempty"`
+	Hostname string   `json:"hostname,omitempty"`
 	User     *User    `json:"user,omitempty"`
 	// Join, when non-zero, is the host PID of a container whose namespaces an exec'd
 	// command enters instead of preparing its own.
 	Join int `json:"join,omitempty"`
+	// JoinNet also enters the container's network namespace (it has its own).
+	JoinNet bool `json:"joinNet,omitempty"`
+	// JoinUTS also enters its UTS namespace (it has its own host name).
+	JoinUTS bool `json:"joinUTS,omitempty"`
 	// NSEnter is the node's nsenter, found in the node's PATH: the exec'd child
 	// has the container's environment, whose PATH is the image's.
 	NSEnter string `json:"nsenter,omitempty"`

@@ -16,6 +16,26 @@ import (
 
 func lockThread() { runtime.LockOSThread() }
 
+// enterNetNS moves the calling (locked) thread into the network namespace ns and
+// returns how to move it back.
+func enterNetNS(ns *os.File) (back func() error, err error) {
+	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		return nil, fmt.Errorf("open the node's network namespace: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil { //nolint:gosec // a file descriptor fits in int
+		self.Close()
+		return nil, fmt.Errorf("enter the pod's network namespace: %w", err)
+	}
+	return func() error {
+		defer self.Close()
+		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil { //nolint:gosec // a file descriptor fits in int
+			return fmt.Errorf("return to the node's network namespace: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 func resolveIsolation(iso Isolation) (bool, error) {
 	switch iso {
 	case IsolationNone:
@@ -30,10 +50,13 @@ func resolveIsolation(iso Isolation) (bool, error) {
 	}
 }
 
-func sysProcAttr(isolated bool) *syscall.SysProcAttr {
+func sysProcAttr(isolated, uts bool) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if isolated {
 		a.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID
+	}
+	if uts {
+		a.Cloneflags |= syscall.CLONE_NEWUTS
 	}
 	return a
 }
@@ -45,6 +68,11 @@ func runInit(cfg initConfig) error {
 	}
 	if cfg.Join != 0 {
 		return joinAndExec(cfg)
+	}
+	if cfg.Isolated && cfg.Hostname != "" {
+		if err := syscall.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("set the host name %q: %w", cfg.Hostname, err)
+		}
 	}
 	if cfg.Isolated {
 		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
@@ -254,6 +282,12 @@ func joinAndExec(cfg initConfig) error {
 		dir = "/"
 	}
 	argv := []string{"nsenter", "--target", strconv.Itoa(cfg.Join), "--mount", "--pid", "--wd=" + dir}
+	if cfg.JoinNet {
+		argv = append(argv, "--net")
+	}
+	if cfg.JoinUTS {
+		argv = append(argv, "--uts")
+	}
 	if u := cfg.User; u != nil {
 		// nsenter sets no supplementary groups of its own: the exec'd command gets
 		// the user and group, not the container's extra groups.

@@ -4,6 +4,7 @@ package container
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -16,6 +17,10 @@ func resolveIsolation(iso Isolation) (bool, error) {
 	return false, nil
 }
 
-func sysProcAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+func sysProcAttr(bool, bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func runInit(initConfig) error { return errors.New("container init is only supported on Linux") }
+
+func enterNetNS(*os.File) (func() error, error) {
+	return nil, errors.New("network namespaces need Linux")
+}

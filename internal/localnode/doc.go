@@ -4,7 +4,10 @@
 // the node's image store (Config.ImageDir, package imagestore: `kubetask cluster
 // load-image`), with the image's entrypoint, cmd, env, working directory and
 // user as the kubelet combines them with the container's (resolveImageRun);
-// otherwise the container's command and args run on the host.
+// otherwise the container's command and args run on the host. A pod of a
+// loaded image gets a network of its own (package podnet: a namespace, a veth
+// pair on the node's bridge, an address of the node's pod subnet, the
+// apiserver's loopback address forwarded into it); other pods share the node's.
 //
 // Run registers the node, keeps its lease and status fresh, serves the kubelet API
 // (logs, exec) over HTTPS with a self-signed certificate, and runs the pods bound to

@@ -11,16 +11,32 @@ import (
 )
 
 // podFieldValue resolves a downward-API field path (env fieldRef and downwardAPI
-// volume items) the way the kubelet does. Pods share the host network, so every IP is
-// 127.0.0.1. An unsupported path or a malformed key subscript is a configError.
+// volume items) the way the kubelet does. The host's IP is 127.0.0.1; the pod's is
+// its status.podIP(s), which the node sets when it chooses the pod's network
+// (127.0.0.1 for a pod in the node's network, and before that). An unsupported
+// path or a malformed key subscript is a configError.
 func podFieldValue(pod *corev1.Pod, path string) (string, error) {
 	switch path {
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs":
+	case "status.hostIP", "status.hostIPs":
 		return "127.0.0.1", nil
+	case "status.podIP":
+		if pod.Status.PodIP == "" {
+			return "127.0.0.1", nil
+		}
+		return pod.Status.PodIP, nil
+	case "status.podIPs":
+		ips := make([]string, 0, len(pod.Status.PodIPs))
+		for _, ip := range pod.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		if len(ips) == 0 {
+			return "127.0.0.1", nil
+		}
+		return strings.Join(ips, ","), nil
 	case "metadata.name":
 		return pod.Name, nil
 	case "metadata.namespace":

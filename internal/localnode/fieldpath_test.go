@@ -21,6 +21,7 @@ func TestPodFieldValue(t *testing.T) {
 	}
 	cases := map[string]struct {
 		path    string
+		own     bool // the pod has a network of its own, address 10.244.7.3
 		want    string
 		wantErr bool
 	}{
@@ -40,6 +41,9 @@ func TestPodFieldValue(t *testing.T) {
 		"host IPs":                   {path: "status.hostIPs", want: "127.0.0.1"},
 		"pod IP":                     {path: "status.podIP", want: "127.0.0.1"},
 		"pod IPs":                    {path: "status.podIPs", want: "127.0.0.1"},
+		"own pod IP":                 {path: "status.podIP", own: true, want: "10.244.7.3"},
+		"own pod IPs":                {path: "status.podIPs", own: true, want: "10.244.7.3"},
+		"host IP with an own pod IP": {path: "status.hostIP", own: true, want: "127.0.0.1"},
 		"an invalid label key":       {path: "metadata.labels['a b']", wantErr: true},
 		"an invalid annotation key":  {path: "metadata.annotations['-x']", wantErr: true},
 		"a subscript elsewhere":      {path: "metadata.name['x']", wantErr: true},
@@ -49,6 +53,10 @@ func TestPodFieldValue(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			pod := pod.DeepCopy()
+			if tc.own {
+				pod.Status.PodIP, pod.Status.PodIPs = "10.244.7.3", []corev1.PodIP{{IP: "10.244.7.3"}}
+			}
 			got, err := podFieldValue(pod, tc.path)
 			if tc.wantErr {
 				var ce *configError

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubetask/kubetask/internal/container"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 // imageRun is how a container runs from a loaded image: what the kubelet asks
@@ -183,17 +184,22 @@ func resolveUser(imageUser string, c *corev1.Container, pod *corev1.Pod, files i
 	return u, nil
 }
 
-// podEtcFiles writes the pod's /etc/hosts and /etc/resolv.conf (the host's: pods
-// share its network) and /etc/hostname (the pod's name) into dir, once, and
-// returns their mounts.
-func podEtcFiles(dir, podName string) ([]container.Mount, error) {
+// podEtcFiles writes the pod's /etc/hosts, /etc/resolv.conf (the host's) and
+// /etc/hostname (the pod's name) into dir, once, and returns their mounts.
+// /etc/hosts is the kubelet's for a pod with a network of its own (sb: its
+// address names the pod), else a copy of the host's.
+func podEtcFiles(dir, podName string, sb *podnet.Sandbox) ([]container.Mount, error) {
 	etc := filepath.Join(dir, "etc")
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return nil, err
 	}
+	hostsFrom, hosts := "/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	if sb != nil {
+		hostsFrom, hosts = "", managedHosts(sb.IP.String(), podName)
+	}
 	var mounts []container.Mount
 	for _, f := range []struct{ name, from, content string }{
-		{name: "hosts", from: "/etc/hosts", content: "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		{name: "hosts", from: hostsFrom, content: hosts},
 		{name: "resolv.conf", from: "/etc/resolv.conf"},
 		{name: "hostname", content: podName + "\n"},
 	} {
@@ -212,4 +218,29 @@ func podEtcFiles(dir, podName string) ([]container.Mount, error) {
 		mounts = append(mounts, container.Mount{HostPath: p, ContainerPath: "/etc/" + f.name})
 	}
 	return mounts, nil
+}
+
+// managedHosts is the kubelet's /etc/hosts of a pod whose address is ip.
+func managedHosts(ip, podName string) string {
+	return "# Kubernetes-managed hosts file.\n" +
+		"127.0.0.1\tlocalhost\n" +
+		"::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		"fe00::0\tip6-localnet\n" +
+		"fe00::0\tip6-mcastprefix\n" +
+		"fe00::1\tip6-allnodes\n" +
+		"fe00::2\tip6-allrouters\n" +
+		ip + "\t" + podName + "\n"
+}
+
+// podHostname is the host name the kubelet gives a pod's containers: its
+// spec.hostname, else its name cut to 63 bytes without a trailing '-' or '.'.
+func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.Hostname != "" {
+		return pod.Spec.Hostname
+	}
+	h := pod.Name
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubetask/kubetask/internal/container"
@@ -133,5 +134,20 @@ func TestResolveImageRun(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestPodHostname(t *testing.T) {
+	long := strings.Repeat("a", 62) + "-.b"
+	for _, tt := range []struct{ name, hostname, want string }{
+		{name: "web-0", want: "web-0"},
+		{name: "web-0", hostname: "db", want: "db"},
+		{name: long, want: strings.Repeat("a", 62)},
+		{name: strings.Repeat("x", 70), want: strings.Repeat("x", 63)},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tt.name}, Spec: corev1.PodSpec{Hostname: tt.hostname}}
+		if got := podHostname(p); got != tt.want {
+			t.Errorf("podHostname(%q, %q) = %q, want %q", tt.name, tt.hostname, got, tt.want)
+		}
 	}
 }

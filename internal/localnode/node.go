@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubetask/kubetask/internal/imagestore"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 const (
@@ -70,6 +72,16 @@ type Config struct {
 	// StopGrace is how long containers get after SIGTERM when the node stops,
 	// before SIGKILL; default 2s.
 	StopGrace time.Duration
+	// PodSubnet is the IPv4 subnet (CIDR) of the node's pod network: a pod of
+	// a loaded image gets a network namespace of its own with an address from
+	// it (package podnet; root on Linux, and an ImageDir). Empty: a free /24 of
+	// podnet.DefaultPool. The first address is the bridge's: the pods' gateway,
+	// where they reach the host.
+	PodSubnet string
+	// NoPodNetwork keeps every pod in the node's network (pod IP 127.0.0.1).
+	NoPodNetwork bool
+
+	podSubnet netip.Prefix
 }
 
 func (c *Config) defaults() error {
@@ -94,7 +106,39 @@ func (c *Config) defaults() error {
 	if c.StopGrace <= 0 {
 		c.StopGrace = 2 * time.Second
 	}
+	if c.PodSubnet != "" {
+		p, err := netip.ParsePrefix(c.PodSubnet)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
+			return fmt.Errorf("pod subnet %q: want an IPv4 CIDR of at least 4 addresses, such as 10.244.3.0/24", c.PodSubnet)
+		}
+		c.podSubnet = p.Masked()
+	}
 	return nil
+}
+
+// setupPodNetwork makes the node's pod network when pods can use it: root on
+// Linux, an image store, not NoPodNetwork. A node that cannot make it runs
+// pods of images in its own network, as without one, and says why. The
+// apiserver's address, when it is on the loopback, is forwarded into every pod.
+func setupPodNetwork(cfg Config, apiHost, apiPort string, log *slog.Logger) *podnet.Network {
+	if cfg.NoPodNetwork || cfg.ImageDir == "" || runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		return nil
+	}
+	var forward []string
+	if ip, err := netip.ParseAddr(apiHost); err == nil && ip.IsLoopback() {
+		forward = append(forward, net.JoinHostPort(apiHost, apiPort))
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		dir = cfg.Dir
+	}
+	n, err := podnet.Setup(podnet.Config{Bridge: podnet.BridgeName(dir), Subnet: cfg.podSubnet, Forward: forward, Logger: log})
+	if err != nil {
+		log.Warn("no pod network: pods of loaded images share the node's network", "err", err)
+		return nil
+	}
+	log.Info("pod network ready", "bridge", podnet.BridgeName(dir), "subnet", n.Subnet(), "gateway", n.Gateway())
+	return n
 }
 
 // Run registers the node and runs its pods until ctx ends. On return every container
@@ -141,6 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ImageDir != "" {
 		images = imagestore.New(cfg.ImageDir)
 	}
+	pnet := setupPodNetwork(cfg, apiHost, apiPort, log)
 	p := newProvider(providerConfig{
 		nodeName: cfg.NodeName,
 		dir:      filepath.Join(cfg.Dir, "pods"),
@@ -151,12 +196,18 @@ func Run(ctx context.Context, cfg Config) error {
 		cpu:      resource.MustParse(cfg.CPU),
 		memory:   resource.MustParse(cfg.Memory),
 		images:   images,
+		net:      pnet,
 	})
 
 	mux := http.NewServeMux()
 	spec := nodeSpec(cfg, port)
+	if pnet != nil {
+		spec.Spec.PodCIDR = pnet.Subnet().String()
+		spec.Spec.PodCIDRs = []string{spec.Spec.PodCIDR}
+	}
 	n, err := newVKNode(&spec, client, p, mux, 8)
 	if err != nil {
+		p.shutdown(0)
 		return fmt.Errorf("create node: %w", err)
 	}
 

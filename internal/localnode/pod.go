@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/internal/container"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 // Kubelet timings.
@@ -63,6 +64,9 @@ type ctr struct {
 
 	// imageID is the loaded image the current instance runs from ("" on the host).
 	imageID string
+	// probeReady is the current instance's readiness probe's verdict (false
+	// until it first succeeds).
+	probeReady bool
 
 	pullBackoff     time.Duration
 	pullBackoffShow time.Time
@@ -70,6 +74,10 @@ type ctr struct {
 }
 
 func (c *ctr) running() bool { return c.proc != nil && c.term == nil }
+
+// isReady is the container's readiness: running, and its readiness probe (if
+// it has one) passed.
+func (c *ctr) isReady() bool { return c.running() && (c.spec.ReadinessProbe == nil || c.probeReady) }
 
 type termReason int
 
@@ -100,6 +108,13 @@ type podWorker struct {
 
 	volumes   map[string]string
 	volumeErr string
+
+	// netDecided is set once the pod's network is chosen: sandbox, a network
+	// namespace of its own, or the node's (nil). w.pod.Status.PodIP(s) hold
+	// the pod's address from then on.
+	netDecided      bool
+	sandbox         *podnet.Sandbox
+	sandboxReleased bool
 
 	initDone, initFailed bool
 	terminating          termReason
@@ -224,6 +239,12 @@ func (w *podWorker) destroy() {
 			p.Kill()
 		}
 		<-w.exited
+		w.mu.Lock()
+		sb := w.sandbox
+		w.mu.Unlock()
+		if sb != nil {
+			sb.Close()
+		}
 		if err := os.RemoveAll(w.dir); err != nil {
 			w.log.Warn("could not remove pod directory", "dir", w.dir, "err", err)
 		}
@@ -268,6 +289,14 @@ func (w *podWorker) run(ctx context.Context) {
 		now := w.clock().Now()
 		w.mu.Lock()
 		next := w.sync(ctx, now)
+		if w.finished && w.sandbox != nil && !w.sandboxReleased {
+			// The pod's processes are gone: so goes its network (the kubelet
+			// stops the sandbox), its address free for another pod. Its
+			// status keeps the address. Removing a veth takes tens of
+			// milliseconds: the final status does not wait for it.
+			w.sandboxReleased = true
+			go w.sandbox.Close()
+		}
 		pod := w.snapshotLocked(now)
 		changed := w.lastPublished == nil || !apiequality.Semantic.DeepEqual(*w.lastPublished, pod.Status)
 		if changed {
@@ -444,6 +473,12 @@ func (w *podWorker) progress(ctx context.Context, now time.Time) time.Time {
 			next = t
 		}
 	}
+	if !w.netDecided {
+		if err := w.setupNetwork(); err != nil {
+			w.volumeErr = err.Error()
+			return now.Add(configRetry)
+		}
+	}
 	if w.volumes == nil {
 		vols, err := w.prepareVolumes(ctx, w.pod)
 		if err != nil {
@@ -522,6 +557,34 @@ func (w *podWorker) regularsDone() bool {
 		}
 	}
 	return true
+}
+
+// setupNetwork chooses the pod's network: a network namespace of its own (a
+// sandbox of the node's pod network) for a pod that runs a loaded image and
+// does not ask for the host's network, the node's network otherwise. It is
+// chosen once, when the pod starts. Called with w.mu held.
+func (w *podWorker) setupNetwork() error {
+	ip := "127.0.0.1"
+	own := false
+	if w.p.cfg.net != nil && !w.pod.Spec.HostNetwork {
+		for _, c := range w.all() {
+			img, err := w.p.lookupImage(c.spec.Image)
+			if err != nil {
+				return err
+			}
+			own = own || img != nil
+		}
+	}
+	if own {
+		sb, err := w.p.cfg.net.NewSandbox(string(w.uid))
+		if err != nil {
+			return fmt.Errorf("failed to set up the pod's network: %w", err)
+		}
+		w.sandbox, ip = sb, sb.IP.String()
+	}
+	w.netDecided = true
+	w.pod.Status.PodIP, w.pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	return nil
 }
 
 // restart starts an exited container again, at once the first time and then after
@@ -621,7 +684,7 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		run, err = resolveImageRun(img.Config, &c.spec, w.pod, command, args, env.list(), readImageFiles(img.Rootfs))
 		if err == nil {
 			var etc []container.Mount
-			if etc, err = podEtcFiles(w.dir, w.pod.Name); err == nil {
+			if etc, err = podEtcFiles(w.dir, w.pod.Name, w.sandbox); err == nil {
 				mounts = append(etc, mounts...)
 			}
 		}
@@ -660,11 +723,15 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		Mounts:     mounts,
 		LogPath:    filepath.Join(w.dir, "logs", c.spec.Name, strconv.Itoa(instance)+".log"),
 	}
+	if w.sandbox != nil {
+		spec.NetNS = w.sandbox.NetNS()
+	}
 	c.imageID = ""
 	if img != nil {
 		u := run.user
 		spec.Command, spec.Env, spec.WorkingDir, spec.User = run.argv, run.env, run.dir, &u
 		spec.Rootfs = &container.Rootfs{Image: img.Rootfs, State: filepath.Join(instDir, "rootfs")}
+		spec.Hostname = podHostname(w.pod)
 		c.imageID = img.ID
 	}
 	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)
@@ -692,6 +759,10 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		return c.retryAt
 	}
 	c.proc, c.waiting, c.everRan = proc, nil, true
+	c.probeReady = false
+	if pr := c.spec.ReadinessProbe; pr != nil {
+		go w.probeReadiness(c, proc, pr)
+	}
 	go func() {
 		select {
 		case <-proc.Done():

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/container"
 	"github.com/kubetask/kubetask/internal/imagestore"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 type providerConfig struct {
@@ -37,6 +38,9 @@ type providerConfig struct {
 	// images is the store of loaded images pods run from; nil: none (every
 	// container runs on the host).
 	images *imagestore.Store
+	// net is the node's pod network: pods of loaded images get a network
+	// namespace of their own in it. nil: every pod shares the node's network.
+	net *podnet.Network
 	// clock gives the pod workers the time and their timers (restart back-off,
 	// activeDeadlineSeconds, termination grace); default the real one.
 	clock clock.WithDelayedExecution
@@ -104,6 +108,11 @@ func (p *provider) shutdown(grace time.Duration) {
 	}
 	wg.Wait()
 	p.wg.Wait()
+	if p.cfg.net != nil {
+		if err := p.cfg.net.Close(); err != nil {
+			p.cfg.log.Warn("could not remove the pod network", "err", err)
+		}
+	}
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,9 +29,14 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 	if w.lost {
 		return w.lostStatus(s, now)
 	}
-	s.HostIP, s.PodIP = "127.0.0.1", "127.0.0.1"
+	s.HostIP = "127.0.0.1"
 	s.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
-	s.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	// No address until the pod's network is chosen (as the kubelet before the
+	// pod's sandbox exists): then its own, or the node's.
+	s.PodIP, s.PodIPs = "", nil
+	if w.netDecided {
+		s.PodIP, s.PodIPs = w.pod.Status.PodIP, slices.Clone(w.pod.Status.PodIPs)
+	}
 	start := w.startTime
 	s.StartTime = &start
 	s.ObservedGeneration = w.pod.Generation
@@ -57,7 +63,7 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 			if !c.everRan {
 				incomplete = append(incomplete, c.spec.Name)
 			}
-			if !c.running() {
+			if !c.isReady() {
 				unready = append(unready, c.spec.Name)
 			}
 		default:
@@ -69,7 +75,7 @@ func (w *podWorker) status(now time.Time) corev1.PodStatus {
 		}
 	}
 	for _, c := range w.regulars {
-		if !c.running() {
+		if !c.isReady() {
 			unready = append(unready, c.spec.Name)
 		}
 	}
@@ -127,7 +133,7 @@ func (w *podWorker) containerStatus(c *ctr) corev1.ContainerStatus {
 	case c.running():
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.proc.StartedAt())}
 		cs.ContainerID = c.curID
-		cs.Ready = c.kind != initKind
+		cs.Ready = c.kind != initKind && c.isReady()
 		started = true
 	case c.term != nil:
 		cs.State.Terminated = c.term.DeepCopy()

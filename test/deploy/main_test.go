@@ -8,9 +8,11 @@
 // (pods, sidecar stop, file result through exec, log capture, finalizers,
 // Leases, TokenReview and SubjectAccessReview) while an action outside them
 // is refused, and refuses a submission to a namespace not listed with a 422
-// that says how to add it; two replicas run with the Deployment's own
-// arguments on PostgreSQL share the work and hand it over (membership and
-// shard Leases).
+// that says how to add it; and the real Deployment runs from the kubetask
+// image (built by tools/image, loaded with `kubetask cluster load-image`) on
+// the local node, each replica in a network of its own, on PostgreSQL: both
+// replicas ready at the Service's endpoints, a task run through one, one
+// replica evicted while the other answers (TestDeploymentFromImage).
 package deploy
 
 import (

@@ -90,6 +90,9 @@ func build(t *testing.T, root string, extra map[string]string) []*unstructured.U
 type overlay struct {
 	Namespace, Suffix string
 	TaskNamespaces    []string
+	// Image, when set, replaces the Deployment's image (NAME:TAG), as the
+	// doc's `kustomize edit set image` does.
+	Image string
 }
 
 // build builds the overlay.
@@ -98,6 +101,9 @@ func (o overlay) build(t *testing.T) []*unstructured.Unstructured {
 	suffix := ""
 	if o.Suffix != "" {
 		suffix = "nameSuffix: -" + o.Suffix + "\n"
+	}
+	if name, tag, ok := strings.Cut(o.Image, ":"); ok {
+		suffix += "images: [{name: ghcr.io/kubetask/kubetask, newName: " + name + ", newTag: " + tag + "}]\n"
 	}
 	const head = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
 	if len(o.TaskNamespaces) == 0 {

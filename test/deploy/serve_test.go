@@ -326,7 +326,7 @@ func TestServeWithDeployedRoles(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, certPEM := selfSignedCert(t, dir)
 	// Its informers LIST then WATCH, as against an API server without
-	// streaming lists (TestDeployedReplicas covers streaming lists).
+	// streaming lists (TestDeploymentFromImage covers streaming lists).
 	s := startServe(t, certPEM, []string{noWatchList}, "serve", "--kubeconfig", d.kubeconfig,
 		"--listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--auth", "kubernetes", "--store", "sqlite", "--state-dir", filepath.Join(dir, "state"),

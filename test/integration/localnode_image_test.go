@@ -49,7 +49,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	p := e.pod("from-image", corev1.Container{
 		Name:  "main",
 		Image: "kubetask.test/probe:v1",
-		Args:  []string{"/etc/only-in-image", "/config/key", "/etc/hostname", "readme.txt", hostFile},
+		Args:  []string{"/etc/only-in-image", "/config/key", "/etc/hostname", "readme.txt", hostFile, "/proc/sys/kernel/hostname"},
 		Env:   []corev1.EnvVar{{Name: "OVERRIDDEN", Value: "from-pod"}, {Name: "PROBE_EXIT", Value: "7"}},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "cfg", MountPath: "/config"},
@@ -75,7 +75,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	if r.PID != 1 || r.UID != 1000 || r.GID != 1001 || r.Cwd != "/srv/app" {
 		t.Errorf("pid %d uid %d gid %d cwd %q; want 1, 1000 and 1001 (the image's user app), /srv/app", r.PID, r.UID, r.GID, r.Cwd)
 	}
-	wantArgs := []string{"/bin/probe", "/etc/only-in-image", "/config/key", "/etc/hostname", "readme.txt", hostFile}
+	wantArgs := []string{"/bin/probe", "/etc/only-in-image", "/config/key", "/etc/hostname", "readme.txt", hostFile, "/proc/sys/kernel/hostname"}
 	if strings.Join(r.Args, " ") != strings.Join(wantArgs, " ") {
 		t.Errorf("argv %q, want the image's entrypoint with the pod's args %q", r.Args, wantArgs)
 	}
@@ -84,7 +84,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 			t.Errorf("$%s = %q, want %q", k, got, want)
 		}
 	}
-	for f, want := range map[string]string{"/etc/only-in-image": "image file", "/config/key": "from-configmap", "/etc/hostname": "from-image\n", "readme.txt": "in the working directory"} {
+	for f, want := range map[string]string{"/etc/only-in-image": "image file", "/config/key": "from-configmap", "/etc/hostname": "from-image\n", "/proc/sys/kernel/hostname": "from-image\n", "readme.txt": "in the working directory"} {
 		if got := r.Files[f]; got != want {
 			t.Errorf("%s = %q, want %q", f, got, want)
 		}

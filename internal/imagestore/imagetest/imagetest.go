@@ -134,6 +134,28 @@ func Probe(t testing.TB, dir string) string {
 	return out
 }
 
+// NetProbe builds the network probe (package netprobe: a static HTTP server
+// that reports a pod's network and asks the apiserver who it is) into dir and
+// returns its path.
+func NetProbe(t testing.TB, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "netprobe")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/kubetask/kubetask/internal/imagestore/imagetest/netprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the network probe: %v: %s", err, b)
+	}
+	return out
+}
+
+// NetReport is the network probe's answer to GET / (see package netprobe).
+type NetReport struct {
+	Pod     string   `json:"pod"`
+	PodIP   string   `json:"podIP"`
+	Addrs   []string `json:"addrs"`
+	APIUser string   `json:"apiUser"`
+}
+
 // Report is the probe's report (see package probe).
 type Report struct {
 	PID    int               `json:"pid"`
