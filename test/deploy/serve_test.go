@@ -38,14 +38,34 @@ import (
 // and returns their paths and the certificate's PEM.
 func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string, certPEM []byte) {
 	t.Helper()
+	certPEM, keyPEM := selfSigned(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, certPEM
+}
+
+// selfSigned makes a serving certificate, its own CA, for names and ips,
+// valid for an hour either side of now, and returns it and its key as PEM.
+func selfSigned(t *testing.T, names []string, ips []net.IP) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cn := "kubetask"
+	if len(names) > 0 {
+		cn = names[0]
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kubetask"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		Subject:      pkix.Name{CommonName: cn},
+		DNSNames:     names,
+		IPAddresses:  ips,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -60,15 +80,7 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string, certPEM
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, certPEM
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
