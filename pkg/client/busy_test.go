@@ -16,41 +16,6 @@ import (
 	"github.com/kubetask/kubetask/pkg/client"
 )
 
-// busy answers the first n requests 429 with Retry-After retryAfter (none
-// when empty; n < 0: every request), as kubetask serve does when a limit on
-// requests in flight is reached, then a task.
-type busy struct {
-	n          int
-	retryAfter string
-	ok         int
-
-	mu       sync.Mutex
-	requests int
-}
-
-func (b *busy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.mu.Lock()
-	b.requests++
-	n := b.requests
-	b.mu.Unlock()
-	if b.n < 0 || n <= b.n {
-		if b.retryAfter != "" {
-			w.Header().Set("Retry-After", b.retryAfter)
-		}
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = w.Write([]byte(`{"title":"Too Many Requests","status":429,"detail":"too many requests at once: 4 requests in flight for admin is reached; retry after Retry-After seconds"}`))
-		return
-	}
-	answerTask(b.ok)(w, r)
-}
-
-func (b *busy) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.requests
-}
-
 // TestTooManyRequestsIsRetried: a call that is safe to repeat (a GET, a
 // submission with an ID) and that the server answers 429 is sent again
 // after the answer's Retry-After (else the retry backoff), at most
@@ -111,7 +76,7 @@ func TestTooManyRequestsIsRetried(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := &busy{n: tc.busy, retryAfter: tc.retryAfter, ok: tc.ok}
+			b := &flaky{status: http.StatusTooManyRequests, n: tc.busy, retryAfter: tc.retryAfter, ok: answerTask(tc.ok)}
 			ts := httptest.NewServer(b)
 			t.Cleanup(ts.Close)
 			c := newClient(t, ts.URL, tc.opts...)
@@ -130,7 +95,7 @@ func TestTooManyRequestsIsRetried(t *testing.T) {
 			if tc.want429 && !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error %q, want it to say %q", err, tc.wantErr)
 			}
-			if got := b.count(); got != tc.requests {
+			if got := len(b.requests()); got != tc.requests {
 				t.Errorf("%d requests, want %d", got, tc.requests)
 			}
 			if len(waits) != tc.requests-1 {
@@ -159,7 +124,7 @@ func equalDurations(a, b []time.Duration) bool {
 // client waits for Retry-After ends the call with the context's error and
 // the 429, with the real timer.
 func TestTooManyRequestsWaitEndsWithTheContext(t *testing.T) {
-	ts := httptest.NewServer(&busy{n: -1, retryAfter: "30", ok: 200})
+	ts := httptest.NewServer(&flaky{status: http.StatusTooManyRequests, n: -1, retryAfter: "30", ok: answerTask(200)})
 	t.Cleanup(ts.Close)
 	c := newClient(t, ts.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

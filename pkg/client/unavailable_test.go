@@ -12,9 +12,12 @@ import (
 	"github.com/kubetask/kubetask/pkg/client"
 )
 
-// flaky answers the first n requests 503 (with Retry-After when set), then
+// flaky answers the first n requests (n < 0: every request) with status
+// (503 when 0: the store cannot be reached; 429: a limit on requests in
+// flight is reached), with Retry-After when set, as kubetask serve does, then
 // what ok writes; it records when each request arrived.
 type flaky struct {
+	status     int
 	n          int
 	retryAfter string
 	ok         func(w http.ResponseWriter, r *http.Request)
@@ -33,6 +36,11 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", f.retryAfter)
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
+		if f.status == http.StatusTooManyRequests {
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"title":"Too Many Requests","status":429,"detail":"too many requests at once: 4 requests in flight for admin is reached; retry after Retry-After seconds"}`))
+			return
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"title":"Service Unavailable","status":503,"detail":"the task store cannot be reached now; try again"}`))
 		return
