@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -31,12 +30,7 @@ import (
 // its exit code, log and image ID are reported; command replaces the entrypoint
 // and runAsUser the image's user; exec enters the container as its user.
 func TestLocalNodeRunsLoadedImage(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("running images needs root (namespaces, overlay)")
-	}
-	c := clustertest.Cluster()
-	env := clustertest.New(t)
-	e := &nodeEnv{Env: env, t: t, Node: c.LocalNodeNames()[0], stop: func() {}}
+	e := sharedNodeEnv(t, "running images needs root (namespaces, overlay)")
 	_, id := loadProbeImage(t, "kubetask.test/probe:v1")
 
 	ctx := context.Background()
@@ -45,7 +39,7 @@ func TestLocalNodeRunsLoadedImage(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hostFile := c.KubetaskBinary() // on the host, not in the image
+	hostFile := clustertest.Cluster().KubetaskBinary() // on the host, not in the image
 	p := e.pod("from-image", corev1.Container{
 		Name:  "main",
 		Image: "kubetask.test/probe:v1",

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -34,12 +33,7 @@ import (
 // service-account token, over TLS verified with the pod's ca.crt). A pod of a
 // host process keeps the node's network (pod IP 127.0.0.1).
 func TestLocalNodePodNetwork(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("pod networks need root (network namespaces, veth pairs, a bridge)")
-	}
-	c := clustertest.Cluster()
-	env := clustertest.New(t)
-	e := &nodeEnv{Env: env, t: t, Node: c.LocalNodeNames()[0], stop: func() {}}
+	e := sharedNodeEnv(t, "pod networks need root (network namespaces, veth pairs, a bridge)")
 	loadNetProbeImage(t, "kubetask.test/netprobe:v1")
 	ctx := context.Background()
 

@@ -94,6 +94,18 @@ func newNodeEnv(t *testing.T) *nodeEnv {
 	return &nodeEnv{Env: env, t: t, Node: name, stop: stop}
 }
 
+// sharedNodeEnv is a namespace of its own on the shared cluster's local node
+// (the one that runs loaded images), for a test that needs root for why: it
+// is skipped otherwise.
+func sharedNodeEnv(t *testing.T, why string) *nodeEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip(why)
+	}
+	env := clustertest.New(t)
+	return &nodeEnv{Env: env, t: t, Node: clustertest.Cluster().LocalNodeNames()[0], stop: func() {}}
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
