@@ -118,6 +118,21 @@ func unreachableLeases() (*fake.Clientset, *atomic.Bool) {
 	return client, failing
 }
 
+// cutLeases makes the API server unreachable for Lease requests (failing,
+// from unreachableLeases) until ex's gate closes, by deadline, then
+// reachable again.
+func cutLeases(t *testing.T, ex *Executor, failing *atomic.Bool, deadline time.Time) {
+	t.Helper()
+	failing.Store(true)
+	for ex.gate.closedSince().IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("still acting after the lease could not be renewed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	failing.Store(false)
+}
+
 // TestLeaseLostAndTakenAgain: when the Lease cannot be renewed (the API
 // server unreachable), the executor stops acting and, once it holds the
 // Lease again, resumes; Start does not return.
@@ -159,14 +174,7 @@ func testLeaseLostAndTakenAgain(t *testing.T, ephemeral bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	failing.Store(true)
-	for ex.gate.closedSince().IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatal("still acting after the lease could not be renewed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	failing.Store(false)
+	cutLeases(t, ex, failing, deadline)
 	select {
 	case got := <-terms:
 		if got != 2 {
@@ -211,14 +219,7 @@ func TestStartReturnsALaterTermsError(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	failing.Store(true)
-	for ex.gate.closedSince().IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatal("still acting after the lease could not be renewed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	failing.Store(false)
+	cutLeases(t, ex, failing, deadline)
 	select {
 	case err := <-done:
 		if !errors.Is(err, errRefused) {
