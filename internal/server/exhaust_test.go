@@ -40,7 +40,10 @@ func bearer(tok string) []string { return []string{"Authorization", "Bearer " + 
 
 // rawRequest writes head (a request line and headers, without the blank
 // line) and then body on a new connection to the harness, and returns the
-// status line of the answer, or an error when none came within d.
+// status line of the answer, or an error when none came within d. The
+// answer is read while the body is written: a server that refuses without
+// reading the body closes the connection, and the rest of the body then
+// fails to be written (connection reset) after the answer came.
 func (h *harness) rawRequest(head, body string, d time.Duration) (string, error) {
 	h.t.Helper()
 	c, err := net.Dial("tcp", h.ts.Listener.Addr().String())
@@ -48,9 +51,13 @@ func (h *harness) rawRequest(head, body string, d time.Duration) (string, error)
 		h.t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := io.WriteString(c, head+"\r\n\r\n"+body); err != nil {
-		return "", err
-	}
+	written := make(chan struct{})
+	defer func() { <-written }()
+	go func() {
+		defer close(written)
+		_, _ = io.WriteString(c, head+"\r\n\r\n"+body)
+	}()
+	defer c.Close() // ends the write, before the wait for it
 	_ = c.SetReadDeadline(time.Now().Add(d))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
