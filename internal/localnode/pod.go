@@ -763,6 +763,11 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 	if pr := c.spec.ReadinessProbe; pr != nil {
 		go w.probeReadiness(c, proc, pr)
 	}
+	// Startup probes are not run: a container that has one is not probed for
+	// liveness either, so that a slow start is never taken for a hang.
+	if pr := c.spec.LivenessProbe; pr != nil && c.spec.StartupProbe == nil {
+		go w.probeLiveness(ctx, c, proc, pr)
+	}
 	go func() {
 		select {
 		case <-proc.Done():

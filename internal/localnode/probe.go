@@ -101,6 +101,41 @@ func (w *podWorker) probeReadiness(c *ctr, proc *container.Process, pr *corev1.P
 	}
 }
 
+// probeLiveness runs c's liveness probe against the instance proc as
+// probeReadiness runs a readiness probe, the container taken for alive at
+// first; after failureThreshold consecutive failures it stops the instance
+// (SIGTERM, SIGKILL after the probe's terminationGracePeriodSeconds, else the
+// pod's), as the kubelet kills a container that fails its liveness probe, and
+// the pod's restart policy decides what follows.
+// ctx is the node's: when it ends, a container being stopped is killed at once.
+func (w *podWorker) probeLiveness(ctx context.Context, c *ctr, proc *container.Process, pr *corev1.Probe) {
+	r := readiness{s: settingsOf(pr), ready: true}
+	t := w.clock().NewTimer(r.s.delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C():
+		case <-proc.Done():
+			return
+		case <-w.destroyed:
+			return
+		}
+		err := w.probeOnce(c, proc, pr, r.s.timeout)
+		if !r.observe(err == nil) {
+			w.mu.Lock()
+			grace := gracePeriod(w.pod)
+			w.mu.Unlock()
+			if pr.TerminationGracePeriodSeconds != nil {
+				grace = time.Duration(*pr.TerminationGracePeriodSeconds) * time.Second
+			}
+			w.log.Info("liveness probe failed: stopping the container", "container", c.spec.Name, "err", err)
+			proc.Stop(ctx, grace)
+			return
+		}
+		t.Reset(r.s.period)
+	}
+}
+
 // probeOnce runs the probe's handler once: an HTTP GET answered with a status
 // from 200 to 399 (HTTPS without verifying the certificate, as the kubelet),
 // a TCP connection that opens, or a command exec'd in the container that

@@ -148,3 +148,61 @@ func TestReadinessProbe(t *testing.T) {
 	probe(2 * time.Second)
 	h.wait("probed", "unready after failureThreshold failures", func(p *corev1.Pod) bool { return running(p) && !ready(p) })
 }
+
+// TestLivenessProbe: a container whose liveness probe fails failureThreshold
+// times in a row is stopped and, under restartPolicy Always, restarted; one
+// failure fewer leaves it running.
+func TestLivenessProbe(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		hits.Add(1)
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+
+	h := newHarness(t)
+	c := shCtr("main", trapTERM)
+	c.LivenessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.Parse(port)}},
+		PeriodSeconds: 3, FailureThreshold: 2,
+	}
+	p := testPod("live", c)
+	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	h.create(p)
+	restarts := func(p *corev1.Pod) int32 {
+		if len(p.Status.ContainerStatuses) != 1 {
+			return -1
+		}
+		return p.Status.ContainerStatuses[0].RestartCount
+	}
+	h.wait("live", "running", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	probe := func(d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !h.clock.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatal("the prober set no timer")
+			}
+			time.Sleep(5 * time.Millisecond) // waiting for the prober goroutine's timer, with a deadline
+		}
+		want := hits.Load() + 1
+		h.clock.Step(d)
+		for hits.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("probe %d was not made", want)
+			}
+			time.Sleep(5 * time.Millisecond) // waiting for the probe's request, with a deadline
+		}
+	}
+	probe(0) // initialDelaySeconds 0: the first probe is due at once
+	if p := h.wait("live", "status", func(*corev1.Pod) bool { return true }); restarts(p) != 0 {
+		t.Fatalf("restarted after one failure of two: %d restarts", restarts(p))
+	}
+	probe(3 * time.Second)
+	h.wait("live", "restarted after two failures", func(p *corev1.Pod) bool {
+		return restarts(p) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+}
