@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,5 +236,86 @@ func TestRunRefusesAmbiguousRun(t *testing.T) {
 	l, _ := c.CoreV1().Pods("ns").List(ctx, metav1.ListOptions{})
 	if len(l.Items) != 2 {
 		t.Errorf("%d pods, want the 2 there were", len(l.Items))
+	}
+}
+
+// TestRunAttachNamesThePodFromTheEvent: when Run attaches to an earlier run's
+// pod, the executor reports the adoption from within Submit, so the event can
+// be handled before acquire notes the pod's name. The "attached" event and the
+// log follower must still name the pod: before the fix the event said no pod
+// and the follower, given no pod name, ended at once without streaming a
+// line (TestRunAttachAfterKill, test/e2erun, failed so once in CI).
+func TestRunAttachNamesThePodFromTheEvent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := newFake(clk)
+	tk := parseTask(t, `{"apiVersion":"kubetask.dev/v1alpha1","kind":"Task","metadata":{"name":"t"},
+"spec":{"template":{"spec":{"containers":[{"name":"base","image":"busybox","command":["sh","-c","exit 5"]}]}}}}`)
+	id := task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli-test", Nonce: "killedrun"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod, err := task.BuildPod(tk, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := metav1.NewTime(clk.Now())
+	pod.Spec.NodeName = "node"
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, StartTime: &started, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "base", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 5, Reason: "Error",
+			StartedAt: started, FinishedAt: started}}},
+	}}
+	if _, err := c.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan Event, 100)
+	handled := make(chan struct{})
+	var once sync.Once
+	testHookAfterSubmit = func() {
+		// Hold acquire until the run has handled the adoption (or long enough
+		// to show it does not before acquire goes on).
+		select {
+		case <-handled:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	defer func() { testHookAfterSubmit = nil }()
+	var (
+		linesMu sync.Mutex
+		lines   []string
+	)
+	out, err := Run(ctx, c, nil, tk, Options{Identity: task.Identity{Namespace: "ns", Name: tk.Name, RunID: "cli-test", Executor: "cli-test"},
+		Clock: clk, Logs: LogsMain, Execer: noExec{}, Logger: testLogger(), AttachOnly: true,
+		OnEvent: func(e Event) {
+			events <- e
+			if e.Type == "attached" {
+				once.Do(func() { close(handled) })
+			}
+		},
+		OnLog: func(l LogLine) {
+			linesMu.Lock()
+			lines = append(lines, l.Text)
+			linesMu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(events)
+	var attached *Event
+	for e := range events {
+		if e.Type == "attached" {
+			attached = &e
+			break
+		}
+	}
+	if attached == nil || attached.Pod != "ns/"+pod.Name {
+		t.Errorf("attached event %+v, want one naming ns/%s", attached, pod.Name)
+	}
+	if !out.Attached || out.Pod != pod.Name || out.ExitCode == nil || *out.ExitCode != 5 {
+		t.Errorf("outcome %+v, want attached to %s, exit code 5", out, pod.Name)
+	}
+	linesMu.Lock()
+	defer linesMu.Unlock()
+	if len(lines) == 0 {
+		t.Error("the attached run streamed no line of the main container's log")
 	}
 }

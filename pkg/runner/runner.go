@@ -352,6 +352,10 @@ func (r *run) releasePod() {
 	r.ex.Resync(r.id.RunID)
 }
 
+// testHookAfterSubmit, when set (by tests only), runs in acquire between the
+// executor's Submit and acquire's own note of the pod's name.
+var testHookAfterSubmit func()
+
 // acquire runs under the instance Lease, before the executor's informers
 // start: it finds the run's unfinished pod (attach) or the next attempt
 // number, and submits the task.
@@ -387,6 +391,9 @@ func (r *run) acquire(ctx context.Context) error {
 	rec, err := r.ex.Submit(ctx, id.RunID, one, opts...)
 	if err != nil {
 		return err
+	}
+	if testHookAfterSubmit != nil {
+		testHookAfterSubmit()
 	}
 	named := id
 	named.Nonce = rec.Nonce
@@ -477,6 +484,11 @@ func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() err
 			switch ev.Type {
 			case executor.EventPodCreated, executor.EventPodAdopted:
 				r.podMu.Lock()
+				// The event names the pod: an adopted pod's event comes from
+				// within Submit, before acquire has set r.pod.
+				if _, name, ok := strings.Cut(ev.Pod, "/"); ok {
+					r.pod = name
+				}
 				out.Pod, out.Attempt, out.Attached = r.pod, ev.Attempt, r.attached || ev.Type == executor.EventPodAdopted
 				r.podMu.Unlock()
 				typ := "created"
