@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/pkg/executor"
 )
@@ -26,10 +28,89 @@ func MemberLeaseName(identity string) string {
 	return "kubetask-member-" + hex.EncodeToString(sum[:])[:16]
 }
 
-// observation is when this process saw a member's renew time change.
+// observation is when this process saw a Lease's renew time change, and
+// the Lease's duration as last seen.
 type observation struct {
 	renew string
 	at    time.Time
+	d     time.Duration
+}
+
+// observations are the renewals this process saw of the group's membership
+// Leases and of its shard Leases, noted as the informer delivers them.
+type observations struct {
+	mu      sync.Mutex
+	clock   clock.PassiveClock
+	group   string
+	shardOf map[string]bool // names of the shard Leases
+	members map[string]observation
+	shards  map[string]observation
+}
+
+func (r *Replica) newObservations() *observations {
+	o := &observations{clock: r.cfg.Clock, group: r.cfg.Group, shardOf: map[string]bool{},
+		members: map[string]observation{}, shards: map[string]observation{}}
+	for k := range r.cfg.Shards {
+		o.shardOf[executor.LeaseName(ShardID(r.cfg.Group, k))] = true
+	}
+	return o
+}
+
+// note stamps a renewal of a Lease (an informer's object) with the time it
+// reached this process, at once: not when the membership loop gets to it,
+// which may be later, and expiry would be judged late by as much. The
+// stamp is never before the renewal was written (the informer delivers
+// after).
+func (o *observations) note(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	var m map[string]observation
+	switch {
+	case l.Labels[LabelGroup] == o.group:
+		m = o.members
+	case o.shardOf[l.Name]:
+		m = o.shards
+	default:
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	observe(m, l, o.clock.Now())
+}
+
+// nextExpiry is the earliest time after now at which a Lease observed
+// expires, zero if none will. Call with mu held.
+func (o *observations) nextExpiry(now time.Time) time.Time {
+	var next time.Time
+	for _, m := range []map[string]observation{o.members, o.shards} {
+		for _, ob := range m {
+			if at := ob.at.Add(ob.d); at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+	}
+	return next
+}
+
+// observe notes l's renew time and duration in observed, stamped now if
+// its renew time is new, and returns the observation.
+func observe(observed map[string]observation, l *coordinationv1.Lease, now time.Time) observation {
+	renew := ""
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	o, ok := observed[l.Name]
+	if !ok || o.renew != renew {
+		o = observation{renew: renew, at: now}
+	}
+	o.d = 0
+	if l.Spec.LeaseDurationSeconds != nil {
+		o.d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	observed[l.Name] = o
+	return o
 }
 
 // liveMembers returns the identities of the members whose Lease was renewed
@@ -51,20 +132,8 @@ func liveMembers(leases []*coordinationv1.Lease, observed map[string]observation
 		if l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
-		renew := ""
-		if l.Spec.RenewTime != nil {
-			renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
-		}
-		o, ok := observed[l.Name]
-		if !ok || o.renew != renew {
-			o = observation{renew: renew, at: now}
-			observed[l.Name] = o
-		}
-		d := time.Duration(0)
-		if l.Spec.LeaseDurationSeconds != nil {
-			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-		}
-		if holder == "" || seen[holder] || now.Sub(o.at) >= d {
+		o := observe(observed, l, now)
+		if holder == "" || seen[holder] || now.Sub(o.at) >= o.d {
 			continue
 		}
 		seen[holder] = true
@@ -124,9 +193,12 @@ func (r *Replica) listMembers(lister coordlisters.LeaseLister) []*coordinationv1
 
 // expiredShards returns the shard Leases held by a replica that is not a
 // live member and that, as this process observed them, have not been
-// renewed for their duration: their holder is gone.
-func (r *Replica) expiredShards(lister coordlisters.LeaseLister, observed map[string]observation, live []string, now time.Time) map[int]*coordinationv1.Lease {
-	out := map[int]*coordinationv1.Lease{}
+// renewed for their duration: their holder is gone. It also returns the
+// shards whose Lease such a holder holds still unexpired (waiting): an
+// executor started for one of those now would only wait in leaderelection
+// and try again a RetryPeriod or two after the Lease is freed.
+func (r *Replica) expiredShards(lister coordlisters.LeaseLister, observed map[string]observation, live []string, now time.Time) (expired map[int]*coordinationv1.Lease, waiting map[int]bool) {
+	out, waiting := map[int]*coordinationv1.Lease{}, map[int]bool{}
 	current := map[string]bool{}
 	for k := range r.cfg.Shards {
 		name := executor.LeaseName(ShardID(r.cfg.Group, k))
@@ -135,25 +207,17 @@ func (r *Replica) expiredShards(lister coordlisters.LeaseLister, observed map[st
 			continue
 		}
 		current[name] = true
-		renew := ""
-		if l.Spec.RenewTime != nil {
-			renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
-		}
-		o, ok := observed[name]
-		if !ok || o.renew != renew {
-			o = observation{renew: renew, at: now}
-			observed[name] = o
-		}
+		o := observe(observed, l, now)
 		holder := ""
 		if l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
-		d := time.Duration(0)
-		if l.Spec.LeaseDurationSeconds != nil {
-			d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-		}
-		if holder != "" && holder != r.cfg.Identity && !slices.Contains(live, holder) && now.Sub(o.at) >= d {
-			out[k] = l
+		if holder != "" && holder != r.cfg.Identity && !slices.Contains(live, holder) {
+			if now.Sub(o.at) >= o.d {
+				out[k] = l
+			} else {
+				waiting[k] = true
+			}
 		}
 	}
 	for name := range observed {
@@ -161,7 +225,7 @@ func (r *Replica) expiredShards(lister coordlisters.LeaseLister, observed map[st
 			delete(observed, name)
 		}
 	}
-	return out
+	return out, waiting
 }
 
 // freeShard clears the holder of a shard Lease whose holder is gone (see

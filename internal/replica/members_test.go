@@ -81,15 +81,19 @@ func TestExpiredShards(t *testing.T) {
 		live   []string
 		steps  int
 		want   []int
+		wait   []int         // shards held by a gone holder, not yet expired
+		every  time.Duration // between steps; default 3 s
 	}{
 		{name: "dead holder, not renewed for the duration", steps: 3, live: []string{"me"},
 			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 6)} }, want: []int{0}},
 		{name: "dead holder, first seen now: wait", steps: 1, live: []string{"me"},
-			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 6)} }},
+			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 6)} }, wait: []int{0}},
+		{name: "dead holder, 1 ms before expiry: wait", steps: 2, every: 3*time.Second - time.Millisecond, live: []string{"me"},
+			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(0), "dead", t0, 3)} }, wait: []int{0}},
 		{name: "holder still renews", steps: 3, live: []string{"me"},
 			leases: func(i int) []*coordinationv1.Lease {
 				return []*coordinationv1.Lease{lease(name(1), "slow", t0.Add(time.Duration(i)*time.Second), 6)}
-			}},
+			}, wait: []int{1}},
 		{name: "holder a live member", steps: 3, live: []string{"me", "other"},
 			leases: func(int) []*coordinationv1.Lease { return []*coordinationv1.Lease{lease(name(2), "other", t0, 6)} }},
 		{name: "released or mine", steps: 3, live: []string{"me"},
@@ -99,14 +103,21 @@ func TestExpiredShards(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			observed := map[string]observation{}
-			var got map[int]*coordinationv1.Lease
+			var (
+				got     map[int]*coordinationv1.Lease
+				waiting map[int]bool
+			)
 			for i := range tc.steps {
 				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				for _, l := range tc.leases(i) {
 					l.Namespace = "ns"
 					_ = idx.Add(l)
 				}
-				got = r.expiredShards(coordlisters.NewLeaseLister(idx), observed, tc.live, t0.Add(time.Duration(i)*3*time.Second))
+				every := 3 * time.Second
+				if tc.every != 0 {
+					every = tc.every
+				}
+				got, waiting = r.expiredShards(coordlisters.NewLeaseLister(idx), observed, tc.live, t0.Add(time.Duration(i)*every))
 			}
 			var ks []int
 			for k := range got {
@@ -115,6 +126,37 @@ func TestExpiredShards(t *testing.T) {
 			slices.Sort(ks)
 			if !slices.Equal(ks, tc.want) {
 				t.Errorf("expired shards %v, want %v", ks, tc.want)
+			}
+			ks = nil
+			for k := range waiting {
+				ks = append(ks, k)
+			}
+			slices.Sort(ks)
+			if !slices.Equal(ks, tc.wait) {
+				t.Errorf("waiting shards %v, want %v", ks, tc.wait)
+			}
+		})
+	}
+}
+
+// TestStartable: a shard whose Lease a gone holder still holds unexpired
+// starts only once it expired, unless its executor already runs.
+func TestStartable(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		want    []int
+		waiting map[int]bool
+		running []int
+		out     []int
+	}{
+		{"nothing waits", []int{0, 1, 2}, nil, nil, []int{0, 1, 2}},
+		{"a gone holder's Lease not expired", []int{0, 1, 2}, map[int]bool{1: true}, []int{0}, []int{0, 2}},
+		{"already running keeps running", []int{0, 1}, map[int]bool{0: true, 1: true}, []int{1}, []int{1}},
+		{"waiting but not wanted", []int{0}, map[int]bool{3: true}, nil, []int{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := startable(tc.want, tc.waiting, tc.running); !slices.Equal(got, tc.out) {
+				t.Errorf("startable = %v, want %v", got, tc.out)
 			}
 		})
 	}

@@ -128,9 +128,14 @@ type Replica struct {
 	running   map[int]*shardRun
 	byID      map[string]int // shard instance ID -> shard
 	leaving   bool
-	renewedAt time.Time // last renewal of the membership Lease
+	renewedAt time.Time     // last renewal of the membership Lease
+	obs       *observations // of the Leases, while Run runs
 	stops     sync.WaitGroup
 	beat      sync.Mutex // held by the heartbeat in flight (Config.Groups)
+
+	// settle, when set (tests), replaces rebalance: it is given the shards
+	// to run and the live members after every look at the Leases.
+	settle func(ctx context.Context, want []int, live []string)
 }
 
 // shardRun is a started executor of one owned shard.
@@ -182,6 +187,14 @@ func (r *Replica) shardConfig(k int) executor.Config {
 // Run joins the group and runs the owned shards until ctx ends; then it
 // leaves: it deletes its membership Lease, stops its executors (each
 // releases its shard Lease) and returns once they stopped.
+//
+// Another member, or a shard's holder, counts as gone once this process
+// has not seen its Lease renewed for the Lease's duration, from the moment
+// the renewal reached this process's informer; the membership loop looks
+// at that very moment (a timer set to the next expiry), never earlier. The
+// membership Lease is renewed by a goroutine of its own, so that a slow API
+// server (or store) delays neither the look at the others' expiry nor the
+// time a renewal is seen.
 func (r *Replica) Run(ctx context.Context) error {
 	// Every Lease of the namespace: the members' and the shards'.
 	// (client-go's constructor for the one informer, not a
@@ -189,15 +202,20 @@ func (r *Replica) Run(ctx context.Context) error {
 	leaseInformer := coordinformers.NewLeaseInformer(r.cfg.Client, r.cfg.Namespace, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	leases := coordlisters.NewLeaseLister(leaseInformer.GetIndexer())
+	obs := r.newObservations()
+	r.mu.Lock()
+	r.obs = obs
+	r.mu.Unlock()
 	kick := make(chan struct{}, 1)
-	poke := func(any) {
+	poke := func(obj any) {
+		obs.note(obj)
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
 	}
 	_, _ = leaseInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
+		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: func(any) { poke(nil) },
 	})
 	infCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	informerDone := make(chan struct{})
@@ -228,61 +246,114 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.noteRenewed()
 	r.heartbeat(ctx)
 	r.log.Info("joined the replica group", "group", r.cfg.Group, "lease", r.cfg.Namespace+"/"+member.Name, "shards", r.cfg.Shards)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		r.keepMember(ctx, member)
+	}()
+	// No renewal after the leave's delete: it would create the Lease again.
+	defer func() { <-renewing; r.leave(member) }()
 	if !cache.WaitForCacheSync(ctx.Done(), leaseInformer.HasSynced) {
-		r.leave(member)
 		return nil
 	}
 	if r.cfg.Changes != nil {
 		go func() { _ = r.cfg.Changes.WatchChanges(ctx, func(c store.Change) { r.changed(ctx, c) }) }()
 	}
-	observed, observedShards := map[string]observation{}, map[string]observation{}
-	// Expiry is a matter of time, not of events: look a few times per
-	// renewal (only the informer's cache is read).
-	tick := r.cfg.Clock.NewTicker(r.cfg.RetryPeriod / 4)
-	defer tick.Stop()
-	nextRenew := r.cfg.Clock.Now().Add(r.cfg.RetryPeriod)
+	settle := r.settle
+	if settle == nil {
+		settle = r.rebalance
+	}
 	for {
 		now := r.cfg.Clock.Now()
-		if !now.Before(nextRenew) {
-			if l, err := r.renewMember(ctx, member); err != nil {
-				if ctx.Err() == nil {
-					r.log.Warn("renewing the membership lease", "err", err)
-				}
-			} else {
-				member = l
-				r.noteRenewed()
-			}
-			r.heartbeat(ctx)
-			nextRenew = now.Add(r.cfg.RetryPeriod)
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		live := liveMembers(r.listMembers(leases), observed, r.cfg.Identity, false, now)
+		obs.mu.Lock()
+		live := liveMembers(r.listMembers(leases), obs.members, r.cfg.Identity, false, now)
+		expired, waiting := r.expiredShards(leases, obs.shards, live, now)
+		next := obs.nextExpiry(now)
+		obs.mu.Unlock()
 		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
-		expired := r.expiredShards(leases, observedShards, live, now)
+		// Also when this replica's executor of k already runs: it waits
+		// in leaderelection, which judges expiry from its own first sight
+		// of the Lease, a whole lease duration more (takeovers took two
+		// leases when the member's Lease expired before the shard's).
+		var free []*coordinationv1.Lease
 		for _, k := range want {
-			// Also when this replica's executor of k already runs: it
-			// waits in leaderelection, which judges expiry from its own
-			// first sight of the Lease, a whole lease duration more
-			// (takeovers took two leases when the member's Lease expired
-			// before the shard's).
 			if l := expired[k]; l != nil {
-				r.freeShard(ctx, l)
+				free = append(free, l)
 			}
 		}
-		r.rebalance(ctx, want, live)
+		r.freeShards(ctx, free)
+		settle(ctx, startable(want, waiting, r.Shards()), live)
+		// Expiry is a matter of time, not of events: look again when the
+		// next Lease expires, on a change, and at least every RetryPeriod
+		// (an executor that stopped is started again).
+		wait := r.cfg.RetryPeriod
+		if !next.IsZero() {
+			wait = min(wait, next.Sub(now))
+		}
+		timer := r.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-kick:
-		case <-tick.C():
+		case <-timer.C():
 		}
+		timer.Stop()
 		if ctx.Err() != nil {
-			break
+			return nil
 		}
 	}
-	r.leave(member)
-	return nil
+}
+
+// startable is want without the shards whose Lease a gone holder still
+// holds unexpired (waiting) and whose executor does not run yet (running):
+// each starts once its Lease expired and was freed, and its leaderelection
+// then takes the Lease on its first try. One that runs keeps running.
+func startable(want []int, waiting map[int]bool, running []int) []int {
+	var out []int
+	for _, k := range want {
+		if !waiting[k] || slices.Contains(running, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// keepMember renews the membership Lease every RetryPeriod (and tells the
+// store this replica runs) until ctx ends. A renewal that takes longer
+// than a period delays the next, never the membership loop.
+func (r *Replica) keepMember(ctx context.Context, member *coordinationv1.Lease) {
+	tick := r.cfg.Clock.NewTicker(r.cfg.RetryPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		// Given up after the executors' RenewDeadline: the next try
+		// starts afresh rather than waiting on a stuck connection.
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*2/3)
+		l, err := r.renewMember(rctx, member)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("renewing the membership lease", "err", err)
+			}
+		} else {
+			member = l
+			r.noteRenewed()
+		}
+		r.heartbeat(ctx)
+	}
+}
+
+// freeShards frees the Leases (freeShard) at once, in parallel: each is an
+// API call, and a slow API server would otherwise add them up.
+func (r *Replica) freeShards(ctx context.Context, free []*coordinationv1.Lease) {
+	var wg sync.WaitGroup
+	for _, l := range free {
+		wg.Go(func() { r.freeShard(ctx, l) })
+	}
+	wg.Wait()
 }
 
 // checkGroup refuses to join a group whose settings this replica's
