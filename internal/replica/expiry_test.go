@@ -230,8 +230,26 @@ func TestExpiryNoticedWhileRenewalHangs(t *testing.T) {
 	}
 
 	// At expiry: B is gone, at once, though the renewal still hangs.
+	waitTimer(t, clk)
 	clk.SetTime(t0.Add(6 * time.Second))
 	s.waitLive(t, 5*time.Second, "me")
+}
+
+// waitTimer waits (real time) until the membership loop, after its last
+// decision, waits on its timer: the fake clock then has two waiters, that
+// timer and the renewal's ticker. A clock set before the loop made its timer
+// would leave the timer due a whole step after the new time, on a clock that
+// no longer moves (TestExpiryNoticedWhileRenewalHangs failed so once in 9
+// runs at load 30).
+func waitTimer(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Waiters() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the membership loop set no timer: %d waiters on the clock", clk.Waiters())
+		}
+		time.Sleep(time.Millisecond) // polled: the fake clock has no hook for a new waiter
+	}
 }
 
 // blockNext makes the next decision of s wait until the returned
@@ -321,6 +339,7 @@ func TestRenewalStampedWhenItArrives(t *testing.T) {
 
 	// B's duration after its renewal arrived: gone, though the loop saw
 	// the renewal 2 s later.
+	waitTimer(t, clk)
 	clk.SetTime(t1.Add(6 * time.Second))
 	s.waitLive(t, 5*time.Second, "me")
 }
