@@ -92,11 +92,11 @@ test: fmt vet importcheck components lighthouse ## every test: unit, integration
 	cd tools/image && $(GO) test -count=1 ./...
 
 N ?= 5
-test-repeat: fmt vet components lighthouse ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed
+test-repeat: fmt vet importcheck components lighthouse ## run the whole suite N times in a row (N=5), each run's log in /tmp/kubetask-test-repeat/; fails when any run failed
 	@mkdir -p /tmp/kubetask-test-repeat; fails=0; \
 	for i in $$(seq 1 $(N)); do \
 	  log=/tmp/kubetask-test-repeat/run-$$i.log; start=$$(date +%s); \
-	  if $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... >$$log 2>&1; then r=ok; else r=FAILED; fails=$$((fails+1)); fi; \
+	  if { $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && (cd tools/image && $(GO) test -count=1 ./...); } >$$log 2>&1; then r=ok; else r=FAILED; fails=$$((fails+1)); fi; \
 	  echo "run $$i of $(N): $$r in $$(( $$(date +%s) - start )) s ($$log)"; \
 	  grep -E '^(--- FAIL|FAIL)' $$log || true; \
 	done; \
