@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const (
@@ -135,7 +135,7 @@ func (c *podCache) stormList(ctx context.Context) {
 		if !ok {
 			return
 		}
-		d += time.Duration(rand.Float64() * stormListJitter * float64(c.opts.StormListEvery))
+		d += wait.Jitter(c.opts.StormListEvery, stormListJitter) - c.opts.StormListEvery
 		select {
 		case <-ctx.Done():
 			return
