@@ -67,9 +67,9 @@ const backoffReset = 10 * time.Second
 //     relists knows it is behind, and what it lists must be acted on at
 //     once (issue 19: through a 410 storm with slow WATCH answers, finished
 //     pods waited for the watch, not for the list).
-//   - Storm lists (issue 19): from a watch the server ends with 410 Expired
-//     until a watch is live again (it delivers a change or a bookmark), a
-//     WATCH request left unanswered is not waited on alone: stormListEvery
+//   - Storm lists (issue 19): for stormWindow after a watch the server
+//     ended with 410 Expired, a WATCH request left unanswered is not waited
+//     on alone: stormListEvery
 //     (plus up to stormListJitter of it) after the cache's last LIST, the
 //     cache LISTs (a consistent read, resourceVersion "") and hands the pods
 //     it holds at an older resourceVersion, or not at all, to the handler,
@@ -212,7 +212,7 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 			if err != nil {
 				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 					c.stormMu.Lock()
-					c.storm.expired()
+					c.storm.expired(c.opts.ReflectorClock.Now())
 					c.stormMu.Unlock()
 				}
 				return w, err
@@ -355,17 +355,17 @@ func (c *podCache) watchEvents(streaming bool) watch.FilterFunc {
 		case watch.Added, watch.Modified, watch.Deleted:
 			if listed {
 				c.delay.live.Store(true)
-				c.stormOver()
+				c.watchLive()
 			}
 		case watch.Bookmark:
 			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				listed = true
 			}
-			c.stormOver()
+			c.watchLive()
 		case watch.Error:
 			if err := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				c.stormMu.Lock()
-				c.storm.expired()
+				c.storm.expired(c.opts.ReflectorClock.Now())
 				c.stormMu.Unlock()
 				if c.opts.OnExpired != nil {
 					c.opts.OnExpired()

@@ -645,7 +645,7 @@ func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := 0
-			c := &podCache{opts: podCacheOptions{OnExpired: func() { n++ }}}
+			c := &podCache{opts: podCacheOptions{OnExpired: func() { n++ }, ReflectorClock: clock.RealClock{}}}
 			f := c.watchEvents(tc.streaming)
 			for _, ev := range tc.events {
 				if got, keep := f(ev); !keep || got.Type != ev.Type {

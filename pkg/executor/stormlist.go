@@ -25,33 +25,37 @@ const (
 )
 
 // stormLists decides when a pod cache lists while one of its WATCH requests
-// is unanswered. Only in a 410 storm: from a watch that ended with 410
-// Expired (expired) until a watch is live again (live: it delivered a change
-// or a bookmark). A WATCH request may be answered late because the server
-// is slow to answer watches, which alone is no reason to list; in a storm,
-// it will likely be answered 410 after the next compaction, and the cache
-// would see nothing until then plus the back-off and a LIST (issue 19).
-// The first wait is every after the cache's last LIST (listed), doubled by
-// each LIST without news and started again by one with news or a live
-// watch; at most stormListsPerWatch lists per WATCH request (watchSent).
-// Not safe for concurrent use.
+// is unanswered. Only in a 410 storm: for stormWindow after a watch ended
+// with 410 Expired (expired). A WATCH request may be answered late because
+// the server is slow to answer watches, which alone is no reason to list;
+// in a storm, it will likely be answered 410 after the next compaction, and
+// the cache would see nothing until then plus the back-off and a LIST
+// (issue 19). A watch that delivers a change does not end the storm: the
+// next drop's resumption may well be answered 410 a WATCH delay later. The
+// first wait is every after the cache's last LIST (listed), doubled by each
+// LIST without news and started again by one with news or a live watch; at
+// most stormListsPerWatch lists per WATCH request (watchSent). Not safe for
+// concurrent use.
 type stormLists struct {
-	every    time.Duration
-	storm    bool
-	lastList time.Time
-	wait     time.Duration // from lastList to the next list
-	sent     int           // lists while the current WATCH request is unanswered
+	every       time.Duration
+	lastExpired time.Time // zero: never
+	lastList    time.Time
+	wait        time.Duration // from lastList to the next list
+	sent        int           // lists while the current WATCH request is unanswered
 }
+
+// stormWindow is how long after a 410 a pod cache is in a storm.
+const stormWindow = backoffReset
 
 func newStormLists() stormLists {
 	return stormLists{every: stormListEvery, wait: stormListEvery}
 }
 
-// expired notes a watch (or WATCH request) ended with 410 Expired.
-func (s *stormLists) expired() { s.storm = true }
+// expired notes a watch (or WATCH request) ended with 410 Expired at now.
+func (s *stormLists) expired(now time.Time) { s.lastExpired = now }
 
 // live notes a watch that delivered a change or a bookmark.
-func (s *stormLists) live() { s.storm, s.wait = false, s.every }
+func (s *stormLists) live() { s.wait = s.every }
 
 // listed notes a successful LIST at now, and whether it brought news.
 func (s *stormLists) listed(now time.Time, news bool) {
@@ -66,17 +70,24 @@ func (s *stormLists) listed(now time.Time, news bool) {
 // watchSent notes a new WATCH request.
 func (s *stormLists) watchSent() { s.sent = 0 }
 
-// due reports whether the cache is to list while the current WATCH request
-// is unanswered, and how long after now (before jitter).
-func (s *stormLists) due(now time.Time) (time.Duration, bool) {
-	if !s.storm || s.sent >= stormListsPerWatch {
-		return 0, false
-	}
-	return max(s.lastList.Add(s.wait).Sub(now), 0), true
+// inStorm reports whether a watch ended with 410 within stormWindow of now.
+func (s *stormLists) inStorm(now time.Time) bool {
+	return !s.lastExpired.IsZero() && now.Sub(s.lastExpired) < stormWindow
 }
 
-// stormOver notes a live watch: the storm, if any, is over.
-func (c *podCache) stormOver() {
+// due reports whether the cache is to list while the current WATCH request
+// is unanswered, and how long after now (before jitter): the list is due
+// only if it is still in the storm then.
+func (s *stormLists) due(now time.Time) (time.Duration, bool) {
+	if s.sent >= stormListsPerWatch {
+		return 0, false
+	}
+	d := max(s.lastList.Add(s.wait).Sub(now), 0)
+	return d, s.inStorm(now.Add(d))
+}
+
+// watchLive notes a watch that delivered a change or a bookmark.
+func (c *podCache) watchLive() {
 	c.stormMu.Lock()
 	defer c.stormMu.Unlock()
 	c.storm.live()
