@@ -76,8 +76,10 @@ const backoffReset = 10 * time.Second
 //     as a relist does, while the WATCH request still waits; each LIST
 //     without news doubles the wait, and one WATCH request gets at most
 //     stormListsPerWatch of them (pods gone are left to the relist or the
-//     watch). A LIST answered after the WATCH request is dropped whole, so
-//     the watch's events always follow what such a LIST handed over, and
+//     watch). The WATCH request's answer is handed to the Reflector only
+//     once its storm lists are queued (one sent before the answer is waited
+//     on for up to stormListEvery, then cut and dropped), so the watch's
+//     events always follow what such a LIST handed over, and
 //     the Reflector's next relist reads at least as new a resourceVersion
 //     as it. A server that is only slow to answer watches, with no 410,
 //     gets no storm lists; in a 410 storm whose WATCH answers take longer
@@ -109,7 +111,7 @@ type podCache struct {
 	listNews atomic.Bool
 	inner    *cache.ListWatch // the ListerWatcher the cache was made with: storm lists use it
 
-	stormMu sync.Mutex // held while a storm list's pods are queued, and by a WATCH request's answer
+	stormMu sync.Mutex // guards storm and floor
 	storm   stormLists
 	// floor is the resourceVersion of the last storm list handed over: the
 	// Reflector's relists read at least as new a state.

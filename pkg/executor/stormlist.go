@@ -114,8 +114,13 @@ func (c *podCache) relistVersion(opts metav1.ListOptions) string {
 
 // listWhileUnanswered starts the storm lists of a WATCH request about to be
 // sent with ctx, when the cache is in a storm; the returned function is
-// called once the request is answered: no pod listed after that is handed
-// over, and it returns once the lists have stopped.
+// called once the request is answered, before its watch is handed to the
+// Reflector: no storm list is sent after that, and it returns once the
+// lists have stopped and what they brought is queued. A list sent before
+// the answer may still be waited on for up to StormListEvery (it holds
+// what finished while the WATCH request waited; under load a LIST can take
+// as long), then it is cut and dropped. So every pod a storm list hands
+// over is queued before any event of the watch answered after it.
 func (c *podCache) listWhileUnanswered(ctx context.Context) (answered func()) {
 	c.stormMu.Lock()
 	c.storm.watchSent()
@@ -124,20 +129,29 @@ func (c *podCache) listWhileUnanswered(ctx context.Context) (answered func()) {
 	if !ok {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cut := context.WithCancel(ctx)
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { c.stormList(ctx) })
+	wg.Go(func() { c.stormList(ctx, stop) })
 	return func() {
-		c.stormMu.Lock()
-		cancel() // under stormMu: no storm list is queued after this
-		c.stormMu.Unlock()
+		close(stop)
+		waited := make(chan struct{})
+		go func() {
+			select {
+			case <-c.opts.ReflectorClock.After(c.opts.StormListEvery):
+				cut()
+			case <-waited:
+			}
+		}()
 		wg.Wait()
+		close(waited)
+		cut()
 	}
 }
 
-// stormList lists as stormLists decides until ctx ends (the WATCH request
-// was answered) and queues what each list brings.
-func (c *podCache) stormList(ctx context.Context) {
+// stormList lists as stormLists decides until stop is closed (the WATCH
+// request was answered) or ctx ends, and queues what each list brings.
+func (c *podCache) stormList(ctx context.Context, stop <-chan struct{}) {
 	clk := c.opts.ReflectorClock
 	for {
 		c.stormMu.Lock()
@@ -148,9 +162,16 @@ func (c *podCache) stormList(ctx context.Context) {
 		}
 		d += wait.Jitter(c.opts.StormListEvery, stormListJitter) - c.opts.StormListEvery
 		select {
+		case <-stop:
+			return
 		case <-ctx.Done():
 			return
 		case <-clk.After(d):
+		}
+		select {
+		case <-stop:
+			return
+		default:
 		}
 		c.stormMu.Lock()
 		c.storm.sent++
@@ -159,7 +180,7 @@ func (c *podCache) stormList(ctx context.Context) {
 		list, err := c.inner.ListWithContext(ctx, metav1.ListOptions{})
 		c.observe(ctx, err)
 		if ctx.Err() != nil {
-			return
+			return // cut: dropped
 		}
 		now := clk.Now()
 		if err != nil {
@@ -168,17 +189,14 @@ func (c *podCache) stormList(ctx context.Context) {
 			c.stormMu.Unlock()
 			continue
 		}
-		c.queueNews(ctx, now, list)
+		c.queueNews(now, list)
 	}
 }
 
 // queueNews queues the pods of list, a storm list answered at now, that the
-// cache holds at an older resourceVersion or not at all, unless the WATCH
-// request (ctx) was answered meanwhile: then its events may be newer than
-// list, and list is dropped whole (the watch or the relist after it brings
-// what it held). Pods gone are not queued: the watch or the relist brings
-// them.
-func (c *podCache) queueNews(ctx context.Context, now time.Time, list runtime.Object) {
+// cache holds at an older resourceVersion or not at all. Pods gone are not
+// queued: the watch or the relist brings them.
+func (c *podCache) queueNews(now time.Time, list runtime.Object) {
 	items, err := meta.ExtractList(list)
 	if err != nil {
 		c.opts.Logger.Error("storm list not understood", "namespace", c.namespace, "err", err)
@@ -201,9 +219,6 @@ func (c *podCache) queueNews(ctx context.Context, now time.Time, list runtime.Ob
 	}
 	c.stormMu.Lock()
 	defer c.stormMu.Unlock()
-	if ctx.Err() != nil {
-		return
-	}
 	for _, obj := range news {
 		if err := c.fifo.Update(obj); err != nil {
 			c.opts.Logger.Error("storm list's pod not queued", "namespace", c.namespace, "err", err)

@@ -1,15 +1,18 @@
 package executor
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -194,5 +197,71 @@ func TestRelistReadsNoOlderThanAStormList(t *testing.T) {
 		if got := c.relistVersion(tc.opts); got != tc.want {
 			t.Errorf("relist with %+v asks for %q, want %q", tc.opts, got, tc.want)
 		}
+	}
+}
+
+// TestStormListInFlightIsHandedOverBeforeTheWatch: a storm list sent
+// before the WATCH request is answered, and answered after it (a LIST slow
+// under load), is still handed over, and before any event of the watch: the
+// watch's older event does not move the pod backwards and its deletion
+// comes after. (Cut at the answer, the finished pod waited for the relist
+// after the next 410: seen in the harsh storm at machine load 20-30.)
+func TestStormListInFlightIsHandedOverBeforeTheWatch(t *testing.T) {
+	running, finished := testPod("a", "10"), testPod("a", "12")
+	running.Status.Phase, finished.Status.Phase = corev1.PodRunning, corev1.PodSucceeded
+	s := &streamingLW{pods: []corev1.Pod{running}, rv: 10, watching: make(chan *watch.FakeWatcher, 100)}
+	lw := s.lw()
+	list := lw.ListWithContextFunc
+	var listN atomic.Int32
+	listHold, listing := make(chan struct{}), make(chan struct{}, 10)
+	lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		if listN.Add(1) >= 3 { // the storm lists: held
+			listing <- struct{}{}
+			select {
+			case <-listHold:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return list(ctx, opts)
+	}
+	rec := &recorder{}
+	opts := testCacheOptions(rec)
+	opts.StormListEvery = time.Second // also how long the answer waits for a storm list in flight
+	c := newPodCache(lw, opts)
+	runCache(t, c)
+	waitFor(t, "the cache synced", c.HasSynced)
+	rec.take()
+
+	first := <-s.watching
+	s.mu.Lock()
+	s.hold = make(chan struct{})
+	s.mu.Unlock()
+	expired := apierrors.NewResourceExpired("too old resource version").Status()
+	first.Error(&expired)
+	select { // the relist, then the storm list, held
+	case <-listing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no storm list within 10 s of the 410")
+	}
+	s.mu.Lock()
+	s.pods, s.rv = []corev1.Pod{finished}, 12
+	close(s.hold) // the WATCH request is answered while the storm list is in flight
+	s.hold = nil
+	s.mu.Unlock()
+	second := <-s.watching
+	close(listHold)
+	between := testPod("a", "11")
+	second.Modify(&between)
+	gone := testPod("a", "13")
+	second.Delete(&gone)
+	want := []string{"update ns/a 12", "delete ns/a 13"}
+	var got []string
+	waitFor(t, "the watch's deletion", func() bool {
+		got = append(got, rec.take()...)
+		return len(got) >= 2 || slices.Contains(got, "delete ns/a 13")
+	})
+	if !slices.Equal(got, want) {
+		t.Errorf("handler calls %q, want %q", got, want)
 	}
 }
