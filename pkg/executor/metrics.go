@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kubetask_pod_creations_total", Help: "Pod creations by result (created, exists, error).",
 		}, []string{"result"}),
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubetask_pod_lists_total", Help: "Lists of the pod caches (LIST requests or streaming watch-lists; the first per namespace, then one per relist), by result.",
+			Name: "kubetask_pod_lists_total", Help: "Lists of the pod caches (LIST requests or streaming watch-lists; the first per namespace, then one per relist and one per storm list: in a 410 storm, while a WATCH request is unanswered), by result.",
 		}, []string{"result"}),
 		watches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubetask_pod_watches_total", Help: "WATCH requests of the pod caches that resume from a resourceVersion (each restart of a watch), by result.",

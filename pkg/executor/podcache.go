@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -66,6 +67,28 @@ const backoffReset = 10 * time.Second
 //     relists knows it is behind, and what it lists must be acted on at
 //     once (issue 19: through a 410 storm with slow WATCH answers, finished
 //     pods waited for the watch, not for the list).
+//   - Storm lists (issue 19): for stormWindow after a watch the server
+//     ended with 410 Expired, a WATCH request left unanswered is not waited
+//     on alone: stormListEvery
+//     (plus up to stormListJitter of it) after the cache's last LIST, the
+//     cache LISTs (a consistent read, resourceVersion "") and hands the pods
+//     it holds at an older resourceVersion, or not at all, to the handler,
+//     as a relist does, while the WATCH request still waits; each LIST
+//     without news doubles the wait, and one WATCH request gets at most
+//     stormListsPerWatch of them (pods gone are left to the relist or the
+//     watch). The WATCH request's answer is handed to the Reflector only
+//     once its storm lists are queued (one sent before the answer is waited
+//     on for up to stormListEvery, then cut and dropped), so the watch's
+//     events always follow what such a LIST handed over, and
+//     the Reflector's next relist reads at least as new a resourceVersion
+//     as it. A server that is only slow to answer watches, with no 410,
+//     gets no storm lists; in a 410 storm whose WATCH answers take longer
+//     than the back-off's first step, the cache still sees every change
+//     within about stormListEvery.
+//   - No pod moves backwards: a change (a watch event, a relist's pod)
+//     older than the cached pod (resourceVersions compared as integers,
+//     where both are) is dropped, as a storm list may bring a pod newer
+//     than the events of a watch answered after it.
 //   - The cache is blind from the first failed LIST, WATCH request or
 //     list-and-watch cycle after its last success until the next successful
 //     LIST or WATCH request (blind reports it; the Blind gauge is 1 meanwhile).
@@ -86,6 +109,13 @@ type podCache struct {
 	relisting atomic.Bool
 	// listNews is set by a LIST that brought news, until its cycle ends.
 	listNews atomic.Bool
+	inner    *cache.ListWatch // the ListerWatcher the cache was made with: storm lists use it
+
+	stormMu sync.Mutex // guards storm and floor
+	storm   stormLists
+	// floor is the resourceVersion of the last storm list handed over: the
+	// Reflector's relists read at least as new a state.
+	floor string
 
 	mu       sync.Mutex
 	blindAt  time.Time // first failure since the last success; zero while it sees the API server
@@ -135,12 +165,15 @@ type podCacheOptions struct {
 	// Default the real clock, as an informer's: a fake Clock that a test
 	// steps at will must not stall a watch that is retried or resynced.
 	ReflectorClock clock.WithTicker
+	// StormListEvery is the first wait of the storm lists (stormListEvery
+	// when zero; tests shorten it).
+	StormListEvery time.Duration
 	Logger         *slog.Logger
 }
 
 // newPodCache returns a podCache over lw; Run runs it.
 func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
-	c := &podCache{namespace: o.Namespace, opts: o}
+	c := &podCache{namespace: o.Namespace, opts: o, inner: lw, storm: newStormLists()}
 	c.indexer = cache.NewIndexer(podKey, o.Indexers)
 	c.fifo = cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         "pods " + namespaceName(o.Namespace),
@@ -152,10 +185,17 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 	// every success.
 	observed := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.ResourceVersion = c.relistVersion(opts)
 			list, err := lw.ListWithContext(ctx, opts)
 			c.observe(ctx, err)
-			if err == nil && c.hasNews(opts, list) {
+			news := err == nil && c.hasNews(opts, list)
+			if news {
 				c.listNews.Store(true)
+			}
+			if err == nil && opts.Continue == "" {
+				c.stormMu.Lock()
+				c.storm.listed(c.opts.ReflectorClock.Now(), news)
+				c.stormMu.Unlock()
 			}
 			return list, err
 		},
@@ -164,9 +204,19 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 			if streaming && c.relisting.Load() {
 				return nil, errListInstead // not a failure: nothing was asked
 			}
+			answered := func() {}
+			if !streaming {
+				answered = c.listWhileUnanswered(ctx)
+			}
 			w, err := lw.WatchWithContext(ctx, opts)
+			answered()
 			c.observe(ctx, err)
 			if err != nil {
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					c.stormMu.Lock()
+					c.storm.expired(c.opts.ReflectorClock.Now())
+					c.stormMu.Unlock()
+				}
 				return w, err
 			}
 			return watch.Filter(w, c.watchEvents(streaming)), nil
@@ -176,6 +226,10 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 	if o.ReflectorClock == nil {
 		o.ReflectorClock = clock.RealClock{}
 	}
+	if o.StormListEvery == 0 {
+		o.StormListEvery = stormListEvery
+	}
+	c.storm.every, c.storm.wait = o.StormListEvery, o.StormListEvery
 	c.opts, c.lw = o, observed
 	b := reflectorBackoff(o.Backoff)
 	c.delay = relistDelay{clock: o.ReflectorClock, initial: b, current: b}
@@ -303,14 +357,21 @@ func (c *podCache) watchEvents(streaming bool) watch.FilterFunc {
 		case watch.Added, watch.Modified, watch.Deleted:
 			if listed {
 				c.delay.live.Store(true)
+				c.watchLive()
 			}
 		case watch.Bookmark:
 			if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				listed = true
 			}
+			c.watchLive()
 		case watch.Error:
-			if err := apierrors.FromObject(ev.Object); (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && c.opts.OnExpired != nil {
-				c.opts.OnExpired()
+			if err := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				c.stormMu.Lock()
+				c.storm.expired(c.opts.ReflectorClock.Now())
+				c.stormMu.Unlock()
+				if c.opts.OnExpired != nil {
+					c.opts.OnExpired()
+				}
 			}
 		}
 		return ev, true
@@ -366,6 +427,9 @@ func (c *podCache) process(obj any, isInInitialList bool) error {
 		switch d.Type {
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
 			old, exists, err := c.indexer.Get(d.Object)
+			if n, ok := compareVersions(d.Object, old); err == nil && exists && d.Type != cache.Sync && ok && n < 0 {
+				continue // older than the cached pod (a storm list was ahead of the watch)
+			}
 			if err == nil && exists {
 				if err := c.indexer.Update(d.Object); err != nil {
 					return fmt.Errorf("updating cached pod: %w", err)
@@ -410,6 +474,19 @@ func sameVersion(a, b any) bool {
 	va, okA := resourceVersion(a)
 	vb, okB := resourceVersion(b)
 	return okA && okB && va == vb
+}
+
+// compareVersions compares the resourceVersions of a and b as the API
+// server orders them (-1, 0, +1); false when either is not a well-formed
+// one (a fake clientset's).
+func compareVersions(a, b any) (int, bool) {
+	va, okA := resourceVersion(a)
+	vb, okB := resourceVersion(b)
+	if !okA || !okB {
+		return 0, false
+	}
+	n, err := resourceversion.CompareResourceVersion(va, vb)
+	return n, err == nil
 }
 
 func resourceVersion(obj any) (string, bool) {

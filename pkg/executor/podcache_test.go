@@ -201,6 +201,12 @@ func TestPodCacheProcess(t *testing.T) {
 		{"resync", []corev1.Pod{a1}, cache.Delta{Type: cache.Sync, Object: &a1}, false, []string{"update ns/a 1"}, []string{"ns/a"}},
 		{"deleted", []corev1.Pod{a1}, cache.Delta{Type: cache.Deleted, Object: &a2}, false, []string{"delete ns/a 2"}, []string{}},
 		{"gone from a relist", []corev1.Pod{a1}, cache.Delta{Type: cache.Deleted, Object: cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: &a1}}, false, []string{"delete ns/a unknown"}, []string{}},
+		// A storm list may be ahead of the watch answered after it: an
+		// older change never moves the pod backwards.
+		{"older in a watch event", []corev1.Pod{a2}, cache.Delta{Type: cache.Updated, Object: &a1}, false, nil, []string{"ns/a"}},
+		{"older, added by a watch", []corev1.Pod{a2}, cache.Delta{Type: cache.Added, Object: &a1}, false, nil, []string{"ns/a"}},
+		{"older in a relist", []corev1.Pod{a2}, cache.Delta{Type: cache.Replaced, Object: &a1}, false, nil, []string{"ns/a"}},
+		{"resync of an older object", []corev1.Pod{a2}, cache.Delta{Type: cache.Sync, Object: &a1}, false, []string{"update ns/a 1"}, []string{"ns/a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
@@ -218,6 +224,11 @@ func TestPodCacheProcess(t *testing.T) {
 			}
 			if got := keys(c); !slices.Equal(got, tc.wantKeys) {
 				t.Errorf("cached %q, want %q", got, tc.wantKeys)
+			}
+			if strings.HasPrefix(tc.name, "older") {
+				if p, _, _ := c.Indexer().GetByKey("ns/a"); p.(*corev1.Pod).ResourceVersion != "2" {
+					t.Errorf("cached pod at resourceVersion %s, want it left at 2", p.(*corev1.Pod).ResourceVersion)
+				}
 			}
 		})
 	}
@@ -634,7 +645,7 @@ func TestWatchEventsMarkLiveAndExpired(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := 0
-			c := &podCache{opts: podCacheOptions{OnExpired: func() { n++ }}}
+			c := &podCache{opts: podCacheOptions{OnExpired: func() { n++ }, ReflectorClock: clock.RealClock{}}}
 			f := c.watchEvents(tc.streaming)
 			for _, ev := range tc.events {
 				if got, keep := f(ev); !keep || got.Type != ev.Type {
