@@ -176,8 +176,8 @@ func TestAtRateIsAnOpenLoop(t *testing.T) {
 			t.Errorf("call %d: latency %v", i, out.latencies[i])
 		}
 	}
-	if min := time.Duration(n-1) * period; out.span < min {
-		t.Errorf("span %v, want at least %v at %g/s", out.span, min, rate)
+	if least := time.Duration(n-1) * period; out.span < least {
+		t.Errorf("span %v, want at least %v at %g/s", out.span, least, rate)
 	}
 }
 
