@@ -3,10 +3,15 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/store/storetest"
@@ -170,4 +175,91 @@ func benchmarkWrites(b *testing.B, s store.Store, op string, writers int) float6
 		b.ReportMetric(float64(b.N)/float64(commits), "writes/commit")
 	}
 	return rate
+}
+
+// BenchmarkSQLiteOpenLoop measures the latency of a Create in the SQLite
+// store when creates arrive at a fixed rate (an open loop, each on its own
+// goroutine, as kubetask serve's submissions at a given rate), each task then
+// written three more times 20 ms apart (pod created, running, terminal: the
+// executor's writes, which share the group commits). The baseline, in the
+// same run and store, is b.N lone creates one after the other: a commit's
+// own cost (synchronous=FULL: an fsync). One op is one task;
+// KUBETASK_BENCH_STORE_RATE sets the rate (default 150 creates/s).
+//
+//	go test ./pkg/store -run '^$' -bench BenchmarkSQLiteOpenLoop -benchtime 1500x
+func BenchmarkSQLiteOpenLoop(b *testing.B) {
+	rate := 150.0
+	if r, err := strconv.ParseFloat(os.Getenv("KUBETASK_BENCH_STORE_RATE"), 64); err == nil && r > 0 {
+		rate = r
+	}
+	ctx := context.Background()
+	s, err := store.OpenSQLite(ctx, filepath.Join(b.TempDir(), "tasks.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	n := b.N
+	lone := make([]time.Duration, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, _, err := s.Create(ctx, storetest.Sample(fmt.Sprintf("lone-%08d", i))); err != nil {
+			b.Fatal(err)
+		}
+		lone[i] = time.Since(t0)
+	}
+	lat := make([]time.Duration, n)
+	errs := make(chan error, n)
+	commitsBefore := store.SQLiteCommits(s)
+	period := time.Duration(float64(time.Second) / rate)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * period)
+		time.Sleep(time.Until(at)) // the schedule
+		wg.Go(func() {
+			rec, _, err := s.Create(ctx, storetest.Sample(fmt.Sprintf("task-%08d", i)))
+			lat[i] = time.Since(at)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, phase := range []string{"Pending", "Running", "Succeeded"} {
+				time.Sleep(20 * time.Millisecond) // the executor's next write of the task
+				rec.Phase = phase
+				if rec, err = s.Update(ctx, rec); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	q := func(xs []time.Duration, q float64) float64 {
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(rate, "offered/s")
+	b.ReportMetric(q(lat, 0.5), "create-p50-ms")
+	b.ReportMetric(q(lat, 0.99), "create-p99-ms")
+	b.ReportMetric(q(lone, 0.5), "lone-p50-ms")
+	b.ReportMetric(q(lone, 0.99), "lone-p99-ms")
+	b.ReportMetric(float64(4*n)/float64(store.SQLiteCommits(s)-commitsBefore), "writes/commit")
+	fmt.Printf("SQLite store, %d creates offered at %g/s, each written 3 more times 20 ms apart: create p50 %.1f ms p99 %.1f ms; lone creates p50 %.1f ms p99 %.1f ms; load average %s\n",
+		n, rate, q(lat, 0.5), q(lat, 0.99), q(lone, 0.5), q(lone, 0.99), loadAvg())
+}
+
+// loadAvg is the machine's 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

@@ -3,11 +3,15 @@ package benchserve
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
@@ -186,4 +190,80 @@ func (s *service) metrics(ctx context.Context) ([]sample, error) {
 		return nil, err
 	}
 	return parseMetrics(string(b)), nil
+}
+
+// histogramQuantile estimates the q-quantile of the Prometheus histogram
+// name (its _bucket series whose labels keep accepts, summed by bound) as
+// PromQL's histogram_quantile does: linearly within the bucket that holds
+// the rank, the highest finite bound if the rank falls in +Inf; 0 without
+// observations.
+func histogramQuantile(m []sample, name string, keep func(map[string]string) bool, q float64) time.Duration {
+	counts := map[float64]float64{}
+	for _, s := range m {
+		if s.name != name+"_bucket" || (keep != nil && !keep(s.labels)) {
+			continue
+		}
+		le, err := strconv.ParseFloat(s.labels["le"], 64)
+		if err != nil {
+			continue
+		}
+		counts[le] += s.value
+	}
+	bounds := slices.Sorted(maps.Keys(counts))
+	if len(bounds) == 0 || counts[bounds[len(bounds)-1]] == 0 {
+		return 0
+	}
+	rank := q * counts[bounds[len(bounds)-1]]
+	lower, below := 0.0, 0.0
+	for _, b := range bounds {
+		c := counts[b]
+		if c >= rank {
+			if math.IsInf(b, 1) {
+				return time.Duration(lower * float64(time.Second))
+			}
+			v := lower + (b-lower)*(rank-below)/(c-below)
+			return time.Duration(v * float64(time.Second))
+		}
+		lower, below = b, c
+	}
+	return time.Duration(lower * float64(time.Second))
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	h := parseMetrics(`
+h_bucket{step="a",le="0.1"} 50
+h_bucket{step="a",le="0.2"} 90
+h_bucket{step="a",le="0.4"} 100
+h_bucket{step="a",le="+Inf"} 100
+h_bucket{step="b",le="0.1"} 0
+h_bucket{step="b",le="0.2"} 0
+h_bucket{step="b",le="0.4"} 1
+h_bucket{step="b",le="+Inf"} 2
+h_bucket{step="c",le="0.1"} 0
+h_bucket{step="c",le="+Inf"} 0
+`)
+	step := func(s string) func(map[string]string) bool {
+		return func(l map[string]string) bool { return l["step"] == s }
+	}
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	tests := map[string]struct {
+		step string
+		q    float64
+		want time.Duration
+	}{
+		"median in the first bucket":  {"a", 0.5, ms(100)},
+		"within the second bucket":    {"a", 0.7, ms(150)},
+		"p99 within the third bucket": {"a", 0.99, ms(380)},
+		"in +Inf: the highest bound":  {"b", 0.99, ms(400)},
+		"no observations":             {"c", 0.99, 0},
+		"no such series":              {"d", 0.5, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := histogramQuantile(h, "h", step(tc.step), tc.q)
+			if d := got - tc.want; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("quantile %v of %s = %v, want %v", tc.q, tc.step, got, tc.want)
+			}
+		})
+	}
 }

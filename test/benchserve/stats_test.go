@@ -92,6 +92,95 @@ func concurrently(n, clients int, do func(i int) error) (lat []time.Duration, sp
 	return lat, time.Since(start), errs
 }
 
+// atRate calls do(i) for every i in [0, n) at rate calls per second, evenly
+// spaced, each on a goroutine of its own: an open loop, in which no call
+// waits for another. A call's latency counts from its scheduled start, so a
+// driver that falls behind its schedule shows in the latencies rather than
+// lowering the offered rate; late is the latest start against its schedule.
+// It returns when every call has returned.
+func atRate(n int, rate float64, do func(i int) error) sent {
+	lat := make([]time.Duration, n)
+	period := time.Duration(float64(time.Second) / rate)
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		end  time.Time
+		late time.Duration
+		errs []error
+	)
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * period)
+		time.Sleep(time.Until(at)) // the schedule, not a wait for a condition
+		late = max(late, time.Since(at))
+		wg.Go(func() {
+			err := do(i)
+			now := time.Now()
+			lat[i] = now.Sub(at)
+			mu.Lock()
+			defer mu.Unlock()
+			if now.After(end) {
+				end = now
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	return sent{latencies: lat, span: end.Sub(start), late: late, errs: errs}
+}
+
+// TestAtRateIsAnOpenLoop checks that atRate calls every i once, on schedule,
+// without waiting for earlier calls: each call but the last returns only
+// once the next one has started, which a closed loop of one client never
+// does.
+func TestAtRateIsAnOpenLoop(t *testing.T) {
+	const n, rate = 20, 1000.0
+	started := make([]chan struct{}, n)
+	for i := range started {
+		started[i] = make(chan struct{})
+	}
+	var calls [n]int
+	var mu sync.Mutex
+	begin := time.Now()
+	at := make([]time.Time, n)
+	out := atRate(n, rate, func(i int) error {
+		mu.Lock()
+		calls[i]++
+		at[i] = time.Now()
+		mu.Unlock()
+		close(started[i])
+		if i == n-1 {
+			return nil
+		}
+		select {
+		case <-started[i+1]:
+			return nil
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("call %d: call %d did not start while it ran", i, i+1)
+		}
+	})
+	if len(out.errs) > 0 {
+		t.Fatal(out.errs)
+	}
+	period := time.Duration(float64(time.Second) / rate)
+	for i := range n {
+		if calls[i] != 1 {
+			t.Errorf("call %d made %d times, want 1", i, calls[i])
+		}
+		if early := begin.Add(time.Duration(i) * period).Sub(at[i]); early > 0 {
+			t.Errorf("call %d started %v before its schedule", i, early)
+		}
+		if out.latencies[i] <= 0 {
+			t.Errorf("call %d: latency %v", i, out.latencies[i])
+		}
+	}
+	if least := time.Duration(n-1) * period; out.span < least {
+		t.Errorf("span %v, want at least %v at %g/s", out.span, least, rate)
+	}
+}
+
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times
 // (100 on every Linux this runs on).
 const clockTicks = 100

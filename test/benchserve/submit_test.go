@@ -70,12 +70,35 @@ type submitResult struct {
 	// dryRuns, shared and cached count the submissions by where their
 	// verdict came from (kubetask_submit_validations_total).
 	dryRuns, shared, cached float64
-	// The baseline: plain pod creates from as many clients.
+	// The baseline: plain pod creates from as many clients (closed loop),
+	// or offered at the same rate (open loop).
 	pods podCreateResult
+	// rate is the offered rate of the open loop, per second (0: the closed
+	// loop); late is how far behind its schedule the latest request was sent.
+	rate float64
+	late time.Duration
+	// validateP99, storeP99 are the 0.99-quantiles of the dry run and the
+	// store write, from kubetask_submit_step_seconds's buckets.
+	validateP99, storeP99 time.Duration
 }
 
 func (r submitResult) submitsPerSecond() float64 {
 	return float64(r.size.tasks) / r.submitSpan.Seconds()
+}
+
+// openSummary renders the open loop's result for a person.
+func (r submitResult) openSummary() string {
+	return fmt.Sprintf("open loop, %d requests offered at %.1f/s (%.0f%% of the closed loop's plain pod creates/s), each on its own goroutine, latency from its scheduled send time:\n"+
+		"  plain pod creates: achieved %.1f/s, latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late; load average %s)\n"+
+		"  kubetask serve: achieved %.1f submissions/s, submit latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late); every outcome after %.1f s\n"+
+		"  in the service: %.0f dry-run validations (mean %.1f ms, p99 %.1f ms), %.0f shared, %.0f cached; store write mean %.1f ms, p99 %.1f ms\n"+
+		"  submit p99 / pod create p99: %.2fx\n"+
+		"  CPU during the service's run: %s",
+		r.size.tasks, r.rate, 100*openShare,
+		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)), ms(r.pods.late), r.pods.load,
+		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), ms(r.late), r.outcomes.Seconds(),
+		r.dryRuns, ms(r.validateMean), ms(r.validateP99), r.shared, r.cached, ms(r.storeMean), ms(r.storeP99),
+		ms(percentile(r.latencies, 0.99))/ms(percentile(r.pods.latencies, 0.99)), r.cpu)
 }
 
 func (r submitResult) tasksPerSecond() float64 { return float64(r.size.tasks) / r.outcomes.Seconds() }
@@ -102,6 +125,11 @@ func (r submitResult) summary() string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// openShare is the open loop's offered rate as a share of the closed loop's
+// plain pod creates/s (issue 19: submissions at 0.8x the speed of pod
+// creation).
+const openShare = 0.8
+
 // BenchmarkServeSubmit submits 1,000 tasks to a real `kubetask serve` over
 // HTTP from 32 concurrent clients; each task's only container completes
 // with 0 on a kwok node as soon as its pod runs. It reports the submission
@@ -111,12 +139,21 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // client-go without a client rate limit: what the API server takes from as
 // many clients when nothing stands in between.
 //
+// Those are closed loops: each client sends its next request when its
+// previous one answered, so the mean latency is clients / throughput
+// (Little's law) and says little about the latency at a given load. The
+// open loop that follows offers as many requests at a fixed rate, openShare
+// of the closed loop's pod creates/s, each on its own goroutine: first plain
+// pod creates, then submissions to a new service, and reports the latency
+// of each at that rate.
+//
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
 func BenchmarkServeSubmit(b *testing.B) {
 	sz := benchSubmitSize()
 	for range b.N {
-		r := runServeSubmit(b, sz)
+		r, open := runServeSubmit(b, sz)
 		fmt.Println(r.summary())
+		fmt.Println(open.openSummary())
 		b.ReportMetric(r.submitsPerSecond(), "submits/s")
 		b.ReportMetric(ms(percentile(r.latencies, 0.5)), "submit-p50-ms")
 		b.ReportMetric(ms(percentile(r.latencies, 0.99)), "submit-p99-ms")
@@ -125,13 +162,26 @@ func BenchmarkServeSubmit(b *testing.B) {
 		b.ReportMetric(ms(percentile(r.pods.latencies, 0.5)), "podcreate-p50-ms")
 		b.ReportMetric(ms(percentile(r.pods.latencies, 0.99)), "podcreate-p99-ms")
 		b.ReportMetric(r.submitsPerSecond()/r.pods.perSecond(), "submits/podcreates")
+		b.ReportMetric(open.rate, "open-offered/s")
+		b.ReportMetric(open.submitsPerSecond(), "open-submits/s")
+		b.ReportMetric(ms(percentile(open.latencies, 0.5)), "open-submit-p50-ms")
+		b.ReportMetric(ms(percentile(open.latencies, 0.99)), "open-submit-p99-ms")
+		b.ReportMetric(open.pods.perSecond(), "open-podcreates/s")
+		b.ReportMetric(ms(percentile(open.pods.latencies, 0.5)), "open-podcreate-p50-ms")
+		b.ReportMetric(ms(percentile(open.pods.latencies, 0.99)), "open-podcreate-p99-ms")
 	}
 }
 
-// TestServeSubmitTiny runs BenchmarkServeSubmit's code at a tiny size.
+// TestServeSubmitTiny runs BenchmarkServeSubmit's code at a tiny size,
+// both loops.
 func TestServeSubmitTiny(t *testing.T) {
-	r := runServeSubmit(t, submitSize{tasks: 12, clients: 4, parallelism: 12, qps: 200, burst: 400, timeout: 2 * time.Minute})
+	r, open := runServeSubmit(t, submitSize{tasks: 12, clients: 4, parallelism: 12, qps: 200, burst: 400, timeout: 2 * time.Minute})
 	t.Log(r.summary())
+	t.Log(open.openSummary())
+	if open.rate <= 0 || len(open.latencies) != 12 || len(open.pods.latencies) != 12 {
+		t.Errorf("the open loop offered %d submissions and %d pod creates at %.1f/s, want 12 of each at a positive rate",
+			len(open.latencies), len(open.pods.latencies), open.rate)
+	}
 }
 
 // quickTask is a task whose only container completes with 0 on a kwok node
@@ -142,20 +192,68 @@ func quickTask(name string) *task.Task {
 	return t
 }
 
-// runServeSubmit runs the baseline, then the service, at size sz. It fails
-// tb unless every submission is accepted and every task succeeds.
-func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
+// sent is what a load driver measured: each call's latency (by i), the span
+// from the first call's start to the last one's end, how late the latest
+// call started against its schedule (open loop), and the errors.
+type sent struct {
+	latencies []time.Duration
+	span      time.Duration
+	late      time.Duration
+	errs      []error
+}
+
+// driver calls do(i) for every i in [0, n).
+type driver func(n int, do func(i int) error) sent
+
+// closedLoop is a driver of clients goroutines, each calling the next i when
+// its call returned.
+func closedLoop(clients int) driver {
+	return func(n int, do func(i int) error) sent {
+		lat, span, errs := concurrently(n, clients, do)
+		return sent{latencies: lat, span: span, errs: errs}
+	}
+}
+
+// openLoop is a driver that offers calls at rate per second (atRate).
+func openLoop(rate float64) driver {
+	return func(n int, do func(i int) error) sent { return atRate(n, rate, do) }
+}
+
+// runServeSubmit runs the closed loop (the baseline, then the service) at
+// size sz, then the open loop at openShare of the baseline's rate (plain pod
+// creates, then the service), each phase in a namespace of its own and the
+// closed loop's service stopped before the open loop starts. It fails tb
+// unless every submission is accepted and every task succeeds.
+func runServeSubmit(tb testing.TB, sz submitSize) (closed, open submitResult) {
 	tb.Helper()
-	ctx := context.Background()
-	r := submitResult{size: sz}
 	// The baseline first, in a namespace of its own, its pods gone before
 	// the service starts.
-	r.pods = runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.clients)
+	closed = serveSubmissions(tb, sz, runPodCreates(tb, clustertest.New(tb), sz.tasks, closedLoop(sz.clients)), closedLoop(sz.clients))
+	rate := openShare * closed.pods.perSecond()
+	pods := runPodCreates(tb, clustertest.New(tb), sz.tasks, openLoop(rate))
+	open = serveSubmissions(tb, sz, pods, openLoop(rate))
+	open.rate = rate
+	return closed, open
+}
 
+// serveSubmissions starts a service in a namespace of its own, submits
+// sz.tasks tasks through drive, waits for every outcome, and stops the
+// service. pods is the baseline the result is compared with.
+func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive driver) submitResult {
+	tb.Helper()
+	ctx := context.Background()
+	r := submitResult{size: sz, pods: pods}
 	env := clustertest.New(tb)
 	tb.Cleanup(func() { releaseLeftovers(tb, env) }) // after the service stopped
+	// The benchmark's one token stands for many clients: the open loop has
+	// more than the per-caller limit (100) in flight whenever the latency
+	// passes 100 / rate (a run at a load of 11 had 44 of 500 answered 429).
+	// The limit of the whole service (1,000) stays.
 	s := startService(tb, env, "--parallelism", strconv.Itoa(sz.parallelism),
-		"--qps", strconv.FormatFloat(float64(sz.qps), 'f', -1, 32), "--burst", strconv.Itoa(sz.burst))
+		"--qps", strconv.FormatFloat(float64(sz.qps), 'f', -1, 32), "--burst", strconv.Itoa(sz.burst),
+		"--max-requests-per-caller", "-1")
+	// The next phase does not share the machine with this service.
+	defer s.stop(tb)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	cursor, err := s.cursor(ctx)
@@ -174,14 +272,14 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 	cpu := newCPUMeter(s)
 	reqs := apiserverRequests(tb)
 	start := time.Now()
-	var errs []error
-	r.latencies, r.submitSpan, errs = concurrently(sz.tasks, sz.clients, func(i int) error {
+	out := drive(sz.tasks, func(i int) error {
 		var err error
 		ids[i], err = s.submit(ctx, docs[i])
 		return err
 	})
-	if len(errs) > 0 {
-		tb.Fatalf("%d of %d submissions failed; the first: %v", len(errs), sz.tasks, errs[0])
+	r.latencies, r.submitSpan, r.late = out.latencies, out.span, out.late
+	if len(out.errs) > 0 {
+		tb.Fatalf("%d of %d submissions failed; the first: %v", len(out.errs), sz.tasks, out.errs[0])
 	}
 	if err := w.wait(sz.timeout, "every task's outcome", func(terminal, _ int) bool { return terminal >= sz.tasks }); err != nil {
 		tb.Fatal(err)
@@ -197,6 +295,7 @@ func runServeSubmit(tb testing.TB, sz submitSize) submitResult {
 	r.executorCalls = sum(m, "kubetask_api_requests_total", nil)
 	r.captureFailures = sum(m, "kubetask_log_capture_failures_total", nil)
 	r.validateMean, r.storeMean = stepMean(m, "validate"), stepMean(m, "store")
+	r.validateP99, r.storeP99 = stepQuantile(m, "validate", 0.99), stepQuantile(m, "store", 0.99)
 	source := func(s string) float64 {
 		return sum(m, "kubetask_submit_validations_total", func(l map[string]string) bool { return l["source"] == s })
 	}
@@ -244,15 +343,17 @@ type podCreateResult struct {
 	n         int
 	span      time.Duration
 	latencies []time.Duration
-	requests  string // the API server's, all clients, during the creates
+	late      time.Duration // the open loop's latest send against its schedule
+	requests  string        // the API server's, all clients, during the creates
+	load      string        // the load average after the creates
 }
 
 func (r podCreateResult) perSecond() float64 { return float64(r.n) / r.span.Seconds() }
 
 // runPodCreates creates n pods (quickTask's pod, no finalizer) in env's
-// namespace from clients goroutines sharing one client-go clientset without
-// a client rate limit, then deletes them and waits until they are gone.
-func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreateResult {
+// namespace through drive, from one client-go clientset without a client
+// rate limit, then deletes them and waits until they are gone.
+func runPodCreates(tb testing.TB, env *clustertest.Env, n int, drive driver) podCreateResult {
 	tb.Helper()
 	ctx := context.Background()
 	rc := rest.CopyConfig(env.Config)
@@ -264,14 +365,15 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 	pods := client.CoreV1().Pods(env.Namespace)
 	tmpl := quickTask("pod").Spec.Template
 	reqs := apiserverRequests(tb)
-	lat, span, errs := concurrently(n, clients, func(i int) error {
+	out := drive(n, func(i int) error {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quick-%d", i), Annotations: tmpl.Annotations}, Spec: tmpl.Spec}
 		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
-	if len(errs) > 0 {
-		tb.Fatalf("%d of %d pod creates failed; the first: %v", len(errs), n, errs[0])
+	if len(out.errs) > 0 {
+		tb.Fatalf("%d of %d pod creates failed; the first: %v", len(out.errs), n, out.errs[0])
 	}
+	load := loadAvg()
 	requests := requestReport(reqs, apiserverRequests(tb), 4)
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		tb.Fatalf("deleting the baseline's pods: %v", err)
@@ -280,7 +382,7 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n, clients int) podCreat
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 0
 	})
-	return podCreateResult{n: n, span: span, latencies: lat, requests: requests}
+	return podCreateResult{n: n, span: out.span, latencies: out.latencies, late: out.late, requests: requests, load: load}
 }
 
 // stepMean is the mean of kubetask_submit_step_seconds for step.
@@ -291,4 +393,9 @@ func stepMean(m []sample, step string) time.Duration {
 		return 0
 	}
 	return time.Duration(sum(m, "kubetask_submit_step_seconds_sum", is) / n * float64(time.Second))
+}
+
+// stepQuantile is the q-quantile of kubetask_submit_step_seconds for step.
+func stepQuantile(m []sample, step string, q float64) time.Duration {
+	return histogramQuantile(m, "kubetask_submit_step_seconds", func(l map[string]string) bool { return l["step"] == step }, q)
 }
