@@ -70,23 +70,10 @@ func (r *readiness) observe(ok bool) bool {
 	return r.ready
 }
 
-// probeReadiness runs c's readiness probe against the instance proc, from
-// initialDelaySeconds every periodSeconds, until proc exits or the pod is
-// destroyed, and records the verdict in c.probeReady.
+// probeReadiness runs c's readiness probe against the instance proc
+// (probeEvery) and records the verdict in c.probeReady.
 func (w *podWorker) probeReadiness(c *ctr, proc *container.Process, pr *corev1.Probe) {
-	r := readiness{s: settingsOf(pr)}
-	t := w.clock().NewTimer(r.s.delay)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C():
-		case <-proc.Done():
-			return
-		case <-w.destroyed:
-			return
-		}
-		err := w.probeOnce(c, proc, pr, r.s.timeout)
-		ready := r.observe(err == nil)
+	w.probeEvery(c, proc, pr, false, func(ready bool, err error) bool {
 		w.mu.Lock()
 		changed := c.proc == proc && c.probeReady != ready
 		if changed {
@@ -97,19 +84,42 @@ func (w *podWorker) probeReadiness(c *ctr, proc *container.Process, pr *corev1.P
 			w.log.Debug("readiness changed", "container", c.spec.Name, "ready", ready, "err", err)
 			w.poke()
 		}
-		t.Reset(r.s.period)
-	}
+		return true
+	})
 }
 
-// probeLiveness runs c's liveness probe against the instance proc as
-// probeReadiness runs a readiness probe, the container taken for alive at
-// first; after failureThreshold consecutive failures it stops the instance
-// (SIGTERM, SIGKILL after the probe's terminationGracePeriodSeconds, else the
-// pod's), as the kubelet kills a container that fails its liveness probe, and
-// the pod's restart policy decides what follows.
+// probeLiveness runs c's liveness probe against the instance proc
+// (probeEvery), the container taken for alive at first; after
+// failureThreshold consecutive failures it stops the instance (SIGTERM,
+// SIGKILL after the probe's terminationGracePeriodSeconds, else the pod's),
+// as the kubelet kills a container that fails its liveness probe, and the
+// pod's restart policy decides what follows.
 // ctx is the node's: when it ends, a container being stopped is killed at once.
 func (w *podWorker) probeLiveness(ctx context.Context, c *ctr, proc *container.Process, pr *corev1.Probe) {
-	r := readiness{s: settingsOf(pr), ready: true}
+	w.probeEvery(c, proc, pr, true, func(alive bool, err error) bool {
+		if alive {
+			return true
+		}
+		w.mu.Lock()
+		grace := gracePeriod(w.pod)
+		w.mu.Unlock()
+		if pr.TerminationGracePeriodSeconds != nil {
+			grace = time.Duration(*pr.TerminationGracePeriodSeconds) * time.Second
+		}
+		w.log.Info("liveness probe failed: stopping the container", "container", c.spec.Name, "err", err)
+		proc.Stop(ctx, grace)
+		return false
+	})
+}
+
+// probeEvery runs probe pr against the instance proc, from
+// initialDelaySeconds every periodSeconds, on the node's clock, and hands
+// verdict the probe's standing after each run (initial before the first;
+// it changes after successThreshold successes or failureThreshold failures
+// in a row) with the run's error. It returns when proc exits, the pod is
+// destroyed, or verdict returns false.
+func (w *podWorker) probeEvery(c *ctr, proc *container.Process, pr *corev1.Probe, initial bool, verdict func(ok bool, err error) bool) {
+	r := readiness{s: settingsOf(pr), ready: initial}
 	t := w.clock().NewTimer(r.s.delay)
 	defer t.Stop()
 	for {
@@ -121,15 +131,7 @@ func (w *podWorker) probeLiveness(ctx context.Context, c *ctr, proc *container.P
 			return
 		}
 		err := w.probeOnce(c, proc, pr, r.s.timeout)
-		if !r.observe(err == nil) {
-			w.mu.Lock()
-			grace := gracePeriod(w.pod)
-			w.mu.Unlock()
-			if pr.TerminationGracePeriodSeconds != nil {
-				grace = time.Duration(*pr.TerminationGracePeriodSeconds) * time.Second
-			}
-			w.log.Info("liveness probe failed: stopping the container", "container", c.spec.Name, "err", err)
-			proc.Stop(ctx, grace)
+		if !verdict(r.observe(err == nil), err) {
 			return
 		}
 		t.Reset(r.s.period)

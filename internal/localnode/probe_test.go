@@ -104,32 +104,8 @@ func TestReadinessProbe(t *testing.T) {
 		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	}
 	h.wait("probed", "running, not ready", func(p *corev1.Pod) bool { return running(p) && !ready(p) })
-	// settle waits until the prober has recorded its last verdict and set its
-	// timer for the next probe.
-	settle := func() {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !h.clock.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("the prober set no timer")
-			}
-			time.Sleep(5 * time.Millisecond) // waiting for the prober goroutine's timer, with a deadline
-		}
-	}
-	// probe steps the clock to the next probe and waits until it is made.
-	probe := func(d time.Duration) {
-		t.Helper()
-		settle()
-		want := hits.Load() + 1
-		deadline := time.Now().Add(10 * time.Second)
-		h.clock.Step(d)
-		for hits.Load() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("probe %d was not made", want)
-			}
-			time.Sleep(5 * time.Millisecond) // waiting for the probe's request, with a deadline
-		}
-	}
+	settle := func() { t.Helper(); settleProber(t, h) }
+	probe := func(d time.Duration) { t.Helper(); stepProbe(t, h, &hits, d) }
 	probe(5 * time.Second) // initialDelaySeconds: fails
 	probe(2 * time.Second) // fails
 	settle()
@@ -179,24 +155,7 @@ func TestLivenessProbe(t *testing.T) {
 	h.wait("live", "running", func(p *corev1.Pod) bool {
 		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
-	probe := func(d time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !h.clock.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("the prober set no timer")
-			}
-			time.Sleep(5 * time.Millisecond) // waiting for the prober goroutine's timer, with a deadline
-		}
-		want := hits.Load() + 1
-		h.clock.Step(d)
-		for hits.Load() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("probe %d was not made", want)
-			}
-			time.Sleep(5 * time.Millisecond) // waiting for the probe's request, with a deadline
-		}
-	}
+	probe := func(d time.Duration) { t.Helper(); stepProbe(t, h, &hits, d) }
 	probe(0) // initialDelaySeconds 0: the first probe is due at once
 	if p := h.wait("live", "status", func(*corev1.Pod) bool { return true }); restarts(p) != 0 {
 		t.Fatalf("restarted after one failure of two: %d restarts", restarts(p))
@@ -205,4 +164,33 @@ func TestLivenessProbe(t *testing.T) {
 	h.wait("live", "restarted after two failures", func(p *corev1.Pod) bool {
 		return restarts(p) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
+}
+
+// settleProber waits until the prober has recorded its last verdict and set
+// its timer for the next probe.
+func settleProber(t *testing.T, h *harness) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.clock.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the prober set no timer")
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the prober goroutine's timer, with a deadline
+	}
+}
+
+// stepProbe steps the node's clock by d, to the next probe, once the prober
+// waits for it, and waits until the probe's request (counted in hits) is made.
+func stepProbe(t *testing.T, h *harness, hits *atomic.Int32, d time.Duration) {
+	t.Helper()
+	settleProber(t, h)
+	want := hits.Load() + 1
+	deadline := time.Now().Add(10 * time.Second)
+	h.clock.Step(d)
+	for hits.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("probe %d was not made", want)
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the probe's request, with a deadline
+	}
 }
