@@ -172,6 +172,21 @@ func testReplica(t *testing.T, client kubernetes.Interface, clk *clocktesting.Fa
 	}
 }
 
+// startReplica runs r until stop, which returns once Run returned; ctx is
+// Run's.
+func startReplica(r *Replica) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	return ctx, func() {
+		cancel()
+		<-done
+	}
+}
+
 // TestExpiryNoticedWhileRenewalHangs: another member's Lease that stops
 // being renewed is judged expired when its duration has passed since this
 // process saw its last renewal, also while this replica's own renewal
@@ -185,17 +200,9 @@ func TestExpiryNoticedWhileRenewalHangs(t *testing.T) {
 	client := &slowClient{Interface: fc, slow: MemberLeaseName("me"), release: make(chan struct{}), blocked: make(chan struct{})}
 	s := newSettled()
 	r := testReplica(t, client, clk, s)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		close(client.release)
-		<-done
-	}()
+	ctx, stop := startReplica(r)
+	defer stop()
+	defer close(client.release)              // before stop: a renewal may hang in it
 	s.waitLive(t, 10*time.Second, "me", "B") // B seen renewed at t0
 
 	// From now on this replica's renewals hang; time passes until one of
@@ -278,16 +285,8 @@ func TestRenewalStampedWhenItArrives(t *testing.T) {
 	fc := fake.NewClientset(b)
 	s := newSettled()
 	r := testReplica(t, fc, clk, s)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	ctx, stop := startReplica(r)
+	defer stop()
 	s.waitLive(t, 10*time.Second, "me", "B")
 	// The loop gets busy on its next look (a change of another Lease).
 	entered, release := s.blockNext()
