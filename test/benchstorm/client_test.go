@@ -46,6 +46,24 @@ func newStormClient(c kubernetes.Interface) *stormClient {
 // from a resourceVersion waits until Release.
 func (c *stormClient) Drop() { c.trace.drop() }
 
+// HoldAfterList makes the next successful pod LIST hold the WATCH requests
+// that resume from a resourceVersion until Release, as an API server slow
+// to answer them would: after a drop that ends in 410 Expired, the relist's
+// WATCH request stays unanswered.
+func (c *stormClient) HoldAfterList() {
+	c.trace.mu.Lock()
+	defer c.trace.mu.Unlock()
+	c.trace.holdAfterList = true
+}
+
+// Held returns how many WATCH requests are held now, and how many pod LISTs
+// were sent while one was: consistent reads (resourceVersion "") and others.
+func (c *stormClient) Held() (waiting, consistentLists, otherLists int) {
+	c.trace.mu.Lock()
+	defer c.trace.mu.Unlock()
+	return c.trace.waiting, c.trace.heldLists, c.trace.heldOtherLists
+}
+
 // Release lets the watches that Drop held go on.
 func (c *stormClient) Release() { c.trace.release() }
 
@@ -77,6 +95,15 @@ type tracedPods struct {
 
 func (p tracedPods) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
 	p.trace.note("LIST rv=%q", opts.ResourceVersion)
+	p.trace.mu.Lock()
+	if p.trace.waiting > 0 {
+		if opts.ResourceVersion == "" {
+			p.trace.heldLists++
+		} else {
+			p.trace.heldOtherLists++
+		}
+	}
+	p.trace.mu.Unlock()
 	l, err := p.PodInterface.List(ctx, opts)
 	if err == nil {
 		p.trace.note("LIST done: %d pods at rv %s", len(l.Items), l.ResourceVersion)
@@ -129,6 +156,14 @@ type watchTrace struct {
 	delay      time.Duration // every WATCH request waits this long before it is sent
 	relists    []time.Time   // when each successful LIST or streaming list ended
 	steps      []step        // the timeline
+
+	// holdAfterList: the next successful LIST holds the WATCH requests
+	// that resume from a resourceVersion until Release (HoldAfterList).
+	holdAfterList bool
+	waiting       int // WATCH requests held now
+	// LISTs sent while a WATCH request was held: consistent reads
+	// (resourceVersion "", the pod cache's storm lists) and the others.
+	heldLists, heldOtherLists int
 }
 
 // step is one line of the trace's timeline.
@@ -236,6 +271,14 @@ func (t *watchTrace) release() {
 func (t *watchTrace) held(ctx context.Context) error {
 	t.mu.Lock()
 	hold := t.hold
+	if hold != nil {
+		t.waiting++
+		defer func() {
+			t.mu.Lock()
+			t.waiting--
+			t.mu.Unlock()
+		}()
+	}
 	t.mu.Unlock()
 	if hold == nil {
 		return nil
@@ -260,6 +303,12 @@ func (t *watchTrace) expired() {
 func (t *watchTrace) listed() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.holdAfterList {
+		t.holdAfterList = false
+		if t.hold == nil {
+			t.hold = make(chan struct{})
+		}
+	}
 	t.nLists++
 	t.relists = append(t.relists, time.Now())
 	t.seeing()

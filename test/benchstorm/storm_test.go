@@ -425,18 +425,23 @@ func (r *run) compactLoop(ctx context.Context, noise *corev1.ConfigMap, every ti
 // after the last one it saw and etcd still serves a watch from the revision
 // it was compacted to.
 func (r *run) stormStep(ctx context.Context, noise *corev1.ConfigMap) (*corev1.ConfigMap, error) {
-	r.client.Drop()
-	defer r.client.Release()
+	return stormStep(ctx, r.env, r.client, noise)
+}
+
+// stormStep is run.stormStep for client's watches on env.
+func stormStep(ctx context.Context, env *clustertest.Env, client *stormClient, noise *corev1.ConfigMap) (*corev1.ConfigMap, error) {
+	client.Drop()
+	defer client.Release()
 	for range 2 {
 		noise = noise.DeepCopy()
 		noise.Data = map[string]string{"at": time.Now().Format(time.RFC3339Nano)}
-		updated, err := r.env.Client.CoreV1().ConfigMaps(r.env.Namespace).Update(ctx, noise, metav1.UpdateOptions{})
+		updated, err := env.Client.CoreV1().ConfigMaps(env.Namespace).Update(ctx, noise, metav1.UpdateOptions{})
 		if err != nil {
 			return noise, fmt.Errorf("writing the noise ConfigMap: %w", err)
 		}
 		noise = updated
 	}
-	if _, err := r.env.Cluster.CompactEtcd(ctx); err != nil {
+	if _, err := env.Cluster.CompactEtcd(ctx); err != nil {
 		return noise, fmt.Errorf("compacting etcd: %w", err)
 	}
 	return noise, nil
