@@ -194,6 +194,39 @@ func (g *group) holders(ctx context.Context) (map[int]string, error) {
 	return out, nil
 }
 
+// acquiredAfter returns how long after at the last of the shard Leases
+// was acquired by its holder (the Lease's acquireTime); it fails the test
+// when one cannot be read or was not acquired after at.
+func (g *group) acquiredAfter(shards []int, at time.Time) time.Duration {
+	g.t.Helper()
+	var last time.Duration
+	for _, k := range shards {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		l, err := g.env.Client.CoordinationV1().Leases(g.env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(g.name, k)), metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			g.t.Fatalf("reading shard %d's Lease: %v", k, err)
+		}
+		if l.Spec.AcquireTime == nil || !l.Spec.AcquireTime.After(at) {
+			g.t.Fatalf("shard %d's Lease was not acquired after %s: acquireTime %v", k, at.Format(time.RFC3339Nano), l.Spec.AcquireTime)
+		}
+		last = max(last, l.Spec.AcquireTime.Sub(at))
+	}
+	return last
+}
+
+// victimShards returns the shards that holders gives to id.
+func victimShards(holders map[int]string, id string) []int {
+	var out []int
+	for k, h := range holders {
+		if h == id {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // waitBalanced waits until every shard Lease is held by one of ids and each
 // holds shards/len(ids) of them, rounded down or up; it returns the time it
 // took and the holders.
