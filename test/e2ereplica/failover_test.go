@@ -218,7 +218,7 @@ func TestReplicasFailOver(t *testing.T) {
 	// machine's clock): what the test's own reads of the 12 Leases add
 	// under load (seen) is not the replicas' (a run at load 20 saw 12.8 s
 	// for Leases acquired 7 s after the kill).
-	takeover := g.acquiredAfter(victimShards(holders, victim), killed)
+	takeover := g.acquiredAfter(shardsOf(holders, victim), killed)
 	t.Logf("SIGKILL %s (%d shards): the survivors hold every shard %s later, by the Leases' acquireTime (goal: lease %s + 2 s; the test saw it after %s)",
 		victim, count(holders, victim), takeover.Round(time.Millisecond), lease, seen.Round(time.Millisecond))
 	if takeover > lease+2*time.Second {
@@ -314,14 +314,18 @@ func mostShards(holders map[int]string, ids []string) string {
 	return best
 }
 
-func count(holders map[int]string, id string) int {
-	n := 0
-	for _, h := range holders {
+func count(holders map[int]string, id string) int { return len(shardsOf(holders, id)) }
+
+// shardsOf returns the shards that holders gives to id, in order.
+func shardsOf(holders map[int]string, id string) []int {
+	var out []int
+	for k, h := range holders {
 		if h == id {
-			n++
+			out = append(out, k)
 		}
 	}
-	return n
+	slices.Sort(out)
+	return out
 }
 
 func without(ids []string, id string) []string {

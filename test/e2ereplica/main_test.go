@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -179,10 +180,15 @@ func (g *group) stop(id string, sig syscall.Signal) time.Duration {
 }
 
 // holders returns the holder of every shard Lease ("" when none holds it).
+// shardLease reads shard k's Lease.
+func (g *group) shardLease(ctx context.Context, k int) (*coordinationv1.Lease, error) {
+	return g.env.Client.CoordinationV1().Leases(g.env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(g.name, k)), metav1.GetOptions{})
+}
+
 func (g *group) holders(ctx context.Context) (map[int]string, error) {
 	out := map[int]string{}
 	for k := range g.shards {
-		l, err := g.env.Client.CoordinationV1().Leases(g.env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(g.name, k)), metav1.GetOptions{})
+		l, err := g.shardLease(ctx, k)
 		if err != nil {
 			out[k] = ""
 			continue
@@ -202,7 +208,7 @@ func (g *group) acquiredAfter(shards []int, at time.Time) time.Duration {
 	var last time.Duration
 	for _, k := range shards {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l, err := g.env.Client.CoordinationV1().Leases(g.env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(g.name, k)), metav1.GetOptions{})
+		l, err := g.shardLease(ctx, k)
 		cancel()
 		if err != nil {
 			g.t.Fatalf("reading shard %d's Lease: %v", k, err)
@@ -213,18 +219,6 @@ func (g *group) acquiredAfter(shards []int, at time.Time) time.Duration {
 		last = max(last, l.Spec.AcquireTime.Sub(at))
 	}
 	return last
-}
-
-// victimShards returns the shards that holders gives to id.
-func victimShards(holders map[int]string, id string) []int {
-	var out []int
-	for k, h := range holders {
-		if h == id {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // waitBalanced waits until every shard Lease is held by one of ids and each
