@@ -141,3 +141,36 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The streams gauge counts a stream's slot until it is given back: a caller
+// at its limit of one stream, who closes its watch and sees the gauge at 0,
+// opens the next at once, never a 429 (e2eserve's exhaustion test was
+// refused once when the gauge fell before the slot was given back).
+func TestStreamsGaugeFallsWithTheSlot(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, func(c *server.Config) {
+		c.Registry = reg
+		c.Auth = exhaustTokens(t)
+		c.MaxStreamsPerCaller = 1
+	})
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.ts.URL+api.Prefix+"/watch?namespace=team-a", nil)
+		req.Header.Set("Authorization", "Bearer a")
+		resp, err := h.ts.Client().Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			cancel()
+			t.Fatalf("watch %d, opened after the gauge read 0: %s", i, resp.Status)
+		}
+		if got := streamsOpen(t, reg, "watch"); got != 1 {
+			t.Fatalf("watch %d open: gauge %v, want 1", i, got)
+		}
+		cancel()
+		resp.Body.Close()
+		waitFor(t, "the closed watch to leave the gauge", func() bool { return streamsOpen(t, reg, "watch") == 0 })
+	}
+}

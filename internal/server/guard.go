@@ -80,7 +80,10 @@ const streamRetry = 10 * time.Second
 
 // openStream takes a stream's slot (MaxStreams, MaxStreamsPerCaller) for
 // caller c, giving back the slot of its request r, or returns a 429 error.
-func (s *Server) openStream(r *requestInfo, c Caller) (func(), error) {
+// The gauge kubetask_api_streams{kind} counts the slot from here until its
+// release: once it reads 0, every stream of that kind has given its slot
+// back.
+func (s *Server) openStream(r *requestInfo, c Caller, kind string) (func(), error) {
 	release, limit := s.streams.acquire(limitKey(c))
 	if release == nil {
 		s.metrics.refused.WithLabelValues("streams").Inc()
@@ -89,7 +92,9 @@ func (s *Server) openStream(r *requestInfo, c Caller) (func(), error) {
 	if r.release != nil {
 		r.release()
 	}
-	return release, nil
+	open := s.metrics.streams.WithLabelValues(kind)
+	open.Inc()
+	return func() { release(); open.Dec() }, nil
 }
 
 // checkHost refuses, without authentication, a request whose Host is not a

@@ -128,7 +128,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 	}
 	release := func() {}
 	if follow {
-		if release, err = s.openStream(requestFrom(ctx), CallerFrom(ctx)); err != nil {
+		if release, err = s.openStream(requestFrom(ctx), CallerFrom(ctx), "logs"); err != nil {
 			return nil, err
 		}
 	}
@@ -163,10 +163,6 @@ func (s *Server) streamLog(hctx huma.Context, access *streamAccess, key store.Lo
 	hctx.SetHeader("Trailer", strings.Join(append(h, api.HeaderLogResume), ", "))
 	setLogHeaders(hctx.SetHeader, info)
 	hctx.SetStatus(http.StatusOK)
-	if follow {
-		s.metrics.streams.WithLabelValues("logs").Inc()
-		defer s.metrics.streams.WithLabelValues("logs").Dec()
-	}
 	end, last := s.copyLog(ctx, w, rc, access, key, offset, limit, follow)
 	// Trailers: the archive as the response ends.
 	setLogHeaders(hctx.SetHeader, last)

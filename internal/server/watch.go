@@ -165,7 +165,7 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 	match := func(e *ringEntry) bool {
 		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
-	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch")
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 		return nil, err
 	}
 	match := func(e *ringEntry) bool { return e.ev.TaskID == in.ID }
-	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx))
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch")
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +220,6 @@ func (s *Server) stream(hctx huma.Context, access *streamAccess, match func(*rin
 	hctx.SetHeader("X-Accel-Buffering", "no") // proxies: do not buffer the stream
 	hctx.SetStatus(http.StatusOK)
 	s.pushWriteDeadline(rc)
-	s.metrics.streams.WithLabelValues("watch").Inc()
-	defer s.metrics.streams.WithLabelValues("watch").Dec()
 
 	sw := &sseWriter{w: w}
 	if expired {

@@ -221,6 +221,18 @@ func TestServeWithstandsExhaustion(t *testing.T) {
 			t.Fatalf("another caller's watch with the greedy one's open: %v %v", resp, err)
 		}
 		resp.Body.Close()
+		cancel()
+		for _, b := range bodies {
+			b.Close()
+		}
+		bodies = nil
+		// The server gives the slots back once it sees the connections
+		// closed; the follow below is refused with 429 until then (it was
+		// once, in .ci/run, opened right after the closes).
+		eventually(t, 30*time.Second, "the closed watches to give back their slots", func() bool {
+			_, _, _, m := s.scrape()
+			return m[`kubetask_api_streams{kind="watch"}`] == 0
+		})
 		return opened, refused
 	}
 	nonReader := func() time.Duration {
