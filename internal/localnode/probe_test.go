@@ -127,7 +127,10 @@ func TestReadinessProbe(t *testing.T) {
 
 // TestLivenessProbe: a container whose liveness probe fails failureThreshold
 // times in a row is stopped and, under restartPolicy Always, restarted; one
-// failure fewer leaves it running.
+// failure fewer leaves it running. The stop is a SIGTERM to the container's
+// PID 1, which ignores it until its trap is installed: the probes wait for
+// the trap, or a stop that comes first is lost and the container lives out
+// its 30 s grace period.
 func TestLivenessProbe(t *testing.T) {
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -138,7 +141,8 @@ func TestLivenessProbe(t *testing.T) {
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 
 	h := newHarness(t)
-	c := shCtr("main", trapTERM)
+	script, trapReady := trapped(t, "exit 0")
+	c := shCtr("main", script)
 	c.LivenessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.Parse(port)}},
 		PeriodSeconds: 3, FailureThreshold: 2,
@@ -155,6 +159,7 @@ func TestLivenessProbe(t *testing.T) {
 	h.wait("live", "running", func(p *corev1.Pod) bool {
 		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
+	waitFile(t, trapReady)
 	probe := func(d time.Duration) { t.Helper(); stepProbe(t, h, &hits, d) }
 	probe(0) // initialDelaySeconds 0: the first probe is due at once
 	if p := h.wait("live", "status", func(*corev1.Pod) bool { return true }); restarts(p) != 0 {
