@@ -59,6 +59,7 @@ func runLighthouse(t *testing.T, url string) lighthouseReport {
 		"--output=json", "--output-path="+out, "--quiet",
 		"--chrome-flags=--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking --disable-component-update --disable-sync --user-data-dir="+filepath.Join(dir, "profile"))
 	cmd.Env = append(os.Environ(), "CHROME_PATH="+chromiumPath(t), "HOME="+dir)
+	newBrowserNet(t, url).enter(cmd)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lighthouse %s: %v\n%s", url, err, b)
 	}
