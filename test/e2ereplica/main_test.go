@@ -179,12 +179,12 @@ func (g *group) stop(id string, sig syscall.Signal) time.Duration {
 	return time.Since(start)
 }
 
-// holders returns the holder of every shard Lease ("" when none holds it).
 // shardLease reads shard k's Lease.
 func (g *group) shardLease(ctx context.Context, k int) (*coordinationv1.Lease, error) {
 	return g.env.Client.CoordinationV1().Leases(g.env.Namespace).Get(ctx, executor.LeaseName(replica.ShardID(g.name, k)), metav1.GetOptions{})
 }
 
+// holders returns the holder of every shard Lease ("" when none holds it).
 func (g *group) holders(ctx context.Context) (map[int]string, error) {
 	out := map[int]string{}
 	for k := range g.shards {

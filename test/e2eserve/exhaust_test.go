@@ -46,6 +46,14 @@ func (s *service) scrape() (heap float64, series, httpSeries int, m map[string]f
 	return m["go_memstats_heap_inuse_bytes"], series, httpSeries, m
 }
 
+// streamsOpen is the service's kubetask_api_streams gauge of kind: the
+// streams holding a slot.
+func (s *service) streamsOpen(kind string) float64 {
+	s.t.Helper()
+	_, _, _, m := s.scrape()
+	return m[fmt.Sprintf(`kubetask_api_streams{kind=%q}`, kind)]
+}
+
 // dial opens a connection to the service with a small receive buffer (a
 // client that stops reading fills it at once).
 func (s *service) dial() (net.Conn, error) {
@@ -185,13 +193,15 @@ func TestServeWithstandsExhaustion(t *testing.T) {
 	}
 	manyWatches := func(n int) (opened, refused int) {
 		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
 		var bodies []io.Closer
-		defer func() {
+		closeAll := func() {
+			cancel()
 			for _, b := range bodies {
 				b.Close()
 			}
-		}()
+			bodies = nil
+		}
+		defer closeAll()
 		for range n {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+api.Prefix+"/watch?namespace="+env.Namespace, nil)
 			req.Header.Set("Authorization", "Bearer greedy-token")
@@ -221,18 +231,11 @@ func TestServeWithstandsExhaustion(t *testing.T) {
 			t.Fatalf("another caller's watch with the greedy one's open: %v %v", resp, err)
 		}
 		resp.Body.Close()
-		cancel()
-		for _, b := range bodies {
-			b.Close()
-		}
-		bodies = nil
+		closeAll()
 		// The server gives the slots back once it sees the connections
 		// closed; the follow below is refused with 429 until then (it was
 		// once, in .ci/run, opened right after the closes).
-		eventually(t, 30*time.Second, "the closed watches to give back their slots", func() bool {
-			_, _, _, m := s.scrape()
-			return m[`kubetask_api_streams{kind="watch"}`] == 0
-		})
+		eventually(t, 30*time.Second, "the closed watches to give back their slots", func() bool { return s.streamsOpen("watch") == 0 })
 		return opened, refused
 	}
 	nonReader := func() time.Duration {
@@ -248,10 +251,7 @@ func TestServeWithstandsExhaustion(t *testing.T) {
 		}
 		// It never reads: the server drops it after the write timeout,
 		// while the client still holds the connection.
-		eventually(t, 30*time.Second, "the follow of a client that does not read to be dropped", func() bool {
-			_, _, _, m := s.scrape()
-			return m[`kubetask_api_streams{kind="logs"}`] == 0
-		})
+		eventually(t, 30*time.Second, "the follow of a client that does not read to be dropped", func() bool { return s.streamsOpen("logs") == 0 })
 		return time.Since(start)
 	}
 
