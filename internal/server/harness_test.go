@@ -41,10 +41,16 @@ type harness struct {
 }
 
 // countingExecutor is the real executor, counting the Submits that reach it
-// (bad input must reach none).
+// (bad input must reach none) and the reads of a record.
 type countingExecutor struct {
 	*executor.Executor
 	submits atomic.Int32
+	gets    atomic.Int32
+}
+
+func (c *countingExecutor) Get(ctx context.Context, id string) (store.Record, error) {
+	c.gets.Add(1)
+	return c.Executor.Get(ctx, id)
 }
 
 func (c *countingExecutor) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error) {

@@ -94,15 +94,22 @@ func (s *Server) registerStreams() {
 // A task ID can name another record later (retention deleted the task, and
 // a new one took its ID, in any namespace), so a cached entry is used only
 // while nothing says it may be another record's: a Submitted event (the
-// first of every record) reads the record again, so does an event whose pod
-// is in another namespace than the entry's, and PublishMissed, which says
-// that some events (a Submitted among them) never arrived, empties the cache.
+// first of every record) replaces it with the metadata the event carries
+// (Event.Task, the new record's own; without it the record is read), an
+// event whose pod is in another namespace than the entry's reads the record
+// again, and PublishMissed, which says that some events (a Submitted among
+// them) never arrived, empties the cache. A submission therefore never
+// waits for a read of its own record on its way to the watches.
 // Events are therefore published under their own record's namespace, name
 // and labels, and reach only the watchers that may see that namespace.
 func (s *Server) Publish(ev executor.Event) {
 	m, ok := s.meta.get(ev.ID)
 	if ok && !m.fits(ev) {
 		ok = false
+	}
+	if ev.Type == executor.EventSubmitted && ev.Task != nil {
+		m, ok = taskMeta{namespace: ev.Task.Namespace, name: ev.Task.Name, labels: ev.Task.Labels}, true
+		s.meta.put(ev.ID, m)
 	}
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -254,6 +254,31 @@ func TestWatchFiltersAndScopes(t *testing.T) {
 	}
 }
 
+// A submission reaches the filtered watches without a read of its record:
+// the Submitted event carries the task's namespace, name and labels.
+func TestSubmittedEventNeedsNoRead(t *testing.T) {
+	h := newHarness(t, nil)
+	w := h.watch(api.Prefix + "/watch?namespace=team-a&labels=team%3Ddata")
+	w.next() // the bookmark of the stream's start
+	before := h.exec.gets.Load()
+	tk := h.mustSubmit("team-a", taskDoc("a", "team", "data"))
+	if n := h.exec.gets.Load() - before; n != 0 {
+		t.Errorf("a submission read its record %d time(s) on its way to the watches, want 0", n)
+	}
+	if ev := w.next(); ev.Type != string(executor.EventSubmitted) || ev.TaskID != tk.ID || ev.Namespace != "team-a" || ev.Name != "a" {
+		t.Fatalf("filtered watch got %+v, want the Submitted event of %s (team-a/a)", ev, tk.ID)
+	}
+	// An event without the metadata (a replica's, shrunk to fit) is still
+	// placed by a read of its record.
+	h.srv.Publish(executor.Event{ID: tk.ID, Type: executor.EventSubmitted, Phase: "Pending", Reason: "Submitted", Time: time.Now()})
+	if ev := w.next(); ev.TaskID != tk.ID || ev.Namespace != "team-a" || ev.Name != "a" {
+		t.Fatalf("filtered watch got %+v for an event without its task's metadata", ev)
+	}
+	if n := h.exec.gets.Load() - before; n != 1 {
+		t.Errorf("an event without its task's metadata read the record %d time(s), want 1", n)
+	}
+}
+
 func TestWatchEndsWhenTheServerStops(t *testing.T) {
 	h := newHarness(t, nil)
 	w := h.watch(api.Prefix + "/watch")

@@ -120,13 +120,15 @@ func (e *eventSharer) receive(msg []byte) {
 }
 
 // encodeShared encodes se; an event too large for a broadcast travels
-// without its result and with a shortened message (a watcher that wants
-// them reads the task).
+// without its result, its task's metadata and with a shortened message (a
+// watcher that wants them reads the task).
 func encodeShared(se sharedEvent) ([]byte, error) {
 	msg, err := json.Marshal(se)
 	if err == nil && len(msg) > store.MaxBroadcast && se.Event != nil {
 		ev := *se.Event
-		ev.Result, ev.Message = nil, truncate(ev.Message, 1024)
+		// Without its task's metadata a Submitted event makes the
+		// receiver read the record.
+		ev.Result, ev.Message, ev.Task = nil, truncate(ev.Message, 1024), nil
 		se.Event = &ev
 		msg, err = json.Marshal(se)
 	}

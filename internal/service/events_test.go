@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -17,15 +18,23 @@ import (
 )
 
 // TestEncodeShared: an event travels whole when it fits a broadcast, and
-// without its result (and with a shortened message) when it does not.
+// without its result and its task's metadata (and with a shortened message)
+// when it does not.
 func TestEncodeShared(t *testing.T) {
+	meta := &executor.TaskMeta{Namespace: "team-a", Name: "a", Labels: map[string]string{"team": "data"}}
+	many := map[string]string{}
+	for i := range 200 {
+		many[fmt.Sprintf("label-%03d", i)] = strings.Repeat("v", 60)
+	}
 	for name, tc := range map[string]struct {
-		ev         executor.Event
-		keepResult bool
+		ev                   executor.Event
+		keepResult, keepTask bool
 	}{
-		"small":                    {executor.Event{ID: "t", Type: executor.EventAttemptFinished, Result: []byte("42"), Terminal: true}, true},
-		"large result":             {executor.Event{ID: "t", Type: executor.EventAttemptFinished, Result: []byte(strings.Repeat("r", 9000)), Terminal: true}, false},
-		"large result and message": {executor.Event{ID: "t", Message: strings.Repeat("m", 9000), Result: []byte(strings.Repeat("r", 4000))}, false},
+		"small":                    {executor.Event{ID: "t", Type: executor.EventAttemptFinished, Result: []byte("42"), Terminal: true}, true, false},
+		"large result":             {executor.Event{ID: "t", Type: executor.EventAttemptFinished, Result: []byte(strings.Repeat("r", 9000)), Terminal: true}, false, false},
+		"large result and message": {executor.Event{ID: "t", Message: strings.Repeat("m", 9000), Result: []byte(strings.Repeat("r", 4000))}, false, false},
+		"submitted":                {executor.Event{ID: "t", Type: executor.EventSubmitted, Task: meta}, false, true},
+		"submitted, many labels":   {executor.Event{ID: "t", Type: executor.EventSubmitted, Task: &executor.TaskMeta{Namespace: "team-a", Name: "a", Labels: many}}, false, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			msg, err := encodeShared(sharedEvent{Origin: "me", Event: &tc.ev})
@@ -44,6 +53,12 @@ func TestEncodeShared(t *testing.T) {
 			}
 			if got := se.Event.Result != nil; got != tc.keepResult {
 				t.Errorf("result kept = %v, want %v", got, tc.keepResult)
+			}
+			if got := se.Event.Task != nil; got != tc.keepTask {
+				t.Errorf("task's metadata kept = %v, want %v", got, tc.keepTask)
+			}
+			if tc.keepTask && !cmp.Equal(se.Event.Task, tc.ev.Task) {
+				t.Errorf("task's metadata %+v, want %+v", se.Event.Task, tc.ev.Task)
 			}
 		})
 	}

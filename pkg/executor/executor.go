@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -82,6 +83,22 @@ type Event struct {
 	// recording and delivery: the Store has it then).
 	Terminal bool
 	Time     time.Time
+	// Task is the task's namespace, name and labels as its record has them,
+	// on Submitted events only (nil on the others), so that a consumer that
+	// filters events by them need not read the record of a new task.
+	Task *TaskMeta
+}
+
+// TaskMeta is what identifies a task to a person: its namespace, name and
+// labels, as stored in its record.
+type TaskMeta struct {
+	Namespace, Name string
+	Labels          map[string]string
+}
+
+// metaOf is rec's TaskMeta (its labels copied: the event outlives rec).
+func metaOf(rec store.Record) *TaskMeta {
+	return &TaskMeta{Namespace: rec.Namespace, Name: rec.Name, Labels: maps.Clone(rec.Labels)}
 }
 
 // Status is what Get reports about a task.
@@ -659,14 +676,14 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	}
 	if e.cfg.RecordOnly {
 		if created {
-			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt, Task: metaOf(rec)})
 		}
 		return rec, created, nil
 	}
 	if created {
 		e.enlist(rec, t.Spec.Priority)
 		e.observe(rec.ID, rec.Phase, false)
-		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt})
+		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt, Task: metaOf(rec)})
 		if rec.PodCreated { // AttachPod: the attempt's pod is the caller's
 			ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventPodAdopted, Pod: rec.Namespace + "/" + task.PodName(ident, rec.Attempt),
