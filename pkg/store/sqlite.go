@@ -229,6 +229,11 @@ type sqliteStore struct {
 	r *sql.DB
 	// stmts are the write statements, prepared on w.
 	stmts *sqliteWriteStmts
+	// get and epoch are Get's and Epoch's statements on r, prepared once
+	// (database/sql prepares each on a connection the first time it runs
+	// there and keeps it): a query string is parsed and planned again at
+	// every call, about half of a Get's time.
+	get, epoch *sql.Stmt
 
 	oneTxPerWrite     bool
 	beforeCommit      func(applied int)
@@ -293,6 +298,12 @@ func openSQLite(ctx context.Context, path string, opts sqliteOptions) (_ *sqlite
 	s.r.SetMaxIdleConns(sqliteReaders)
 	if err := s.r.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("database open: %w", err)
+	}
+	if s.get, err = s.r.PrepareContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`); err != nil {
+		return nil, fmt.Errorf("database open: Get's statement: %w", err)
+	}
+	if s.epoch, err = s.r.PrepareContext(ctx, `SELECT epoch FROM executor_terms WHERE instance = ?`); err != nil {
+		return nil, fmt.Errorf("database open: Epoch's statement: %w", err)
 	}
 	if !s.oneTxPerWrite {
 		s.queue = make(chan *sqliteWrite, sqliteMaxGroup)
@@ -367,7 +378,7 @@ func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, err
 }
 
 func (s *sqliteStore) Get(ctx context.Context, id string) (Record, error) {
-	rec, err := scanRecord(s.r.QueryRowContext(ctx, `SELECT `+sqliteColumns+` FROM tasks WHERE id = ?`, id))
+	rec, err := scanRecord(s.get.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Record{}, fmt.Errorf("task record %s: %w", id, ErrNotFound)
 	}
@@ -414,7 +425,7 @@ func (s *sqliteStore) BeginTerm(ctx context.Context, instance string) (int64, er
 
 func (s *sqliteStore) Epoch(ctx context.Context, instance string) (int64, error) {
 	var epoch int64
-	err := s.r.QueryRowContext(ctx, `SELECT epoch FROM executor_terms WHERE instance = ?`, instance).Scan(&epoch)
+	err := s.epoch.QueryRowContext(ctx, instance).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("epoch of %s: %w", instance, err)
 	}
@@ -475,6 +486,11 @@ func (s *sqliteStore) Close() error {
 		s.stmts.close()
 	}
 	var errs []error
+	for _, st := range []*sql.Stmt{s.get, s.epoch} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
 	for _, db := range []*sql.DB{s.r, s.w} {
 		if db != nil {
 			errs = append(errs, db.Close())
