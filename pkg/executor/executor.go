@@ -125,8 +125,13 @@ type Executor struct {
 	creates  chan string // task IDs whose pod creation is queued
 	cleanups chan string // pod keys whose clean-up call is queued
 
-	caches   []*podCache // the current term's pod caches, one per namespace
-	indexers []cache.Indexer
+	caches []*podCache // the current term's pod caches, one per namespace
+	// indexers are the caches' indexers, read without e.mu (podIndexers).
+	indexers atomic.Pointer[[]cache.Indexer]
+	// waiting and admitted count the tasks in lines and the entries of
+	// creations, kept with them under e.mu, so that a submission can tell
+	// without e.mu that no task waits and slots are free (waitAtSubmit).
+	waiting, admitted atomic.Int64
 
 	mu        sync.Mutex
 	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)
@@ -141,7 +146,8 @@ type Executor struct {
 	runCtx    context.Context            // Start's context, for captures
 	lines     map[string][]waiter        // tasks waiting for a parallelism slot, by namespace, in line order
 	inLine    map[string]placed          // the tasks in lines, with their place
-	phases    map[string]string          // latest phase per task, for the tasks gauge
+	phaseMu   sync.Mutex
+	phases    map[string]string // latest phase per task, for the tasks gauge; guarded by phaseMu
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
@@ -792,10 +798,7 @@ func (e *Executor) Client() kubernetes.Interface { return e.client }
 // returns a new pod, which shares memory with the cache: never modify it.
 // Read the pod from the API server for anything else.
 func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
-	e.mu.Lock()
-	indexers := e.indexers
-	e.mu.Unlock()
-	for _, idx := range indexers {
+	for _, idx := range e.podIndexers() {
 		if obj, ok, err := idx.GetByKey(namespace + "/" + name); err == nil && ok {
 			if p, ok := obj.(*cachedPod); ok {
 				return p.pod()
@@ -818,8 +821,8 @@ func (e *Executor) emit(ev Event) {
 // observe keeps the kubetask_tasks gauge: the tasks this process has seen,
 // by their latest phase (terminal phases included).
 func (e *Executor) observe(id, phase string, terminal bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.phaseMu.Lock()
+	defer e.phaseMu.Unlock()
 	if old, ok := e.phases[id]; ok {
 		if old == phase && !terminal {
 			return

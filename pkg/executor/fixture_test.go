@@ -81,7 +81,7 @@ func newFx(t *testing.T, mod func(*Config)) *fx {
 	})
 	f.beginTerm()
 	f.idx = cache.NewIndexer(podKey, cache.Indexers{runIndex: indexByRun})
-	ex.indexers = []cache.Indexer{f.idx}
+	ex.indexers.Store(&[]cache.Indexer{f.idx})
 	t.Cleanup(ex.queue.ShutDown)
 	return f
 }

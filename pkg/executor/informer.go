@@ -43,7 +43,8 @@ func (e *Executor) startPodCaches(ctx context.Context) ([]*podCache, []string) {
 		indexers = append(indexers, c.Indexer())
 	}
 	e.mu.Lock()
-	e.caches, e.indexers = caches, indexers
+	e.caches = caches
+	e.indexers.Store(&indexers)
 	e.mu.Unlock()
 	for _, c := range caches {
 		go c.Run(ctx)
@@ -190,11 +191,20 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	}
 }
 
+// podIndexers are the current term's pod caches' indexers (none before the
+// first term).
+func (e *Executor) podIndexers() []cache.Indexer {
+	if p := e.indexers.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // cachedPodCount is the number of pods in the executor's caches: the pods
 // that exist and hold a parallelism slot.
 func (e *Executor) cachedPodCount() int {
 	n := 0
-	for _, idx := range e.indexers {
+	for _, idx := range e.podIndexers() {
 		n += len(idx.ListKeys())
 	}
 	return n
@@ -204,7 +214,7 @@ func (e *Executor) cachedPodCount() int {
 // namespace (their keys are namespace/name).
 func (e *Executor) cachedPodsByNamespace() map[string]int {
 	byNS := map[string]int{}
-	for _, idx := range e.indexers {
+	for _, idx := range e.podIndexers() {
 		for _, key := range idx.ListKeys() {
 			ns, _, _ := strings.Cut(key, "/")
 			byNS[ns]++
@@ -216,11 +226,8 @@ func (e *Executor) cachedPodsByNamespace() map[string]int {
 // podsOfRun returns the cached pods of task id, all attempts, as
 // cachedPod.pod builds them.
 func (e *Executor) podsOfRun(id string) []*corev1.Pod {
-	e.mu.Lock()
-	indexers := e.indexers
-	e.mu.Unlock()
 	var out []*corev1.Pod
-	for _, idx := range indexers {
+	for _, idx := range e.podIndexers() {
 		objs, _ := idx.ByIndex(runIndex, id)
 		for _, o := range objs {
 			if p, ok := o.(*cachedPod); ok {

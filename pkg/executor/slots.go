@@ -104,6 +104,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	}
 	e.removeLocked(rec.ID)
 	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
+	e.admitted.Store(int64(len(e.creations)))
 	// Admissions need not come in the plan's order (whichever task syncs
 	// first is admitted first): a task to which the plan now gives a slot
 	// that it did not give before is woken, so that no free slot waits for
@@ -150,6 +151,14 @@ func (e *Executor) waitingFor(id string) string {
 // already), so that a task that waits from its submission is recorded
 // WaitingForSlot by the submission's own write, not by one more.
 func (e *Executor) waitAtSubmit(rec store.Record, prio int32) string {
+	if e.roomAtSubmit(rec.Namespace) {
+		return ""
+	}
+	return e.planAtSubmit(rec, prio)
+}
+
+// planAtSubmit is waitAtSubmit's answer from the slot plan, under e.mu.
+func (e *Executor) planAtSubmit(rec store.Record, prio int32) string {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -167,6 +176,19 @@ func (e *Executor) waitAtSubmit(rec store.Record, prio int32) string {
 		return ""
 	}
 	return waitMessage(e.cfg.SlotOrder, rec.Namespace, e.namespaceLimit(rec.Namespace), plan.used[rec.Namespace], e.cfg.Parallelism, e.cfg.LimitShards)
+}
+
+// roomAtSubmit reports, without e.mu, that a task of namespace ns would not
+// wait: no task waits in any line, ns has no limit of its own, and the pods
+// in the caches with the admitted creations (each of which holds a slot at
+// most) leave a slot free. False means only that the plan must be asked
+// (waitAtSubmit). Like the plan's answer, it is advice for the submission's
+// record: the task's first sync decides from the lines and slots as they are
+// then. A submission thus does not queue for e.mu behind the workers when
+// slots are plentiful, the common case.
+func (e *Executor) roomAtSubmit(ns string) bool {
+	return e.waiting.Load() == 0 && e.namespaceLimit(ns) == 0 &&
+		int64(e.cachedPodCount())+e.admitted.Load() < int64(e.cfg.Parallelism)
 }
 
 // enlist puts a task that will need a slot in its namespace's line, by
@@ -191,6 +213,7 @@ func (e *Executor) enlistLocked(rec store.Record, prio int32) {
 	i := sort.Search(len(line), func(i int) bool { return !line[i].before(w) })
 	e.lines[rec.Namespace] = slices.Insert(line, i, w)
 	e.inLine[w.id] = placed{ns: rec.Namespace, w: w}
+	e.waiting.Store(int64(len(e.inLine)))
 }
 
 // unwait takes id out of the line (cancelled, finished or gone) and lets the
@@ -211,6 +234,7 @@ func (e *Executor) removeLocked(id string) bool {
 		return false
 	}
 	delete(e.inLine, id)
+	e.waiting.Store(int64(len(e.inLine)))
 	line := e.lines[p.ns]
 	i := sort.Search(len(line), func(i int) bool { return !line[i].before(p.w) })
 	if i < len(line) && line[i] == p.w {
@@ -246,6 +270,7 @@ func (e *Executor) wakeWaiting() {
 func (e *Executor) dropPendingCreations() {
 	e.mu.Lock()
 	clear(e.creations)
+	e.admitted.Store(0)
 	e.mu.Unlock()
 }
 
@@ -254,6 +279,7 @@ func (e *Executor) dropCreation(id string) {
 	e.mu.Lock()
 	_, ok := e.creations[id]
 	delete(e.creations, id)
+	e.admitted.Store(int64(len(e.creations)))
 	e.mu.Unlock()
 	if ok {
 		e.wakeWaiting()
