@@ -128,10 +128,11 @@ type Executor struct {
 	caches []*podCache // the current term's pod caches, one per namespace
 	// indexers are the caches' indexers, read without e.mu (podIndexers).
 	indexers atomic.Pointer[[]cache.Indexer]
-	// waiting and admitted count the tasks in lines and the entries of
-	// creations, kept with them under e.mu, so that a submission can tell
-	// without e.mu that no task waits and slots are free (waitAtSubmit).
-	waiting, admitted atomic.Int64
+	// waiting and unseen count the tasks in lines and the creations whose
+	// pod the cache has not shown, set with them under e.mu (countUnseen),
+	// so that a submission can tell without e.mu that no task waits and
+	// slots are free (roomAtSubmit).
+	waiting, unseen atomic.Int64
 
 	mu        sync.Mutex
 	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)

@@ -174,8 +174,9 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if id := pod.run(); id != "" {
 		if !deleted {
 			e.mu.Lock()
-			if c := e.creations[id]; c != nil && c.name == pod.name {
+			if c := e.creations[id]; c != nil && c.name == pod.name && !c.seen {
 				c.seen = true
+				e.countUnseen()
 			}
 			e.mu.Unlock()
 		}

@@ -18,6 +18,7 @@ func TestRoomAtSubmit(t *testing.T) {
 		defaultNS   int // DefaultNamespaceParallelism
 		pods        int // task pods in the cache
 		admitted    int // submitted and synced: creations admitted, not performed
+		shown       bool // the admitted creations' pods are in the cache
 		waiting     bool
 		want        bool
 		waits       bool // the plan says the next task waits
@@ -26,6 +27,8 @@ func TestRoomAtSubmit(t *testing.T) {
 		{name: "a slot free", parallelism: 2, pods: 1, want: true},
 		{name: "every slot holds a pod", parallelism: 2, pods: 2, waits: true},
 		{name: "the last slot admitted to a creation", parallelism: 2, pods: 1, admitted: 1, waits: true},
+		{name: "a created pod counted once", parallelism: 3, pods: 1, admitted: 1, shown: true, want: true},
+		{name: "every slot taken, a created pod counted once", parallelism: 2, pods: 1, admitted: 1, shown: true, waits: true},
 		{name: "a task waits", parallelism: 1, pods: 1, waiting: true, waits: true},
 		{name: "its namespace has a limit", parallelism: 10, nsLimit: 5},
 		{name: "namespaces have a default limit", parallelism: 10, defaultNS: 5},
@@ -56,6 +59,18 @@ func TestRoomAtSubmit(t *testing.T) {
 				if _, _, err := f.sync(id); err != nil {
 					t.Fatal(err)
 				}
+				if c.shown { // created, and the cache shows the pod
+					f.ex.mu.Lock()
+					name := f.ex.creations[id].name
+					f.ex.mu.Unlock()
+					f.drainCreations()
+					pod := f.serverPod(name)
+					if pod == nil {
+						t.Fatalf("the pod %s of %s was not created", name, id)
+					}
+					f.cache(pod)
+					f.ex.podEvent(compactPod(pod), false)
+				}
 			}
 			if c.waiting {
 				f.submit("waits", newTask())
@@ -63,8 +78,19 @@ func TestRoomAtSubmit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			f.ex.mu.Lock()
+			unseen := 0
+			for _, cr := range f.ex.creations {
+				if !cr.seen {
+					unseen++
+				}
+			}
+			f.ex.mu.Unlock()
+			if got := f.ex.unseen.Load(); got != int64(unseen) {
+				t.Errorf("unseen = %d, but %d creations are not shown by the cache", got, unseen)
+			}
 			if got := f.ex.roomAtSubmit("ns"); got != c.want {
-				t.Errorf("roomAtSubmit = %v, want %v (waiting %d, admitted %d, cached pods %d)", got, c.want, f.ex.waiting.Load(), f.ex.admitted.Load(), f.ex.cachedPodCount())
+				t.Errorf("roomAtSubmit = %v, want %v (waiting %d, admitted %d, cached pods %d)", got, c.want, f.ex.waiting.Load(), f.ex.unseen.Load(), f.ex.cachedPodCount())
 			}
 			plan := f.ex.planAtSubmit(store.Record{ID: "next", Namespace: "ns", CreatedAt: f.clk.Now()}, 0)
 			if c.want && plan != "" {

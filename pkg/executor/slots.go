@@ -104,7 +104,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	}
 	e.removeLocked(rec.ID)
 	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
-	e.admitted.Store(int64(len(e.creations)))
+	e.countUnseen()
 	// Admissions need not come in the plan's order (whichever task syncs
 	// first is admitted first): a task to which the plan now gives a slot
 	// that it did not give before is woken, so that no free slot waits for
@@ -180,15 +180,29 @@ func (e *Executor) planAtSubmit(rec store.Record, prio int32) string {
 
 // roomAtSubmit reports, without e.mu, that a task of namespace ns would not
 // wait: no task waits in any line, ns has no limit of its own, and the pods
-// in the caches with the admitted creations (each of which holds a slot at
-// most) leave a slot free. False means only that the plan must be asked
+// in the caches with the admitted creations they do not show yet leave a
+// slot free. False means only that the plan must be asked
 // (waitAtSubmit). Like the plan's answer, it is advice for the submission's
 // record: the task's first sync decides from the lines and slots as they are
 // then. A submission thus does not queue for e.mu behind the workers when
 // slots are plentiful, the common case.
 func (e *Executor) roomAtSubmit(ns string) bool {
 	return e.waiting.Load() == 0 && e.namespaceLimit(ns) == 0 &&
-		int64(e.cachedPodCount())+e.admitted.Load() < int64(e.cfg.Parallelism)
+		int64(e.cachedPodCount())+e.unseen.Load() < int64(e.cfg.Parallelism)
+}
+
+// countUnseen sets e.unseen after creations changed: the creations whose pod
+// the cache has not shown, each holding a slot the cache does not count (at
+// most: usedLocked also lets one go after expectationTimeout). e.mu must be
+// held.
+func (e *Executor) countUnseen() {
+	n := 0
+	for _, c := range e.creations {
+		if !c.seen {
+			n++
+		}
+	}
+	e.unseen.Store(int64(n))
 }
 
 // enlist puts a task that will need a slot in its namespace's line, by
@@ -270,7 +284,7 @@ func (e *Executor) wakeWaiting() {
 func (e *Executor) dropPendingCreations() {
 	e.mu.Lock()
 	clear(e.creations)
-	e.admitted.Store(0)
+	e.countUnseen()
 	e.mu.Unlock()
 }
 
@@ -279,7 +293,7 @@ func (e *Executor) dropCreation(id string) {
 	e.mu.Lock()
 	_, ok := e.creations[id]
 	delete(e.creations, id)
-	e.admitted.Store(int64(len(e.creations)))
+	e.countUnseen()
 	e.mu.Unlock()
 	if ok {
 		e.wakeWaiting()

@@ -860,7 +860,7 @@ func (e *Executor) forget(id string) {
 	defer e.mu.Unlock()
 	delete(e.live, id)
 	delete(e.creations, id)
-	e.admitted.Store(int64(len(e.creations)))
+	e.countUnseen()
 	delete(e.gates, id)
 	delete(e.failures, id)
 	delete(e.ungated, id)
