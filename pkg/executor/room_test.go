@@ -14,10 +14,10 @@ func TestRoomAtSubmit(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		parallelism int
-		nsLimit     int // NamespaceParallelism of ns
-		defaultNS   int // DefaultNamespaceParallelism
-		pods        int // task pods in the cache
-		admitted    int // submitted and synced: creations admitted, not performed
+		nsLimit     int  // NamespaceParallelism of ns
+		defaultNS   int  // DefaultNamespaceParallelism
+		pods        int  // task pods in the cache
+		admitted    int  // submitted and synced: creations admitted, not performed
 		shown       bool // the admitted creations' pods are in the cache
 		waiting     bool
 		want        bool
