@@ -266,3 +266,28 @@ func TestWebAttempts(t *testing.T) {
 	b.wait(20*time.Second, "the first attempt's log", `document.querySelector('#tab-0[aria-selected=true]') && `+lineVisible("first attempt: failing")+` && !`+lineVisible("second attempt"))
 	b.notReloaded()
 }
+
+// A row that changes while the user points at it keeps its link: the cells
+// that did not change are kept, so a click that lands during an update still
+// opens the task (before, every update rebuilt the row's cells, and a click
+// whose press and release straddled one was lost: TestWebAttempts's open
+// of its task failed so in CI).
+func TestWebListRowKeepsItsLink(t *testing.T) {
+	env := clustertest.New(t)
+	s := startService(t, env)
+	dir := t.TempDir()
+	tk := s.submit(shTask("changing", "", fmt.Sprintf(`while [ ! -e %s/go ]; do sleep 0.1; done`, dir)))
+
+	b := newBrowser(t, s.URL, 1280, 900)
+	b.signIn(s.Token)
+	link := fmt.Sprintf(`document.querySelector('tr[data-id=%s] td.name a')`, jsString(tk.ID))
+	b.wait(time.Minute, "the task running in the list", row(tk.ID)+`?.dataset.phase === 'Running'`)
+	eval[bool](b, `(window.heldLink = `+link+`) !== null`)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(time.Minute, "the task's end in the list", row(tk.ID)+`.dataset.phase === 'Succeeded'`)
+	if !eval[bool](b, `window.heldLink.isConnected && window.heldLink === `+link) {
+		t.Fatal("the row's link was replaced when the task's state changed")
+	}
+}

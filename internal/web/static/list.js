@@ -96,9 +96,15 @@ export function mount(main, {query: q, navigate}) {
     ];
   }
 
+  // draw shows a row's task, replacing only the cells that changed: a cell
+  // the user points at (the name's link) stays the same element, so a
+  // click whose press and release straddle an update is not lost.
   function draw(id) {
     const r = rows.get(id);
-    replace(r.tr, cells(r.task));
+    const next = cells(r.task);
+    const cur = [...r.tr.children];
+    if (cur.length !== next.length) replace(r.tr, next);
+    else next.forEach((td, i) => { if (!cur[i].isEqualNode(td)) cur[i].replaceWith(td); });
     r.tr.dataset.phase = r.task.phase;
     r.tr.dataset.reason = r.task.reason;
   }
