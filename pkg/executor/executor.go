@@ -129,7 +129,7 @@ type Executor struct {
 	// indexers are the caches' indexers, read without e.mu (podIndexers).
 	indexers atomic.Pointer[[]cache.Indexer]
 	// waiting and unseen count the tasks in lines and the creations whose
-	// pod the cache has not shown, set with them under e.mu (countUnseen),
+	// pod the cache has not shown, kept with them under e.mu,
 	// so that a submission can tell without e.mu that no task waits and
 	// slots are free (roomAtSubmit).
 	waiting, unseen atomic.Int64

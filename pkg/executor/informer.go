@@ -176,7 +176,7 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 			e.mu.Lock()
 			if c := e.creations[id]; c != nil && c.name == pod.name && !c.seen {
 				c.seen = true
-				e.countUnseen()
+				e.unseen.Add(-1)
 			}
 			e.mu.Unlock()
 		}

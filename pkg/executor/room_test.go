@@ -99,6 +99,13 @@ func TestRoomAtSubmit(t *testing.T) {
 			if got := plan != ""; got != c.waits {
 				t.Errorf("the plan says %q, want waiting %v", plan, c.waits)
 			}
+			// Creations dropped, seen or not, leave none counted.
+			for i := range c.admitted {
+				f.ex.dropCreation("new-" + string(rune('a'+i)))
+			}
+			if got := f.ex.unseen.Load(); got != 0 {
+				t.Errorf("unseen = %d after every creation was dropped", got)
+			}
 		})
 	}
 }

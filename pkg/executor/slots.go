@@ -104,7 +104,7 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 	}
 	e.removeLocked(rec.ID)
 	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
-	e.countUnseen()
+	e.unseen.Add(1)
 	// Admissions need not come in the plan's order (whichever task syncs
 	// first is admitted first): a task to which the plan now gives a slot
 	// that it did not give before is woken, so that no free slot waits for
@@ -191,18 +191,17 @@ func (e *Executor) roomAtSubmit(ns string) bool {
 		int64(e.cachedPodCount())+e.unseen.Load() < int64(e.cfg.Parallelism)
 }
 
-// countUnseen sets e.unseen after creations changed: the creations whose pod
-// the cache has not shown, each holding a slot the cache does not count (at
-// most: usedLocked also lets one go after expectationTimeout). e.mu must be
-// held.
-func (e *Executor) countUnseen() {
-	n := 0
-	for _, c := range e.creations {
-		if !c.seen {
-			n++
-		}
+// deleteCreationLocked forgets the creation of task id, if any, keeping
+// e.unseen (the creations whose pod the cache has not shown, each holding a
+// slot the cache does not count; at most: usedLocked also lets one go after
+// expectationTimeout), and reports whether there was one. e.mu must be held.
+func (e *Executor) deleteCreationLocked(id string) bool {
+	c, ok := e.creations[id]
+	if ok && !c.seen {
+		e.unseen.Add(-1)
 	}
-	e.unseen.Store(int64(n))
+	delete(e.creations, id)
+	return ok
 }
 
 // enlist puts a task that will need a slot in its namespace's line, by
@@ -284,16 +283,14 @@ func (e *Executor) wakeWaiting() {
 func (e *Executor) dropPendingCreations() {
 	e.mu.Lock()
 	clear(e.creations)
-	e.countUnseen()
+	e.unseen.Store(0)
 	e.mu.Unlock()
 }
 
 // dropCreation forgets the creation of task id and wakes the line.
 func (e *Executor) dropCreation(id string) {
 	e.mu.Lock()
-	_, ok := e.creations[id]
-	delete(e.creations, id)
-	e.countUnseen()
+	ok := e.deleteCreationLocked(id)
 	e.mu.Unlock()
 	if ok {
 		e.wakeWaiting()
