@@ -103,13 +103,15 @@ func (s *Server) registerStreams() {
 // Events are therefore published under their own record's namespace, name
 // and labels, and reach only the watchers that may see that namespace.
 func (s *Server) Publish(ev executor.Event) {
-	m, ok := s.meta.get(ev.ID)
-	if ok && !m.fits(ev) {
-		ok = false
-	}
+	var (
+		m  taskMeta
+		ok bool
+	)
 	if ev.Type == executor.EventSubmitted && ev.Task != nil {
 		m, ok = taskMeta{namespace: ev.Task.Namespace, name: ev.Task.Name, labels: ev.Task.Labels}, true
 		s.meta.put(ev.ID, m)
+	} else if m, ok = s.meta.get(ev.ID); ok && !m.fits(ev) {
+		ok = false
 	}
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
