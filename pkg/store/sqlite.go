@@ -401,8 +401,12 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 	// args follow sqliteColumns; id (0) and created_at (17) are not written,
 	// and the WHERE clause takes the ID, the expected version and the fence
 	// (see sqliteWriteSQL.update).
+	// progress (sqliteWriteSQL.progress) leaves out namespace (1), name (2),
+	// executor (3) and terminal (12) and requires them as they are.
+	progress := append(append(append(args[4:12:12], args[13:17]...), args[18:]...),
+		rec.ID, expected, args[1], args[2], args[3], args[12], rec.Epoch, rec.Epoch, rec.Executor)
 	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
-	res := s.write(ctx, &sqliteWrite{rec: rec, expected: expected, args: args})
+	res := s.write(ctx, &sqliteWrite{rec: rec, expected: expected, args: args, progress: progress})
 	if res.err != nil {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, res.err)
 	}
