@@ -11,6 +11,12 @@ func OpenSQLiteOneTxPerWrite(ctx context.Context, path string) (Store, error) {
 	return openSQLiteStore(ctx, path, sqliteOptions{oneTxPerWrite: true})
 }
 
+// OpenSQLiteFullUpdates opens a SQLite store whose every Update sets every
+// column (no progress statement), the benchmark's baseline.
+func OpenSQLiteFullUpdates(ctx context.Context, path string) (Store, error) {
+	return openSQLiteStore(ctx, path, sqliteOptions{fullUpdates: true})
+}
+
 // SQLiteCommits returns how many group transactions s has committed; 0 for
 // a store other than SQLite.
 func SQLiteCommits(s Store) int64 {

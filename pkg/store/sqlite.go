@@ -86,6 +86,9 @@ type sqliteOptions struct {
 	beforeCommit func(applied int)
 	// retentionLogBytes replaces sqliteRetentionLogBytes when positive.
 	retentionLogBytes int64
+	// fullUpdates makes every Update set every column (no progress
+	// statement), the benchmark's baseline.
+	fullUpdates bool
 }
 
 func openSQLiteStore(ctx context.Context, path string, opts sqliteOptions) (Store, error) {
@@ -236,6 +239,7 @@ type sqliteStore struct {
 	get, epoch *sql.Stmt
 
 	oneTxPerWrite     bool
+	fullUpdates       bool
 	beforeCommit      func(applied int)
 	retentionLogBytes int64
 
@@ -269,6 +273,7 @@ func openSQLite(ctx context.Context, path string, opts sqliteOptions) (_ *sqlite
 		clock:         opts.clock(),
 		maxLogSize:    opts.maxLogSize(),
 		oneTxPerWrite: opts.oneTxPerWrite,
+		fullUpdates:   opts.fullUpdates,
 		beforeCommit:  opts.beforeCommit,
 
 		retentionLogBytes: opts.retentionLogBytes,
@@ -406,6 +411,9 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 	progress := append(append(append(args[4:12:12], args[13:17]...), args[18:]...),
 		rec.ID, expected, args[1], args[2], args[3], args[12], rec.Epoch, rec.Epoch, rec.Executor)
 	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
+	if s.fullUpdates {
+		progress = nil
+	}
 	res := s.write(ctx, &sqliteWrite{rec: rec, expected: expected, args: args, progress: progress})
 	if res.err != nil {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, res.err)

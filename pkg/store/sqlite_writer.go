@@ -27,7 +27,7 @@ type sqliteWrite struct {
 	expected int64
 	// args are the statement's arguments: rec's columns for an insert, the
 	// updated columns, ID and expected version for an update. progress are
-	// an update's arguments of sqliteWriteSQL.progress.
+	// an update's arguments of sqliteWriteSQL.progress (nil: update only).
 	args, progress []any
 	// state decides, once, whether the writer applies the write or its
 	// caller gave up on it: writePending, then writeTaken or writeAbandoned.
@@ -343,7 +343,10 @@ func (st *sqliteWriteStmts) applyCreate(ctx context.Context, tx *sql.Tx, w *sqli
 
 func (st *sqliteWriteStmts) applyUpdate(ctx context.Context, tx *sql.Tx, w *sqliteWrite) (sqliteResult, error) {
 	var createdAt int64
-	err := tx.StmtContext(ctx, st.progress).QueryRowContext(ctx, w.progress...).Scan(&createdAt)
+	err := sql.ErrNoRows
+	if w.progress != nil {
+		err = tx.StmtContext(ctx, st.progress).QueryRowContext(ctx, w.progress...).Scan(&createdAt)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		err = tx.StmtContext(ctx, st.update).QueryRowContext(ctx, w.args...).Scan(&createdAt)
 	}
