@@ -114,7 +114,11 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The scheduler's metrics (go_sched_latencies_seconds among them) tell
+	// how long the service's goroutines waited for a CPU: the store's one
+	// writer among them.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := newCaptureMetrics(reg)
 	var srv *server.Server // the executor's events go to it; set before Start
 	var srvMu sync.Mutex

@@ -192,6 +192,23 @@ func (s *service) metrics(ctx context.Context) ([]sample, error) {
 	return parseMetrics(string(b)), nil
 }
 
+// since is after's samples less before's of the same name and labels: the
+// counts between two scrapes of one process.
+func since(after, before []sample) []sample {
+	key := func(s sample) string {
+		return s.name + "{" + fmt.Sprint(s.labels) + "}" // fmt sorts a map's keys
+	}
+	was := make(map[string]float64, len(before))
+	for _, s := range before {
+		was[key(s)] = s.value
+	}
+	out := make([]sample, len(after))
+	for i, s := range after {
+		out[i] = sample{name: s.name, labels: s.labels, value: s.value - was[key(s)]}
+	}
+	return out
+}
+
 // histogramQuantile estimates the q-quantile of the Prometheus histogram
 // name (its _bucket series whose labels keep accepts, summed by bound) as
 // PromQL's histogram_quantile does: linearly within the bucket that holds
@@ -265,5 +282,34 @@ h_bucket{step="c",le="+Inf"} 0
 				t.Errorf("quantile %v of %s = %v, want %v", tc.q, tc.step, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestSince(t *testing.T) {
+	before := parseMetrics(`
+h_bucket{le="0.1"} 5
+h_bucket{le="+Inf"} 7
+g 3
+`)
+	after := parseMetrics(`
+h_bucket{le="0.1"} 9
+h_bucket{le="+Inf"} 20
+g 3
+n{a="1"} 4
+`)
+	got := since(after, before)
+	want := map[string]float64{`h_bucket 0.1`: 4, `h_bucket +Inf`: 13, `g `: 0, `n `: 4}
+	if len(got) != len(want) {
+		t.Fatalf("since gave %d samples, want %d: %v", len(got), len(want), got)
+	}
+	for _, s := range got {
+		k := s.name + " " + s.labels["le"]
+		if s.value != want[k] {
+			t.Errorf("%s{%v} = %v, want %v", s.name, s.labels, s.value, want[k])
+		}
+	}
+	// 4 of the 13 observations between the scrapes are below 0.1 s.
+	if q := histogramQuantile(got, "h", nil, 4.0/13); q < 100*time.Millisecond-time.Microsecond || q > 100*time.Millisecond+time.Microsecond {
+		t.Errorf("the delta's quantile 4/13 = %v, want 100ms", q)
 	}
 }

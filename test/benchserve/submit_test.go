@@ -80,6 +80,12 @@ type submitResult struct {
 	// validateP99, storeP99 are the 0.99-quantiles of the dry run and the
 	// store write, from kubetask_submit_step_seconds's buckets.
 	validateP99, storeP99 time.Duration
+	// schedP99 is the 0.99-quantile of the time the service's goroutines
+	// waited to run (go_sched_latencies_seconds) while the submissions
+	// were sent and answered.
+	schedP99 time.Duration
+	// gcs is the number of the service's garbage collections meanwhile.
+	gcs float64
 }
 
 func (r submitResult) submitsPerSecond() float64 {
@@ -91,13 +97,13 @@ func (r submitResult) openSummary() string {
 	return fmt.Sprintf("open loop, %d requests offered at %.1f/s (%.0f%% of the closed loop's plain pod creates/s), each on its own goroutine, latency from its scheduled send time:\n"+
 		"  plain pod creates: achieved %.1f/s, latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late; load average %s)\n"+
 		"  kubetask serve: achieved %.1f submissions/s, submit latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late); every outcome after %.1f s\n"+
-		"  in the service: %.0f dry-run validations (mean %.1f ms, p99 %.1f ms), %.0f shared, %.0f cached; store write mean %.1f ms, p99 %.1f ms\n"+
+		"  in the service: %.0f dry-run validations (mean %.1f ms, p99 %.1f ms), %.0f shared, %.0f cached; store write mean %.1f ms, p99 %.1f ms; goroutines waited to run p99 %.2f ms, %.0f GC cycles\n"+
 		"  submit p99 / pod create p99: %.2fx\n"+
 		"  CPU during the service's run: %s",
 		r.size.tasks, r.rate, 100*openShare,
 		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)), ms(r.pods.late), r.pods.load,
 		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), ms(r.late), r.outcomes.Seconds(),
-		r.dryRuns, ms(r.validateMean), ms(r.validateP99), r.shared, r.cached, ms(r.storeMean), ms(r.storeP99),
+		r.dryRuns, ms(r.validateMean), ms(r.validateP99), r.shared, r.cached, ms(r.storeMean), ms(r.storeP99), ms(r.schedP99), r.gcs,
 		ms(percentile(r.latencies, 0.99))/ms(percentile(r.pods.latencies, 0.99)), r.cpu)
 }
 
@@ -271,6 +277,10 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 	ids := make([]string, sz.tasks)
 	cpu := newCPUMeter(s)
 	reqs := apiserverRequests(tb)
+	before, err := s.metrics(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	start := time.Now()
 	out := drive(sz.tasks, func(i int) error {
 		var err error
@@ -281,6 +291,13 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 	if len(out.errs) > 0 {
 		tb.Fatalf("%d of %d submissions failed; the first: %v", len(out.errs), sz.tasks, out.errs[0])
 	}
+	after, err := s.metrics(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	during := since(after, before)
+	r.schedP99 = histogramQuantile(during, "go_sched_latencies_seconds", nil, 0.99)
+	r.gcs = sum(during, "go_gc_duration_seconds_count", nil)
 	if err := w.wait(sz.timeout, "every task's outcome", func(terminal, _ int) bool { return terminal >= sz.tasks }); err != nil {
 		tb.Fatal(err)
 	}
