@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -114,6 +116,11 @@ adopts them and their logs go on from where the archive ends.`,
 				if ns, _, err := cf.clientConfig().Namespace(); err == nil {
 					cfg.DefaultNamespace = ns
 				}
+			}
+			if p, ok, err := serveGCPercent(os.Getenv("GOGC")); err != nil {
+				return err
+			} else if ok {
+				debug.SetGCPercent(p)
 			}
 			return service.Run(cmd.Context(), cfg, rc, cmd.OutOrStdout(), slog.Default())
 		},

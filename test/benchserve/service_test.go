@@ -110,6 +110,11 @@ func startServiceEnv(tb testing.TB, env *clustertest.Env, environ []string, extr
 		http: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}}
 	s.cmd = exec.Command(kubetaskBin(tb), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
+	// KUBETASK_BENCH_SERVE_GOGC runs the service with another GOGC than
+	// serve's own default (cli.ServeGCPercent), e.g. 100 for the runtime's.
+	if g := os.Getenv("KUBETASK_BENCH_SERVE_GOGC"); g != "" {
+		environ = append(environ, "GOGC="+g)
+	}
 	if environ != nil {
 		s.cmd.Env = append(os.Environ(), environ...)
 	}

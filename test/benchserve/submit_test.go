@@ -86,6 +86,8 @@ type submitResult struct {
 	schedP99 time.Duration
 	// gcs is the number of the service's garbage collections meanwhile.
 	gcs float64
+	// peakRSS is the service's VmHWM once every outcome was in, in bytes.
+	peakRSS int64
 }
 
 func (r submitResult) submitsPerSecond() float64 {
@@ -97,13 +99,13 @@ func (r submitResult) openSummary() string {
 	return fmt.Sprintf("open loop, %d requests offered at %.1f/s (%.0f%% of the closed loop's plain pod creates/s), each on its own goroutine, latency from its scheduled send time:\n"+
 		"  plain pod creates: achieved %.1f/s, latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late; load average %s)\n"+
 		"  kubetask serve: achieved %.1f submissions/s, submit latency p50 %.1f ms p99 %.1f ms (sent at most %.1f ms late); every outcome after %.1f s\n"+
-		"  in the service: %.0f dry-run validations (mean %.1f ms, p99 %.1f ms), %.0f shared, %.0f cached; store write mean %.1f ms, p99 %.1f ms; goroutines waited to run p99 %.2f ms, %.0f GC cycles\n"+
+		"  in the service: %.0f dry-run validations (mean %.1f ms, p99 %.1f ms), %.0f shared, %.0f cached; store write mean %.1f ms, p99 %.1f ms; goroutines waited to run p99 %.2f ms, %.0f GC cycles; peak RSS %.0f MiB\n"+
 		"  submit p99 / pod create p99: %.2fx\n"+
 		"  CPU during the service's run: %s",
 		r.size.tasks, r.rate, 100*openShare,
 		r.pods.perSecond(), ms(percentile(r.pods.latencies, 0.5)), ms(percentile(r.pods.latencies, 0.99)), ms(r.pods.late), r.pods.load,
 		r.submitsPerSecond(), ms(percentile(r.latencies, 0.5)), ms(percentile(r.latencies, 0.99)), ms(r.late), r.outcomes.Seconds(),
-		r.dryRuns, ms(r.validateMean), ms(r.validateP99), r.shared, r.cached, ms(r.storeMean), ms(r.storeP99), ms(r.schedP99), r.gcs,
+		r.dryRuns, ms(r.validateMean), ms(r.validateP99), r.shared, r.cached, ms(r.storeMean), ms(r.storeP99), ms(r.schedP99), r.gcs, float64(r.peakRSS)/(1<<20),
 		ms(percentile(r.latencies, 0.99))/ms(percentile(r.pods.latencies, 0.99)), r.cpu)
 }
 
@@ -307,6 +309,9 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 	r.requests = requestReport(reqs, apiserverRequests(tb), 8)
 	m, err := s.metrics(ctx)
 	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, r.peakRSS, err = s.memory(); err != nil {
 		tb.Fatal(err)
 	}
 	r.executorCalls = sum(m, "kubetask_api_requests_total", nil)
