@@ -5,25 +5,47 @@ import "testing"
 func TestServeGCPercent(t *testing.T) {
 	tests := map[string]struct {
 		gogc    string
-		percent int
-		ok      bool
+		tune    bool
 		wantErr bool
 	}{
-		"unset: serve's default":        {"", ServeGCPercent, true, false},
-		"a number stands":               {"150", 0, false, false},
-		"off stands":                    {"off", 0, false, false},
-		"OFF: the runtime would ignore": {"OFF", 0, false, true},
-		"negative stands (off)":         {"-1", 0, false, false},
-		"not a number":                  {"fast", 0, false, true},
+		"unset: serve tunes it":         {"", true, false},
+		"a number stands":               {"150", false, false},
+		"off stands":                    {"off", false, false},
+		"negative stands (off)":         {"-1", false, false},
+		"OFF: the runtime would ignore": {"OFF", false, true},
+		"not a number":                  {"fast", false, true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p, ok, err := serveGCPercent(tc.gogc)
+			tune, err := serveGCPercent(tc.gogc)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("serveGCPercent(%q) error %v, want error %v", tc.gogc, err, tc.wantErr)
 			}
-			if p != tc.percent || ok != tc.ok {
-				t.Errorf("serveGCPercent(%q) = %d, %v; want %d, %v", tc.gogc, p, ok, tc.percent, tc.ok)
+			if tune != tc.tune {
+				t.Errorf("serveGCPercent(%q) = %v, want %v", tc.gogc, tune, tc.tune)
+			}
+		})
+	}
+}
+
+func TestGCPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	tests := map[string]struct {
+		live uint64
+		want int
+	}{
+		"not known yet":                         {0, ServeGCPercent},
+		"small heap":                            {20 * mib, ServeGCPercent},
+		"64 MiB: 256 MiB of garbage":            {64 * mib, ServeGCPercent},
+		"128 MiB: still 256 MiB of garbage":     {128 * mib, 200},
+		"200 MiB":                               {200 * mib, 128},
+		"256 MiB: the runtime's default":        {256 * mib, 100},
+		"a large heap never goes below default": {4096 * mib, 100},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := gcPercentFor(tc.live); got != tc.want {
+				t.Errorf("gcPercentFor(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
 			}
 		})
 	}

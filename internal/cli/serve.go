@@ -1,10 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -117,10 +117,12 @@ adopts them and their logs go on from where the archive ends.`,
 					cfg.DefaultNamespace = ns
 				}
 			}
-			if p, ok, err := serveGCPercent(os.Getenv("GOGC")); err != nil {
+			if tune, err := serveGCPercent(os.Getenv("GOGC")); err != nil {
 				return err
-			} else if ok {
-				debug.SetGCPercent(p)
+			} else if tune {
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				go tuneGC(ctx, 10*time.Second)
 			}
 			return service.Run(cmd.Context(), cfg, rc, cmd.OutOrStdout(), slog.Default())
 		},
