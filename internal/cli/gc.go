@@ -39,10 +39,10 @@ func gcPercentFor(live uint64) int {
 // silently runs at 100 otherwise) is an error, so that a mistyped GOGC is not
 // a silent default.
 func serveGCPercent(gogc string) (tune bool, err error) {
-	switch {
-	case gogc == "":
+	switch gogc {
+	case "":
 		return true, nil
-	case gogc == "off":
+	case "off":
 		return false, nil
 	default:
 		if _, err := strconv.Atoi(gogc); err != nil {
