@@ -33,12 +33,12 @@ func gcPercentFor(live uint64) int {
 	return int(min(ServeGCPercent, max(100, gcHeadroom*100/live)))
 }
 
-// serveGCPercent reports whether `kubetask serve` tunes GOGC, given the
+// tunesGC reports whether `kubetask serve` tunes GOGC, given the
 // environment's GOGC (gogc, "" when unset): not when GOGC is set. A value the
 // runtime does not take (it reads a whole number or exactly "off", and
 // silently runs at 100 otherwise) is an error, so that a mistyped GOGC is not
 // a silent default.
-func serveGCPercent(gogc string) (tune bool, err error) {
+func tunesGC(gogc string) (tune bool, err error) {
 	switch gogc {
 	case "":
 		return true, nil

@@ -2,7 +2,7 @@ package cli
 
 import "testing"
 
-func TestServeGCPercent(t *testing.T) {
+func TestTunesGC(t *testing.T) {
 	tests := map[string]struct {
 		gogc    string
 		tune    bool
@@ -17,12 +17,12 @@ func TestServeGCPercent(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			tune, err := serveGCPercent(tc.gogc)
+			tune, err := tunesGC(tc.gogc)
 			if (err != nil) != tc.wantErr {
-				t.Fatalf("serveGCPercent(%q) error %v, want error %v", tc.gogc, err, tc.wantErr)
+				t.Fatalf("tunesGC(%q) error %v, want error %v", tc.gogc, err, tc.wantErr)
 			}
 			if tune != tc.tune {
-				t.Errorf("serveGCPercent(%q) = %v, want %v", tc.gogc, tune, tc.tune)
+				t.Errorf("tunesGC(%q) = %v, want %v", tc.gogc, tune, tc.tune)
 			}
 		})
 	}

@@ -50,9 +50,12 @@ adopts them and their logs go on from where the archive ends.`,
   kubetask serve --kubeconfig "$(kubetask cluster kubeconfig)" --listen 127.0.0.1:9090 --retention 168h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			tune, err := tunesGC(os.Getenv("GOGC"))
+			if err != nil {
+				return err
+			}
 			cfg := service.Config{}
 			if configFile != "" {
-				var err error
 				if cfg, err = service.LoadFile(configFile); err != nil {
 					return err
 				}
@@ -117,9 +120,7 @@ adopts them and their logs go on from where the archive ends.`,
 					cfg.DefaultNamespace = ns
 				}
 			}
-			if tune, err := serveGCPercent(os.Getenv("GOGC")); err != nil {
-				return err
-			} else if tune {
+			if tune {
 				ctx, cancel := context.WithCancel(cmd.Context())
 				defer cancel()
 				go tuneGC(ctx, 10*time.Second)
