@@ -1,6 +1,7 @@
 package e2eserve
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -29,17 +30,12 @@ func TestServeTunesGOGC(t *testing.T) {
 		return resp.StatusCode == http.StatusOK && gogc.Match(b) && strings.Contains(string(b), "go_sched_latencies_seconds_bucket")
 	})
 
-	cmd := exec.Command(kubetaskBin(t), "serve", "--kubeconfig", env.Kubeconfig, "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubetaskBin(t), "serve", "--kubeconfig", env.Kubeconfig, "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "GOGC=OFF")
-	done := make(chan struct{})
-	var out []byte
-	var err error
-	go func() { out, err = cmd.CombinedOutput(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
 		t.Fatalf("kubetask serve with GOGC=OFF still ran after a minute; output:\n%s", out)
 	}
 	var exit *exec.ExitError
