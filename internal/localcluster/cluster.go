@@ -612,7 +612,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	return c.startAPIServer(ctx)
 }
 
-// RestartControllerManager stops kube-controller-manager and starts it again
+// RestartControllerManager stops kube-controller-manager (if it runs) and starts it again
 // with the client limits --kube-api-qps=qps and --kube-api-burst=burst (zero
 // qps: the cluster's 1000 and 1000; kube-controller-manager's own defaults
 // are 20 and 30), and waits until it is healthy.
@@ -632,6 +632,15 @@ func (c *Cluster) RestartControllerManager(ctx context.Context, qps, burst int) 
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
 	return c.waitReady(ctx, p, insecureHealthz(c.ports.ControllerManager))
+}
+
+// StopControllerManager stops kube-controller-manager;
+// RestartControllerManager starts it again.
+func (c *Cluster) StopControllerManager(ctx context.Context) error {
+	c.mu.Lock()
+	p := c.kcm
+	c.mu.Unlock()
+	return p.stop(ctx, 10*time.Second)
 }
 
 // StopEtcd stops etcd; the apiserver keeps running and fails its requests.
@@ -679,12 +688,21 @@ func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// EnsureNamespace creates namespace ns if it does not exist, and waits for its
-// default ServiceAccount.
+// EnsureNamespace creates namespace ns and its default ServiceAccount, which
+// pods need, where they do not exist. It creates the ServiceAccount itself
+// rather than waiting for kube-controller-manager's: that controller acts
+// when its namespace informer sees the namespace, and after kube-apiserver
+// restarts (a fault test) the informer may wait in client-go's relist
+// backoff, [30 s, 60 s) once the restarts come within 2 minutes of each
+// other, before it lists again.
 func (c *Cluster) EnsureNamespace(ctx context.Context, ns string) error {
 	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
+	if _, err := c.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s's default ServiceAccount: %w", ns, err)
 	}
 	return nil
 }

@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -227,8 +226,8 @@ type Env struct {
 
 var unsafe = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// New creates a namespace for t (deleted when t ends) and waits for its
-// default ServiceAccount, so pods can be created at once.
+// New creates a namespace for t (deleted when t ends) with its default
+// ServiceAccount (Cluster.EnsureNamespace), so pods can be created at once.
 func New(t testing.TB) *Env {
 	t.Helper()
 	c := Cluster()
@@ -240,23 +239,13 @@ func New(t testing.TB) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := c.Client()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s: %v", ns, err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	})
-	for {
-		if _, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("namespace %s: no default ServiceAccount after a minute", ns)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := c.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
 	}
 	return &Env{Client: client, Config: c.RESTConfig(), Kubeconfig: c.Kubeconfig(), Namespace: ns, Cluster: c}
 }
