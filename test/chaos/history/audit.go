@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
@@ -71,6 +72,11 @@ type Pod struct {
 	// MainStarted is set once a status write reported the main container
 	// running or terminated.
 	MainStarted bool
+	// MainStartedAt is the latest start of the main container that a status
+	// write reported: the startedAt of its running or terminated state,
+	// the node's clock in whole seconds (so never later than the start).
+	// Zero when none reported one (a container that never started).
+	MainStartedAt time.Time
 	// MainExit is the main container's exit code from the first status
 	// write that reported it terminated, at MainExitAt (nil: never reported).
 	MainExit   *int32
@@ -397,11 +403,26 @@ type status struct {
 type containerReport struct {
 	Name  string `json:"name"`
 	State struct {
-		Running    *struct{} `json:"running"`
+		Running *struct {
+			StartedAt metav1.Time `json:"startedAt"`
+		} `json:"running"`
 		Terminated *struct {
-			ExitCode int32 `json:"exitCode"`
+			ExitCode  int32       `json:"exitCode"`
+			StartedAt metav1.Time `json:"startedAt"`
 		} `json:"terminated"`
 	} `json:"state"`
+}
+
+// startedAt is when the container's reported state says it started (zero:
+// it does not say, or it never started).
+func (c containerReport) startedAt() time.Time {
+	switch {
+	case c.State.Running != nil:
+		return c.State.Running.StartedAt.Time
+	case c.State.Terminated != nil:
+		return c.State.Terminated.StartedAt.Time
+	}
+	return time.Time{}
 }
 
 func (p *Pod) statusWritten(ev *auditv1.Event, at time.Time) {
@@ -412,6 +433,9 @@ func (p *Pod) statusWritten(ev *auditv1.Event, at time.Time) {
 	for _, c := range append(r.ContainerStatuses, r.InitContainerStatuses...) {
 		if c.Name == p.MainContainer && (c.State.Running != nil || c.State.Terminated != nil) {
 			p.MainStarted = true
+			if s := c.startedAt(); s.After(p.MainStartedAt) {
+				p.MainStartedAt = s
+			}
 		}
 		if c.State.Terminated == nil {
 			continue

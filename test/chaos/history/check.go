@@ -38,7 +38,7 @@ func (i Invariant) String() string {
 	case OneRunPerAttempt:
 		return "1 at most one run per attempt"
 	case NoRunAfterOutcome:
-		return "2 no run created after its attempt's outcome"
+		return "2 no run of an attempt after its outcome"
 	case NoConcurrentRuns:
 		return "3 no two pods of a task running at once"
 	case OneTrueOutcome:
@@ -59,8 +59,10 @@ type Violation struct {
 	Task    string
 	Attempt int
 	Detail  string
-	// At is when the offending pod was created (invariants 1 and 2) or
-	// bound (3); zero for the others.
+	// At is when the offending pod was created (invariant 1), ran after
+	// the outcome (2: its creation, binding or main container's start, the
+	// first of them that came after the outcome) or was bound (3); zero for
+	// the others.
 	At time.Time
 }
 
@@ -275,8 +277,12 @@ func outcomeOf(rec store.Record, a int) *store.AttemptOutcome {
 	return nil
 }
 
-// afterOutcome: invariant 2. A pod created after its attempt's outcome was
-// recorded (or for an attempt after the task's final one) must never run.
+// afterOutcome: invariant 2. No pod of an attempt runs after the attempt's
+// outcome was recorded (or any pod of an attempt after the task's final
+// one): none is created after it and bound, none is bound after it, and no
+// main container starts after it. Each comparison is one-sided: a binding
+// is received after the scheduler decided and before anything runs, and a
+// reported start is in whole seconds, never later than the start itself.
 func (c *checker) afterOutcome(rec store.Record, a int, pods []*Pod, out *store.AttemptOutcome) {
 	var at time.Time
 	switch {
@@ -287,19 +293,28 @@ func (c *checker) afterOutcome(rec store.Record, a int, pods []*Pod, out *store.
 	default:
 		return
 	}
+	when := at.Format(time.RFC3339Nano)
 	for _, p := range pods {
 		for _, r := range p.Refused {
 			if r.After(at) {
 				c.r.RefusedAfterOutcome++
 			}
 		}
-		if !p.Created.After(at) {
-			continue
+		created := p.Created.After(at)
+		if created {
+			c.r.CreatedAfterOutcome++
 		}
-		c.r.CreatedAfterOutcome++
-		if p.Ran() {
+		switch {
+		case !p.Ran():
+		case created:
 			c.violateAt(p.Created, NoRunAfterOutcome, rec.ID, a, "pod %s was created %s after the outcome was recorded (%s) and ran on %s from %s",
-				p, p.Created.Sub(at).Round(time.Millisecond), at.Format(time.RFC3339Nano), p.Node, p.Bound.Format(time.RFC3339Nano))
+				p, p.Created.Sub(at).Round(time.Millisecond), when, p.Node, p.Bound.Format(time.RFC3339Nano))
+		case p.Bound.After(at):
+			c.violateAt(p.Bound, NoRunAfterOutcome, rec.ID, a, "pod %s, created before the outcome was recorded (%s), was bound to %s %s after it",
+				p, when, p.Node, p.Bound.Sub(at).Round(time.Millisecond))
+		case p.MainStartedAt.After(at):
+			c.violateAt(p.MainStartedAt, NoRunAfterOutcome, rec.ID, a, "the main container of pod %s, bound to %s before the outcome was recorded (%s), started after it, at %s",
+				p, p.Node, when, p.MainStartedAt.Format(time.RFC3339))
 		}
 	}
 }

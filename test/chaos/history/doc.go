@@ -25,7 +25,10 @@
 //     reported terminated, a status write with phase Succeeded or Failed,
 //     or a delete with grace period 0 (what a kubelet, kwok, the pod garbage
 //     collector or a force delete sends once nothing runs or nothing may).
-//     A pod is running from its binding's receipt until it stopped.
+//     A pod is running from its binding's receipt until it stopped;
+//   - the main container started at the startedAt that a status write
+//     reported for it (running, or terminated after a start): the node's
+//     clock in whole seconds, never later than the start.
 //
 // A write that does not name its pod's UID goes to the pod of its name's
 // latest create received before the write completed: two pods of one name

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -112,11 +113,12 @@ func (h *h) bind(p *corev1.Pod, node string, s float64) *h {
 }
 
 // status is a strategic merge patch of pods/status naming the containers
-// given: "running", or an exit code.
+// given: "running" (started at s, in whole seconds as a node writes it), or
+// an exit code (a container that never started: no startedAt).
 func (h *h) status(p *corev1.Pod, s float64, containers map[string]any) *h {
 	var cs []map[string]any
 	for name, st := range containers {
-		state := map[string]any{"running": map[string]any{"startedAt": at(0)}}
+		state := map[string]any{"running": map[string]any{"startedAt": metav1.NewTime(at(math.Floor(s)))}}
 		if code, ok := st.(int); ok {
 			state = map[string]any{"terminated": map[string]any{"exitCode": code, "reason": "Completed"}}
 		}
@@ -377,6 +379,67 @@ func TestCheck(t *testing.T) {
 			check: func(t *testing.T, r *Report) {
 				if r.Fenced != 0 || r.PodsRan != 1 || r.Stopped["status"] != 1 {
 					t.Errorf("fenced %d, ran %d, stopped %v", r.Fenced, r.PodsRan, r.Stopped)
+				}
+			},
+		},
+		"a pod created before its attempt's outcome and bound after it": {
+			// A cancelled task's recorded pod, still gated when the outcome
+			// was recorded, ungated after it: it runs after the outcome.
+			history: func(h *h) {
+				p := gated(t, "a", 0, "u1")
+				h.create(p, 0).ungate(p, 1.1).bind(p, "sim-0", 1.2).
+					status(p, 1.5, map[string]any{"main": "running", "envoy": "running"}).
+					del(p, 3, 30).status(p, 3.5, map[string]any{"main": 137, "envoy": 137}).del(p, 3.6, 0)
+			},
+			tasks: []Task{withLogs(record("a", outcome(0, "Failed", "Cancelled", nil, 1.0)))},
+			want:  map[Invariant]int{NoRunAfterOutcome: 1},
+			check: func(t *testing.T, r *Report) {
+				if r.CreatedAfterOutcome != 0 || r.PodsRan != 1 {
+					t.Errorf("created after outcome %d, ran %d", r.CreatedAfterOutcome, r.PodsRan)
+				}
+			},
+		},
+		"a pod bound before its attempt's outcome whose main container started after it": {
+			history: func(h *h) {
+				p := pod(t, "a", 0, "u1")
+				h.create(p, 0).bind(p, "sim-0", 0.1).status(p, 0.5, map[string]any{"envoy": "running"}).
+					status(p, 2.3, map[string]any{"main": "running"}).
+					del(p, 2.5, 30).status(p, 3, map[string]any{"main": 137, "envoy": 137}).del(p, 3.1, 0)
+			},
+			tasks: []Task{withLogs(record("a", outcome(0, "Failed", "Cancelled", nil, 1.0)))},
+			want:  map[Invariant]int{NoRunAfterOutcome: 1},
+		},
+		"a pod bound before its attempt's outcome and deleted after it": {
+			// A running task cancelled: the outcome first, then the delete,
+			// the kubelet's stop and the release.
+			history: func(h *h) {
+				p := pod(t, "a", 0, "u1")
+				h.create(p, 0).bind(p, "sim-0", 0.1).status(p, 0.5, map[string]any{"main": "running", "envoy": "running"}).
+					del(p, 1.1, 30).status(p, 1.6, map[string]any{"main": 143, "envoy": 143}).del(p, 1.7, 0)
+			},
+			tasks: []Task{withLogs(record("a", outcome(0, "Failed", "Cancelled", nil, 1.0)))},
+		},
+		"a main container reported ended, never started, after the outcome": {
+			// Evicted before its main container started: the node reports
+			// it terminated, without a start, after the outcome.
+			history: func(h *h) {
+				p := pod(t, "a", 0, "u1")
+				h.create(p, 0).bind(p, "sim-0", 0.1).status(p, 0.5, map[string]any{"envoy": "running"}).
+					evict(p, 0.8).del(p, 0.8, 30).status(p, 2.2, map[string]any{"main": 137, "envoy": 137}).del(p, 2.3, 0)
+			},
+			tasks: []Task{withLogs(record("a", outcome(0, "Failed", "Evicted", nil, 1.0)))},
+		},
+		"a gated pod created before its attempt's outcome and discarded after it": {
+			// A creation in flight when the task was cancelled: the record
+			// does not take the pod, which is discarded, never bound.
+			history: func(h *h) {
+				p := gated(t, "a", 0, "u1")
+				h.create(p, 0).discard(p, 1.2)
+			},
+			tasks: []Task{{Record: record("a", outcome(0, "Failed", "Cancelled", nil, 1.0))}},
+			check: func(t *testing.T, r *Report) {
+				if r.Fenced != 1 || r.PodsRan != 0 {
+					t.Errorf("fenced %d, ran %d", r.Fenced, r.PodsRan)
 				}
 			},
 		},
@@ -643,6 +706,11 @@ func TestReadAuditRealLog(t *testing.T) {
 		}
 		if !p.Bound.After(p.Created) || !p.MainExitAt.After(p.Bound) || p.Stopped.Before(p.MainExitAt) {
 			t.Errorf("%s: created %s, bound %s, main exited %s, stopped %s: out of order", p, p.Created, p.Bound, p.MainExitAt, p.Stopped)
+		}
+		// The node's startedAt, in whole seconds: between the binding's
+		// second and the report of the exit.
+		if p.MainStartedAt.Before(p.Bound.Truncate(time.Second)) || p.MainStartedAt.After(p.MainExitAt) {
+			t.Errorf("%s: bound %s, main started %s, exit reported %s", p, p.Bound, p.MainStartedAt, p.MainExitAt)
 		}
 	}
 }
