@@ -3,7 +3,9 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
 func TestBeyondShards(t *testing.T) {
@@ -40,25 +43,132 @@ func TestBeyondShards(t *testing.T) {
 	}
 }
 
-// fakeGroups is a store.Groups kept in memory.
+// fakeGroups is a store.Groups kept in memory, by the real clock, that
+// passes storetest.RunGroups (TestFakeGroups): its Joins are serial.
 type fakeGroups struct {
+	mu         sync.Mutex
 	unfinished map[string]int
-	members    []store.Member
-	failures   int // calls that fail before the first answer
+	failures   int                               // calls that fail before the first answer
+	groups     map[string]map[string]*fakeMember // group -> identity
+	joins      int                               // Join calls that answered
+	// beforeJoin, when set, is called (without mu) at the start of every
+	// Join: a test holds joins there to make them meet.
+	beforeJoin func(m store.Member)
 }
 
-func (f *fakeGroups) Heartbeat(context.Context, string, string, string) error { return nil }
-func (f *fakeGroups) Leave(context.Context, string, string) error             { return nil }
-func (f *fakeGroups) Members(context.Context, string, time.Duration) ([]store.Member, error) {
-	return f.members, nil
+type fakeMember struct {
+	store.Member
+	seen time.Time
+}
+
+// newFakeGroups returns a fakeGroups whose group g has members, heard of
+// now, with the Joined, Shards and LeaseNamespace they have (Age ignored).
+func newFakeGroups(members ...store.Member) *fakeGroups {
+	f := &fakeGroups{groups: map[string]map[string]*fakeMember{}}
+	for _, m := range members {
+		f.group("g")[m.Identity] = &fakeMember{Member: m, seen: time.Now()}
+	}
+	return f
+}
+
+func (f *fakeGroups) group(g string) map[string]*fakeMember {
+	if f.groups == nil {
+		f.groups = map[string]map[string]*fakeMember{}
+	}
+	if f.groups[g] == nil {
+		f.groups[g] = map[string]*fakeMember{}
+	}
+	return f.groups[g]
+}
+
+func (f *fakeGroups) register(group string, m store.Member, within time.Duration) {
+	ms := f.group(group)
+	now := time.Now()
+	old := ms[m.Identity]
+	keep := old != nil && old.Shards == m.Shards && old.Joined > 0 && (within <= 0 || now.Sub(old.seen) < within)
+	joined := int64(1)
+	for _, o := range ms {
+		joined = max(joined, o.Joined+1)
+	}
+	if keep {
+		joined = old.Joined
+	}
+	ms[m.Identity] = &fakeMember{Member: store.Member{Identity: m.Identity, LeaseNamespace: m.LeaseNamespace, Shards: m.Shards, Joined: joined}, seen: now}
+}
+
+// members are those of group heard of within the last within, and self.
+func (f *fakeGroups) members(group string, within time.Duration, self string) []store.Member {
+	now := time.Now()
+	var out []store.Member
+	for id, m := range f.group(group) {
+		if age := now.Sub(m.seen); age < within || id == self {
+			mm := m.Member
+			mm.Age = age
+			out = append(out, mm)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Member) int { return strings.Compare(a.Identity, b.Identity) })
+	return out
+}
+
+func (f *fakeGroups) fail() error {
+	if f.failures > 0 {
+		f.failures--
+		return store.ErrUnavailable
+	}
+	return nil
+}
+
+func (f *fakeGroups) Join(_ context.Context, group string, m store.Member, within time.Duration) ([]store.Member, error) {
+	if f.beforeJoin != nil {
+		f.beforeJoin(m)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	f.register(group, m, within)
+	f.joins++
+	return f.members(group, within, m.Identity), nil
+}
+
+func (f *fakeGroups) Heartbeat(_ context.Context, group string, m store.Member) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.register(group, m, 0)
+	return nil
+}
+
+func (f *fakeGroups) Leave(_ context.Context, group, member string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.group(group), member)
+	return nil
+}
+
+func (f *fakeGroups) Members(_ context.Context, group string, within time.Duration) ([]store.Member, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	return f.members(group, within, ""), nil
 }
 
 func (f *fakeGroups) UnfinishedByExecutor(context.Context) (map[string]int, error) {
-	if f.failures > 0 {
-		f.failures--
-		return nil, store.ErrUnavailable
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail(); err != nil {
+		return nil, err
 	}
 	return f.unfinished, nil
+}
+
+// TestFakeGroups: the fake the tests of this package use keeps the
+// contract of store.Groups.
+func TestFakeGroups(t *testing.T) {
+	storetest.RunGroups(t, func(*testing.T) store.Groups { return &fakeGroups{} })
 }
 
 func TestCheckGroup(t *testing.T) {
@@ -67,10 +177,10 @@ func TestCheckGroup(t *testing.T) {
 		g    *fakeGroups
 		want string
 	}{
-		{"agrees", &fakeGroups{members: []store.Member{{Identity: "r1", LeaseNamespace: "leases"}}}, ""},
-		{"own earlier entry elsewhere", &fakeGroups{members: []store.Member{{Identity: "r0", LeaseNamespace: "other"}}}, ""},
-		{"member in another namespace", &fakeGroups{members: []store.Member{{Identity: "r1", LeaseNamespace: "other", Age: 3 * time.Second}}},
-			`replica r1 of group g holds its Leases in namespace "other" (heard of 3s ago), this one in "leases"`},
+		{"agrees", newFakeGroups(store.Member{Identity: "r1", LeaseNamespace: "leases"}), ""},
+		{"own earlier entry elsewhere", newFakeGroups(store.Member{Identity: "r0", LeaseNamespace: "other"}), ""},
+		{"member in another namespace", newFakeGroups(store.Member{Identity: "r1", LeaseNamespace: "other"}),
+			`replica r1 of group g holds its Leases in namespace "other" (heard of 0s ago), this one in "leases"`},
 		{"records beyond the shards", &fakeGroups{unfinished: map[string]int{"g-shard-2": 1}}, "beyond the 2 of --shards"},
 		{"store errors are retried", &fakeGroups{failures: 2, unfinished: map[string]int{"g-shard-2": 1}}, "beyond the 2 of --shards"},
 	} {

@@ -433,11 +433,16 @@ func (r *Replica) heartbeat(ctx context.Context) {
 	}
 	go func() {
 		defer r.beat.Unlock()
-		err := r.cfg.Groups.Heartbeat(ctx, r.cfg.Group, r.cfg.Identity, r.cfg.Namespace)
+		err := r.cfg.Groups.Heartbeat(ctx, r.cfg.Group, r.member())
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("telling the store this replica runs", "err", err)
 		}
 	}()
+}
+
+// member is this replica as it registers in the store (Config.Groups).
+func (r *Replica) member() store.Member {
+	return store.Member{Identity: r.cfg.Identity, LeaseNamespace: r.cfg.Namespace, Shards: r.cfg.Shards}
 }
 
 // rebalance starts the executors of the shards in want that do not run and

@@ -234,6 +234,13 @@ var postgresMigrations = []string{
 	`ALTER TABLE tasks
 		ADD COLUMN submitted_by text NOT NULL DEFAULT '',
 		ADD COLUMN cancelled_by text NOT NULL DEFAULT '';`,
+	// Migration 5: each replica's shard count (--shards) and its place in
+	// its group's join order (Groups.Join). A row an older binary wrote,
+	// or writes still (its statements name neither column), has 0 for
+	// both: count unknown.
+	`ALTER TABLE kubetask_members
+		ADD COLUMN shards integer NOT NULL DEFAULT 0,
+		ADD COLUMN joined bigint  NOT NULL DEFAULT 0;`,
 }
 
 var _ Store = (*postgresStore)(nil)

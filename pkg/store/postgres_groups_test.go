@@ -5,46 +5,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/kubetask/kubetask/internal/pgtest"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
-// TestPostgresGroups: heartbeats make members, Leave and age forget them,
-// and unfinished records are counted by executor instance.
+// TestPostgresGroups runs the conformance suite of store.Groups against
+// the PostgreSQL store, each case on a database of its own.
 func TestPostgresGroups(t *testing.T) {
+	t.Parallel()
+	storetest.RunGroups(t, func(t *testing.T) store.Groups {
+		s := openPostgres(t, store.Options{})
+		t.Cleanup(func() { s.Close() })
+		return s.(store.Groups)
+	})
+}
+
+// TestPostgresUnfinishedByExecutor: unfinished records are counted by
+// executor instance.
+func TestPostgresUnfinishedByExecutor(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openPostgres(t, store.Options{})
 	defer s.Close()
 	g := s.(store.Groups)
-	for _, m := range []struct{ member, ns string }{{"r0", "a"}, {"r1", "a"}, {"r0", "b"}} {
-		if err := g.Heartbeat(ctx, "g", m.member, m.ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := g.Heartbeat(ctx, "other", "r9", "z"); err != nil {
-		t.Fatal(err)
-	}
-	got, err := g.Members(ctx, "g", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].Identity != "r0" || got[0].LeaseNamespace != "b" || got[1].Identity != "r1" || got[1].LeaseNamespace != "a" {
-		t.Fatalf("members %+v, want r0 in b (its last heartbeat) and r1 in a", got)
-	}
-	if got[0].Age < 0 || got[0].Age > 10*time.Second {
-		t.Fatalf("age %s", got[0].Age)
-	}
-	if err := g.Leave(ctx, "g", "r0"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err = g.Members(ctx, "g", time.Minute); err != nil || len(got) != 1 || got[0].Identity != "r1" {
-		t.Fatalf("members after r0 left: %+v, %v", got, err)
-	}
-	// r1's heartbeat was a round trip ago: more than a microsecond by the
-	// server's clock.
-	if got, err = g.Members(ctx, "g", time.Microsecond); err != nil || len(got) != 0 {
-		t.Fatalf("members heard of in the last microsecond: %+v, %v", got, err)
-	}
-
 	for i, r := range []store.Record{
 		{ID: "t1", Executor: "g-shard-0"},
 		{ID: "t2", Executor: "g-shard-0"},
@@ -62,5 +49,47 @@ func TestPostgresGroups(t *testing.T) {
 	}
 	if len(counts) != 2 || counts["g-shard-0"] != 2 || counts["g-shard-5"] != 1 {
 		t.Fatalf("unfinished by executor %v, want g-shard-0: 2, g-shard-5: 1", counts)
+	}
+}
+
+// TestPostgresMembersOfAnOlderBinary: rows of kubetask_members written by a
+// binary of schema version 4, before the migration and after it (its
+// statements name neither shards nor joined), read as members of unknown
+// count (Shards and Joined 0), and a Join of this binary places itself
+// after them.
+func TestPostgresMembersOfAnOlderBinary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.Database(t)
+	old, err := store.OpenPostgresMigrations(ctx, url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	c := rawPostgres(t, url)
+	// Schema version 4's heartbeat, verbatim.
+	heartbeat := func(member string) {
+		t.Helper()
+		if _, err := c.Exec(ctx, `INSERT INTO kubetask_members (grp, member, lease_namespace, seen_at) VALUES ($1, $2, $3, clock_timestamp())
+			ON CONFLICT (grp, member) DO UPDATE SET lease_namespace = excluded.lease_namespace, seen_at = excluded.seen_at`, "g", member, "ns"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heartbeat("before")
+	s := openPostgresURL(t, url)
+	heartbeat("after")
+	heartbeat("before")
+	g := s.(store.Groups)
+	got, err := g.Join(ctx, "g", store.Member{Identity: "new", LeaseNamespace: "ns", Shards: 12}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.Member{
+		{Identity: "after", LeaseNamespace: "ns"},
+		{Identity: "before", LeaseNamespace: "ns"},
+		{Identity: "new", LeaseNamespace: "ns", Shards: 12, Joined: 1},
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(store.Member{}, "Age")); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
 	}
 }
