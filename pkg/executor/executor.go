@@ -141,6 +141,7 @@ type Executor struct {
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
 	ungated   map[string]types.UID  // by task: the pod whose fence gate this process removed
+	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
@@ -192,6 +193,7 @@ func New(cfg Config) (*Executor, error) {
 		cleanups:  make(chan string, cfg.Parallelism),
 		actions:   map[string]*podAction{},
 		ungated:   map[string]types.UID{},
+		sealed:    map[string]sealing{},
 		captures:  map[captureKey]*captureRun{},
 		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),

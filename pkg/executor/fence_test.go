@@ -76,37 +76,45 @@ func TestFitOf(t *testing.T) {
 	recorded.PodCreated, recorded.PodUID, recorded.PodEpoch = true, "u1", 5
 	legacy := store.Record{Attempt: 0, PodCreated: true} // before the fence: no nonce, no UID
 	tests := map[string]struct {
-		rec  store.Record
-		pod  *corev1.Pod
-		n    int
-		want podFit
+		rec     store.Record
+		pod     *corev1.Pod
+		n       int
+		want    podFit
+		foreign bool // created by an instance this one adopts from
 	}{
-		"a finished attempt's recorded pod":                {current, pod("u0", "3", false, "n"), 0, fitOwn},
-		"another pod of a finished attempt (stale create)": {current, pod("u9", "6", true, "n"), 0, fitDiscard},
-		"the recorded pod of the current attempt":          {recorded, pod("u1", "5", false, "n"), 1, fitOwn},
-		"the recorded pod, its gate still on":              {recorded, pod("u1", "5", true, "n"), 1, fitOwn},
-		"another pod than the recorded one, gated":         {recorded, pod("u2", "6", true, "n"), 1, fitDiscard},
-		"another pod than the recorded one, running":       {recorded, pod("u2", "6", false, "n"), 1, fitDiscard},
-		"this term's creation, not recorded yet":           {current, pod("u2", strconv.Itoa(epoch), true, "n"), 1, fitCreating},
-		"an earlier term's unrecorded pod":                 {current, pod("u2", "6", true, "n"), 1, fitDiscard},
-		"an unrecorded pod whose gate was removed by hand": {current, pod("u2", "6", false, "n"), 1, fitDiscard},
+		"a finished attempt's recorded pod":                {current, pod("u0", "3", false, "n"), 0, fitOwn, false},
+		"another pod of a finished attempt (stale create)": {current, pod("u9", "6", true, "n"), 0, fitDiscard, false},
+		"the recorded pod of the current attempt":          {recorded, pod("u1", "5", false, "n"), 1, fitOwn, false},
+		"the recorded pod, its gate still on":              {recorded, pod("u1", "5", true, "n"), 1, fitOwn, false},
+		"another pod than the recorded one, gated":         {recorded, pod("u2", "6", true, "n"), 1, fitDiscard, false},
+		"another pod than the recorded one, running":       {recorded, pod("u2", "6", false, "n"), 1, fitDiscard, false},
+		"this term's creation, not recorded yet":           {current, pod("u2", strconv.Itoa(epoch), true, "n"), 1, fitCreating, false},
+		"an earlier term's unrecorded pod":                 {current, pod("u2", "6", true, "n"), 1, fitDiscard, false},
+		"an unrecorded pod whose gate was removed by hand": {current, pod("u2", "6", false, "n"), 1, fitDiscard, false},
 		// A newer term elsewhere (this one is stale and does not know yet)
 		// may record its creation after this pass read the record: not
 		// this term's to judge (TestSplitBrainCreatesNoDuplicate: a stale
 		// term discarded 9 of 100 such pods after they were recorded).
-		"a newer term's creation, not recorded yet":        {current, pod("u2", "8", true, "n"), 1, fitNewer},
-		"a newer term's pod, ungated since this pass read": {current, pod("u2", "12", false, "n"), 1, fitNewer},
-		"a newer term's pod beside the recorded one":       {recorded, pod("u2", "8", true, "n"), 1, fitDiscard},
-		"a newer term's pod of a finished attempt":         {current, pod("u9", "8", true, "n"), 0, fitDiscard},
-		"a newer term's pod of an earlier record (nonce)":  {current, pod("u2", "8", true, "old"), 1, fitDiscard},
-		"an earlier record's pod (another nonce)":          {recorded, pod("u1", "5", false, "old"), 1, fitDiscard},
-		"a pod created before the fence, recorded":         {legacy, pod("u5", "", false, ""), 0, fitOwn},
-		"a pod created before the fence, not recorded":     {store.Record{}, pod("u5", "", false, ""), 0, fitOwn},
-		"an outcome recorded before the fence":             {store.Record{Attempt: 1, Attempts: []store.AttemptOutcome{{Attempt: 0}}}, pod("u5", "", false, ""), 0, fitOwn},
+		"a newer term's creation, not recorded yet":        {current, pod("u2", "8", true, "n"), 1, fitNewer, false},
+		"a newer term's pod, ungated since this pass read": {current, pod("u2", "12", false, "n"), 1, fitNewer, false},
+		"a newer term's pod beside the recorded one":       {recorded, pod("u2", "8", true, "n"), 1, fitDiscard, false},
+		"a newer term's pod of a finished attempt":         {current, pod("u9", "8", true, "n"), 0, fitDiscard, false},
+		"a newer term's pod of an earlier record (nonce)":  {current, pod("u2", "8", true, "old"), 1, fitDiscard, false},
+		"an earlier record's pod (another nonce)":          {recorded, pod("u1", "5", false, "old"), 1, fitDiscard, false},
+		// Another instance's terms (Config.AdoptFrom) count their own
+		// epochs: its pod's epoch says nothing of this instance's terms.
+		"an adopted instance's unrecorded gated pod, its epoch above this term's": {current, pod("u2", "12", true, "n"), 1, fitDiscard, true},
+		"an adopted instance's unrecorded gated pod, its epoch this term's":       {current, pod("u2", strconv.Itoa(epoch), true, "n"), 1, fitDiscard, true},
+		"an adopted instance's unrecorded pod, ungated":                           {current, pod("u2", "3", false, "n"), 1, fitDiscard, true},
+		"an adopted instance's recorded pod":                                      {recorded, pod("u1", "12", false, "n"), 1, fitOwn, true},
+		"an adopted instance's pod from before the fence":                         {store.Record{}, pod("u5", "", false, ""), 0, fitOwn, true},
+		"a pod created before the fence, recorded":                                {legacy, pod("u5", "", false, ""), 0, fitOwn, false},
+		"a pod created before the fence, not recorded":                            {store.Record{}, pod("u5", "", false, ""), 0, fitOwn, false},
+		"an outcome recorded before the fence":                                    {store.Record{Attempt: 1, Attempts: []store.AttemptOutcome{{Attempt: 0}}}, pod("u5", "", false, ""), 0, fitOwn, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := fitOf(tc.rec, tc.pod, tc.n, epoch); got != tc.want {
+			if got := fitOf(tc.rec, tc.pod, tc.n, epoch, tc.foreign); got != tc.want {
 				t.Errorf("fitOf = %d, want %d", got, tc.want)
 			}
 		})
@@ -642,6 +650,15 @@ func TestFenceGateIsNotTheTasks(t *testing.T) {
 			f.reactorError("patch", "pods", errors.New("connection refused")) // the gate stays
 			f.clk.SetTime(podtest.T0.Add(11 * time.Minute))                   // past the default schedule timeout (10m)
 			_, _, _ = f.sync("a")
+			_, _, _ = f.sync("a")
+			f.drainCleanups()
+			// The pod, which never ran, is deleted before the outcome is
+			// recorded; the outcome follows once the cache shows that.
+			if live := f.serverPod(p.Name); live != nil {
+				f.cache(live)
+			} else {
+				f.uncache(p)
+			}
 			_, _, _ = f.sync("a")
 			if s := f.state("a"); s != tc.want {
 				t.Errorf("state %s, want %s", s, tc.want)

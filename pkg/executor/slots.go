@@ -402,8 +402,47 @@ func fencedPod(pod *corev1.Pod, epoch int64) *corev1.Pod {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[task.AnnotationEpoch] = strconv.FormatInt(epoch, 10)
+	pinByAffinity(&pod.Spec)
 	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: task.FenceGate})
 	return pod
+}
+
+// pinByAffinity turns spec.nodeName into what the DaemonSet controller
+// uses to keep its pods on their nodes through the scheduler: a required
+// node affinity on the node's metadata.name. kube-apiserver refuses a pod
+// with both nodeName and scheduling gates, and the fence's gate must stay
+// (nodeName would bind the pod at its creation, before its record takes
+// it). The node name is added to every required term (they are ORed), so
+// the pod still runs only where its own affinity allowed; a toleration of
+// every NoSchedule taint keeps what nodeName did, which bypassed the
+// scheduler and so those taints (the kubelet still refuses NoExecute taints
+// the pod does not tolerate, as before). What the scheduler adds: a node
+// without room leaves the pod Pending (Unschedulable) where the kubelet
+// would have failed it (OutOfcpu and the like).
+func pinByAffinity(spec *corev1.PodSpec) {
+	node := spec.NodeName
+	if node == "" {
+		return
+	}
+	spec.NodeName = ""
+	onNode := corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	required := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if required == nil || len(required.NodeSelectorTerms) == 0 {
+		spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{onNode}}},
+		}
+	} else {
+		for i := range required.NodeSelectorTerms {
+			required.NodeSelectorTerms[i].MatchFields = append(required.NodeSelectorTerms[i].MatchFields, onNode)
+		}
+	}
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 }
 
 // claimGone says why rec no longer wants a pod for attempt n from executor
@@ -545,7 +584,7 @@ func (e *Executor) create(ctx context.Context, pod *corev1.Pod, epoch int64) (*c
 	}
 	fenced, stamped := attempt.Fenced(live), live.Annotations[task.AnnotationEpoch] != ""
 	switch {
-	case fenced && live.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10):
+	case fenced && live.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10) && live.Annotations[task.AnnotationExecutor] == e.cfg.InstanceID:
 		return live, false, nil // this term's: an earlier try whose answer was lost
 	case fenced:
 		e.cfg.Logger.Info("discarding a pod an earlier term created and never ran", "pod", pod.Namespace+"/"+pod.Name, "epoch", live.Annotations[task.AnnotationEpoch])

@@ -455,6 +455,13 @@ func TestForcedDeletionEndsTheLogCapture(t *testing.T) {
 	}
 	w = w.DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0)
 	f.both(f.podOf("a", 0, w))
+	// A live kubelet would report the containers' final states now: the
+	// outcome waits for that report, at most finalReportSettle.
+	if d, verbs, err := f.sync("a"); err != nil || d != finalReportSettle || len(verbs) != 0 || f.state("a") != "Running/Stopping" {
+		t.Fatalf("before the final report: requeue %s, requests %v, state %s, err %v; want %s, none, Running/Stopping",
+			d, verbs, f.state("a"), err, finalReportSettle)
+	}
+	f.clk.Step(finalReportSettle)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, verbs, err := f.sync("a")

@@ -63,6 +63,31 @@ type gateMemo struct {
 // something changes). It is idempotent: every pass decides from the record
 // and the pods as they are now. Every requeue is in its return value.
 func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
+	for range viewTries {
+		d, err := e.syncView(ctx, id)
+		if !errors.Is(err, errViewMoved) {
+			return d, err
+		}
+	}
+	return e.cfg.RetryPeriod, nil // the record keeps changing under the pass: look again soon
+}
+
+// viewTries bounds the passes of one sync whose record changed between the
+// read it decided from and the read that confirms a discard.
+const viewTries = 3
+
+// errViewMoved ends a pass that was about to discard a pod on a record read
+// before the pod was seen, and found on a second read that the record had
+// changed since: the pass starts again from the record as it is now.
+var errViewMoved = errors.New("the task's record changed since this pass read it")
+
+// syncView is one pass of sync over one view: the record, then the pods
+// the cache shows. A discard (a pod the record does not take) is decided
+// only on a record read after the pods were seen: the record is written
+// before a pod's gate is removed, so a pod this process's own creator
+// recorded and ungated after the pass's first read is never taken for one
+// whose gate was removed by hand.
+func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, error) {
 	rec, err := e.store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, e.releaseUnknown(ctx, id)
@@ -80,6 +105,15 @@ func (e *Executor) sync(ctx context.Context, id string) (time.Duration, error) {
 	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
 	pods, discard, newer := e.fitPods(rec, ident)
+	if len(discard) > 0 && !newer {
+		again, err := e.store.Get(ctx, id)
+		if err != nil {
+			return 0, fmt.Errorf("reading task %s again before a discard: %w", id, err)
+		}
+		if again.Version != rec.Version {
+			return 0, errViewMoved
+		}
+	}
 	if newer {
 		// A newer term of this instance runs elsewhere: this one is stale,
 		// and its next store write or Lease renewal ends it. Act on nothing
@@ -165,7 +199,8 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if creating && (cr.seen || pod == nil) {
 		e.dropCreation(rec.ID)
 	}
-	if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) {
+	if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) &&
+		rec.CancelledAt.IsZero() && pod.DeletionTimestamp == nil {
 		// Recorded, and its gate left on (the creator's removal failed, or
 		// its process ended in between): it may run now.
 		if err := e.retryAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
@@ -201,14 +236,50 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
 		return untilRecheck(st, now), nil
 	}
-	if pod != nil && st.ExitCode == nil && stoppedByOthers(st.Reason) && !podstate.Stopped(pod) {
-		// Someone else is stopping the pod while the main container runs: its
-		// containers may run for their grace period (or longer on a lost
-		// node), and the main container may still end by itself. No decision,
-		// and no next attempt, before no container runs.
-		e.setProgress(rec, stoppingPhase(pod, t), string(podstate.ReasonStopping),
-			"waiting for the pod's containers to stop before deciding: "+st.Message, nil)
-		return stopRecheck, nil
+	if wait := e.stoppedByOthersWait(rec, t, pod, st, now); wait > 0 {
+		return wait, nil
+	}
+	if st.ExitCode == nil && stoppedByOthers(st.Reason) && stale && pod != nil {
+		// About to decide from a stop by someone else, not from the main
+		// container: confirm on a view at least as new as what the kubelet
+		// has reported, so that an exit reported just before is never lost.
+		live, err := e.readPod(ctx, rec, ident, n)
+		if err != nil {
+			return 0, err
+		}
+		pod = live
+		policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
+		st = podstate.Derive(withoutFenceGate(pod), policy, now)
+		if !st.Terminal() {
+			if err := e.persistProgress(ctx, rec, st); err != nil {
+				return 0, err
+			}
+			e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+			return untilRecheck(st, now), nil
+		}
+		if wait := e.stoppedByOthersWait(rec, t, pod, st, now); wait > 0 {
+			return wait, nil
+		}
+	}
+	if s, ok := e.sealedOutcome(rec.ID, n, pod); ok {
+		st = s
+	} else if pod != nil && attempt.Fenced(pod) {
+		// Its gate still on: nothing of it ran as far as this view shows.
+		// It is deleted before the outcome is recorded, so that no removal
+		// of its gate still on its way (its creator's, between recording
+		// and ungating, or a retried one) lets it run after the outcome:
+		// kube-apiserver refuses to bind a pod that is being deleted. The
+		// outcome decided now is the one recorded once the deletion shows
+		// (the deletion itself would read as someone else's).
+		if pod.DeletionTimestamp == nil {
+			if err := e.retryAction(&podAction{kind: actDelete, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
+				return 0, err
+			}
+			e.seal(rec.ID, sealing{attempt: n, uid: pod.UID, st: st})
+			e.setProgress(rec, string(podstate.Pending), string(podstate.ReasonStopping),
+				"deleting pod "+pod.Name+", which never ran, before recording: "+st.Message, nil)
+			return 0, nil // the deletion's event brings the task back
+		}
 	}
 	var result []byte
 	if pod != nil && st.Phase == podstate.Succeeded && t.Spec.Result != nil {
@@ -463,6 +534,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	e.emit(ev)
 	e.mu.Lock()
 	delete(e.live, rec.ID)
+	delete(e.sealed, rec.ID)
 	e.mu.Unlock()
 	e.observe(rec.ID, updated.Phase, updated.Terminal)
 	if retry {
@@ -641,7 +713,13 @@ const (
 // what rec records is never the task's: a stale term's pod (gated, never
 // run) is discarded; one that runs although no record takes it (its gate
 // removed by hand) is discarded too, so that it never decides an outcome.
-func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64) podFit {
+// foreign says that pod was created by another instance (one this executor
+// adopts from, Config.AdoptFrom): its epoch is of that instance's terms, not
+// comparable with epoch. The record is this instance's since the adoption,
+// which no write of that instance's terms can follow (the adoption changed
+// the record's version), so a foreign pod the record does not take is
+// discarded whatever its epoch.
+func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64, foreign bool) podFit {
 	uid := string(pod.UID)
 	if pod.Annotations[task.AnnotationNonce] != rec.Nonce {
 		return fitDiscard // an earlier record's, with the same ID
@@ -661,6 +739,8 @@ func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64) podFit {
 	case rec.PodCreated && (rec.PodUID == "" || rec.PodUID == uid):
 		return fitOwn // recorded (before the fence: by identity)
 	case rec.PodCreated:
+		return fitDiscard
+	case foreign && stamped:
 		return fitDiscard
 	case fenced && podEpoch == epoch:
 		return fitCreating
@@ -690,7 +770,7 @@ func (e *Executor) fitPods(rec store.Record, ident task.Identity) (own map[int]*
 			Namespace: ident.Namespace, Name: ident.Name, RunID: ident.RunID, Nonce: id.Nonce}, n) {
 			continue
 		}
-		switch fitOf(rec, p, n, epoch) {
+		switch fitOf(rec, p, n, epoch, id.Executor != e.cfg.InstanceID) {
 		case fitOwn:
 			own[n] = p
 		case fitDiscard:
@@ -719,7 +799,7 @@ func (e *Executor) readPod(ctx context.Context, rec store.Record, ident task.Ide
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading pod %s/%s: %w", ident.Namespace, name, err)
-	case !e.ownsPod(live, ident, n) || fitOf(rec, live, n, e.epoch.Load()) != fitOwn:
+	case !e.ownsPod(live, ident, n) || fitOf(rec, live, n, e.epoch.Load(), live.Annotations[task.AnnotationExecutor] != e.cfg.InstanceID) != fitOwn:
 		e.cfg.Logger.Warn("pod with the attempt's name is not the attempt's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID, "uid", live.UID)
 		return nil, nil
 	}
@@ -853,6 +933,32 @@ func gatedCondition(pod *corev1.Pod) bool {
 	return false
 }
 
+// sealing is an outcome decided on the attempt's pod while its fence gate
+// was still on: it is recorded once the pod's deletion shows.
+type sealing struct {
+	attempt int
+	uid     types.UID
+	st      podstate.State
+}
+
+func (e *Executor) seal(id string, s sealing) {
+	e.mu.Lock()
+	e.sealed[id] = s
+	e.mu.Unlock()
+}
+
+// sealedOutcome returns the outcome decided for attempt n of task id while
+// its pod (nil: gone since) was still gated, if any.
+func (e *Executor) sealedOutcome(id string, n int, pod *corev1.Pod) (podstate.State, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sealed[id]
+	if !ok || s.attempt != n || pod != nil && s.uid != pod.UID {
+		return podstate.State{}, false
+	}
+	return s.st, true
+}
+
 // forget drops what the executor remembers of a finished task whose pods
 // are gone or released.
 func (e *Executor) forget(id string) {
@@ -863,6 +969,7 @@ func (e *Executor) forget(id string) {
 	delete(e.gates, id)
 	delete(e.failures, id)
 	delete(e.ungated, id)
+	delete(e.sealed, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
@@ -941,4 +1048,73 @@ func (e *Executor) captureCtx() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.runCtx
+}
+
+// stoppedByOthersWait is how long the outcome st, decided on pod, waits
+// while someone else stops the pod (0: decide now). While the main
+// container runs its containers may run for their grace period (or longer
+// on a lost node), and the main container may still end by itself: no
+// decision, and no next attempt, before no container runs, nor before the
+// kubelet's final report of a pod deleted with grace period 0
+// (finalReportWait).
+func (e *Executor) stoppedByOthersWait(rec store.Record, t *task.Task, pod *corev1.Pod, st podstate.State, now time.Time) time.Duration {
+	if pod == nil || st.ExitCode != nil || !stoppedByOthers(st.Reason) {
+		return 0
+	}
+	if !podstate.Stopped(pod) {
+		e.setProgress(rec, stoppingPhase(pod, t), string(podstate.ReasonStopping),
+			"waiting for the pod's containers to stop before deciding: "+st.Message, nil)
+		return stopRecheck
+	}
+	if wait := finalReportWait(pod, st, now); wait > 0 {
+		e.setProgress(rec, stoppingPhase(pod, t), string(podstate.ReasonStopping),
+			"waiting for the kubelet's final report of a pod deleted with grace period 0: "+st.Message, nil)
+		return wait
+	}
+	return 0
+}
+
+// finalReportSettle bounds how long an outcome that is not the main
+// container's own waits for the kubelet's final report of a pod deleted
+// with grace period 0 (finalReportWait). A live kubelet reports within
+// moments; a node that is gone never does.
+const finalReportSettle = 10 * time.Second
+
+// finalReportWait is how long the outcome st of pod, decided from a stop by
+// someone else rather than from the main container, waits for the kubelet's
+// final report: a deletion with grace period 0 (kubectl delete --force, an
+// eviction that asks for it) makes podstate.Stopped true at once, but the
+// kubelet of a live node still stops the containers and reports their
+// final states, and the main container may have exited by itself just
+// before (chaos seed 1796527408169114668: exit 0 reported 10 ms after the
+// eviction, the outcome recorded Evicted 14 ms later). No wait when the
+// report is in (every container terminated, or a final phase), when nobody
+// will report (never bound, the pod garbage collector's deletion of a pod
+// whose node is gone, a node lost), or once finalReportSettle passed since
+// the deletion.
+func finalReportWait(pod *corev1.Pod, st podstate.State, now time.Time) time.Duration {
+	if pod == nil || st.ExitCode != nil || !stoppedByOthers(st.Reason) || st.Reason == podstate.ReasonNodeLost ||
+		pod.DeletionTimestamp == nil || pod.Spec.NodeName == "" || podFinished(pod) || pod.Status.Phase == corev1.PodUnknown {
+		return 0
+	}
+	if g := pod.DeletionGracePeriodSeconds; g == nil || *g != 0 {
+		return 0
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "DeletionByPodGC" {
+			return 0
+		}
+	}
+	reported := len(pod.Spec.Containers) > 0
+	for _, c := range pod.Spec.Containers {
+		i := slices.IndexFunc(pod.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == c.Name })
+		if i < 0 || pod.Status.ContainerStatuses[i].State.Terminated == nil {
+			reported = false
+			break
+		}
+	}
+	if reported {
+		return 0
+	}
+	return max(pod.DeletionTimestamp.Add(finalReportSettle).Sub(now), 0)
 }

@@ -154,12 +154,32 @@ func TestSyncDecisions(t *testing.T) {
 			pod:   running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting"),
 			state: "Running/Stopping", requeue: stopRecheck,
 		},
+		// --- a deletion with grace period 0 waits for the kubelet's final report (issue 31, item 7) ---
+		"evicted with grace period 0 while main runs: Stopping until the kubelet's final report": {
+			pod:   running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0),
+			state: "Running/Stopping", requeue: finalReportSettle,
+		},
+		"evicted with grace period 0, the final report shows main exited 0 (chaos seed 1796527408169114668): Succeeded": {
+			pod: running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0).
+				On("main").Terminated(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded),
+			state: "Succeeded/Completed", terminal: true, verbs: []string{"patch pods"},
+		},
+		"evicted with grace period 0, the cache behind the API server's main exit 0: Succeeded": {
+			pod: running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0),
+			live: running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0).
+				On("main").Terminated(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded),
+			after: finalReportSettle, state: "Succeeded/Completed", terminal: true, verbs: []string{"get pods", "patch pods"},
+		},
+		"evicted with grace period 0, no final report within finalReportSettle (a lost node): Evicted": {
+			pod:   running().DisruptionTarget("EvictionByEvictionAPI", "Eviction API: evicting").Deleted(0),
+			after: finalReportSettle, state: "Failed/Evicted", terminal: true, verbs: []string{"get pods", "patch pods"},
+		},
 		"node stopped reporting (phase Unknown): Stopping, the pod may still run": {
 			pod: running().Phase(corev1.PodUnknown), state: "Running/Stopping", requeue: stopRecheck,
 		},
 		"node gone, the pod garbage collector force-deleted the pod: NodeLost": {
 			pod:   running().DisruptionTarget("DeletionByPodGC", "node gone").Deleted(0),
-			state: "Failed/NodeLost", terminal: true, verbs: []string{"patch pods"},
+			state: "Failed/NodeLost", terminal: true, verbs: []string{"get pods", "patch pods"},
 		},
 
 		// --- decisions of the clock are confirmed on a fresh read (defect d) ---
