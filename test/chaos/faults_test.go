@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,6 +22,7 @@ import (
 	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/chaos/history"
 )
 
 // Fault kinds.
@@ -49,7 +53,23 @@ type fault struct {
 	start, end time.Duration
 	note       string
 	err        error
+	// fence is what a SIGSTOP's resumed replica had the fence refuse
+	// (nil for the other kinds).
+	fence *stopFence
 }
+
+// stopFence is what the fence refused after a SIGSTOP: from the resumed
+// replica's log, and the gated pods of its shards never bound (from the
+// audit log, once the run is over).
+type stopFence struct {
+	victim    string
+	executors []string
+	log       history.FenceEvents
+	gated     int
+}
+
+// exercised reports whether the fence refused anything.
+func (f *stopFence) exercised() bool { return f.log.Total()+f.gated > 0 }
 
 // injector injects faults into a running group.
 type injector struct {
@@ -68,7 +88,8 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 	f := fault{kind: kind, start: time.Since(in.begin)}
 	switch kind {
 	case faultStop:
-		f.note, f.err = in.sigstop(ctx)
+		f.fence = &stopFence{}
+		f.note, f.err = in.sigstop(ctx, f.fence)
 	case faultKill:
 		f.note, f.err = in.restartAfter(ctx, syscall.SIGKILL)
 	case faultTerm:
@@ -97,8 +118,11 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 // client's rate limiter lets out at once; as soon as the first of them has
 // made its pod it is SIGSTOPped again, kept stopped until the others hold
 // its shards, have finished every task of them and their pods are gone,
-// then SIGCONTed.
-func (in *injector) sigstop(ctx context.Context) (string, error) {
+// then SIGCONTed. As it resumes it is also handed one task of each shard it
+// held, submitted to it alone: its stale term of the shard admits it, and
+// the fence must refuse the creation. What the fence refused from then on
+// (its log) goes into fence.
+func (in *injector) sigstop(ctx context.Context, fence *stopFence) (string, error) {
 	live := in.g.live()
 	if len(live) < 2 {
 		return "", errors.New("fewer than 2 live replicas")
@@ -106,11 +130,14 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 	holders := in.g.holders(ctx)
 	victim := mostShards(holders, live)
 	var executors, others []string
+	var held []int
 	for k, h := range holders {
 		if h == victim {
 			executors = append(executors, replica.ShardID(in.g.name, k))
+			held = append(held, k)
 		}
 	}
+	fence.victim, fence.executors = victim, executors
 	for _, r := range live {
 		if r.id != victim {
 			others = append(others, r.id)
@@ -220,10 +247,92 @@ func (in *injector) sigstop(ctx context.Context) (string, error) {
 		return nil
 	})
 	paused := time.Since(stopped)
+
+	// The resumed replica's stale terms, handed work: one task of each
+	// shard it held, sent while it is still stopped so that it reads them
+	// as it resumes, before it finds out that it lost the shards' Leases.
+	logPath := filepath.Join(in.g.dir, victim+".log")
+	from := fileSize(logPath)
+	probes, err := in.w.prepareWhere(len(held), &quick, inShards(held, in.g.shards))
+	if err != nil {
+		cont()
+		return "", err
+	}
+	probed := make(chan error, 1)
+	go func() { probed <- in.submitTo(ctx, victim, probes) }()
 	cont()
 	err = waitFor(ctx, 2*time.Minute, func(context.Context) error { return in.g.get(victim).ready() })
-	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s, once its shards' %d tasks were finished and their pods gone",
-		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused), len(theirs)), err
+	if perr := <-probed; err == nil {
+		err = perr
+	}
+	// What the fence refused, as its log tells (the suite fails the run
+	// when neither it nor the audit log shows a refusal).
+	_ = waitFor(ctx, time.Minute, func(context.Context) error {
+		seen, rerr := fenceEventsSince(logPath, from)
+		fence.log = seen
+		if rerr == nil && seen.Total() == 0 {
+			rerr = errors.New("no refusal of the fence in its log yet")
+		}
+		return rerr
+	})
+	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s, once its shards' %d tasks were finished and their pods gone; its log from then: %s",
+		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused), len(theirs), fence.log), err
+}
+
+// inShards is whether a task ID falls in one of shards (of n), each shard
+// taken once: the IDs it accepts are one per shard.
+func inShards(shards []int, n int) func(id string) bool {
+	left := slices.Clone(shards)
+	return func(id string) bool {
+		i := slices.Index(left, replica.ShardOf(id, n))
+		if i < 0 {
+			return false
+		}
+		left = slices.Delete(left, i, i+1)
+		return true
+	}
+}
+
+// submitTo submits jobs to replica id alone, whether it is stopped or not
+// (a stopped one reads them when it resumes), for a minute at most; then,
+// if that failed, to the live replicas: a task the workload drew must
+// exist.
+func (in *injector) submitTo(ctx context.Context, id string, jobs []job) error {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := in.w.send(sctx, jobs, func() []*replicaProc {
+		if r := in.g.get(id); r != nil && r.client != nil && !r.exited() {
+			return []*replicaProc{r}
+		}
+		return nil
+	})
+	if err != nil {
+		err = in.w.send(ctx, jobs, in.g.live)
+	}
+	return err
+}
+
+// fenceEventsSince counts the fence's refusals in a replica's log from
+// offset from on.
+func fenceEventsSince(path string, from int64) (history.FenceEvents, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return history.FenceEvents{}, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return history.FenceEvents{}, err
+	}
+	return history.ReadFenceEvents(f)
+}
+
+// fileSize is the size of the file at path (0 when it cannot tell).
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // restartAfter ends a random live replica with sig, waits until the others

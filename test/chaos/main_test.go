@@ -10,14 +10,15 @@
 // state, never from kubetask's own reports, and the run prints one table:
 // tasks, faults by kind, violations by invariant, fenced creates.
 //
-//	go test ./test/chaos -run TestChaosTiny -v             # a few dozen tasks, 5 faults: part of go test ./...
+//	go test ./test/chaos -run TestChaosTiny -v             # a few dozen tasks, each kind of fault once: part of go test ./...
 //	go test ./test/chaos -run '^$' -bench BenchmarkChaos -benchtime 1x -timeout 60m   # make chaos: 2,000 tasks
 //	KUBETASK_CHAOS_SEED=42 ...                             # replay a run's choices (tasks, faults, victims)
 //
 // A run fails on each violation, on each fault whose recovery failed (the
 // other replicas did not take a stopped replica's shards within three
-// leases and a minute: docs/replicas.md promises the lease plus 2 s), and
-// on a harness that could not do its part (a replica that would not start). The run directory (replica logs
+// leases and a minute: docs/replicas.md promises the lease plus 2 s), on a
+// SIGSTOP after which the fence refused nothing (the fault tested nothing),
+// and on a harness that could not do its part (a replica that would not start). The run directory (replica logs
 // and the audit log) is kept when the run fails, or with KUBETASK_CHAOS_KEEP=1.
 // docs/chaos.md describes the invariants, the faults and the runs.
 package chaos

@@ -174,6 +174,12 @@ func runChaos(tb testing.TB, sz size) result {
 	}
 	in := history.Input{Audit: audit, Tasks: tasks, Namespaces: []string{env.Namespace}, Left: left.Items}
 	rep := history.Check(in)
+	for i := range faults {
+		if f := &faults[i]; f.fence != nil {
+			f.fence.gated = len(audit.Fenced(inj.begin.Add(f.start), inj.begin.Add(f.end), f.fence.executors...))
+			f.note += fmt.Sprintf("; gated pods of its shards never bound (audit log): %d", f.fence.gated)
+		}
+	}
 	defer func() {
 		// What the checker read besides the audit log, for
 		// `go test ./test/chaos/history -run TestRecheck` on a kept run.
@@ -189,8 +195,14 @@ func runChaos(tb testing.TB, sz size) result {
 		tb.Errorf("%d violations:\n%s", len(rep.Violations), rep.Examples(5))
 	}
 	for i, f := range faults {
-		if f.err != nil {
+		switch {
+		case f.err != nil:
 			tb.Errorf("fault %d (%s) failed: %v", i+1, f.kind, f.err)
+		case f.fence != nil && !f.fence.exercised():
+			// As benchstorm fails a storm without a 410: a SIGSTOP after
+			// which nothing was refused proved nothing about the fence.
+			tb.Errorf("fault %d (%s) did not exercise the fence: after SIGCONT %s's log shows no creation refused for a newer term, no store write fenced and no gated pod discarded, and the audit log no gated pod of its shards (%s) that never ran; the fault tested nothing",
+				i+1, f.kind, f.fence.victim, strings.Join(f.fence.executors, ", "))
 		}
 	}
 	if len(tasks) != len(ids) {

@@ -113,6 +113,12 @@ type job struct {
 // prepare draws n tasks of kind k (by weight when k is nil) and remembers
 // them as submitted.
 func (w *workload) prepare(n int, k *kind) ([]job, error) {
+	return w.prepareWhere(n, k, nil)
+}
+
+// prepareWhere is prepare with IDs for which in holds (all when in is nil):
+// the sequence's other numbers are skipped, never submitted.
+func (w *workload) prepareWhere(n int, k *kind, in func(id string) bool) ([]job, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	jobs := make([]job, n)
@@ -122,6 +128,12 @@ func (w *workload) prepare(n int, k *kind) ([]job, error) {
 			kk = *k
 		}
 		id := fmt.Sprintf("c%05d", w.next.Add(1))
+		for tries := 0; in != nil && !in(id); tries++ {
+			if tries > 100000 {
+				return nil, fmt.Errorf("no task ID of the sequence up to %s is one wanted", id)
+			}
+			id = fmt.Sprintf("c%05d", w.next.Add(1))
+		}
 		doc, err := json.Marshal(kk.make(w.rng, "chaos"))
 		if err != nil {
 			return nil, err
