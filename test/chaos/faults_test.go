@@ -407,19 +407,34 @@ func (in *injector) postgres(ctx context.Context) (string, error) {
 	return fmt.Sprintf("down %s", secs(down)), in.pg.Restart(context.WithoutCancel(ctx))
 }
 
-// pods force-deletes (grace 0) or evicts up to 3 random running task pods.
+// pods force-deletes (grace 0) or evicts up to 3 random running task pods,
+// once one runs (20 s at most: the stream's pace leaves moments with none).
 func (in *injector) pods(ctx context.Context, kind string) (string, error) {
 	pods := in.g.env.Client.CoreV1().Pods(in.g.env.Namespace)
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
-	if err != nil {
-		return "", err
-	}
-	var running []corev1.Pod
-	for _, p := range list.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			running = append(running, p)
+	var (
+		running []corev1.Pod
+		listErr error
+	)
+	_ = waitFor(ctx, 20*time.Second, func(ctx context.Context) error {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+		if listErr = err; err != nil {
+			return err
 		}
+		running = running[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running = append(running, p)
+			}
+		}
+		if len(running) == 0 {
+			return errors.New("no task pod is running")
+		}
+		return nil
+	})
+	if listErr != nil {
+		return "", listErr
 	}
+	var err error
 	in.rng.Shuffle(len(running), func(i, j int) { running[i], running[j] = running[j], running[i] })
 	var done []string
 	for _, p := range running[:min(3, len(running))] {

@@ -108,7 +108,8 @@ func runChaos(tb testing.TB, sz size) result {
 	// The stream of tasks and the faults, at once.
 	var wg sync.WaitGroup
 	var streamErr error
-	wg.Go(func() { streamErr = stream(ctx, w, sz) })
+	faultsDone := make(chan struct{})
+	wg.Go(func() { streamErr = stream(ctx, w, sz, faultsDone) })
 	var faults []fault
 	for _, kind := range plan {
 		gap := sz.gap[0] + time.Duration(rng.Int64N(int64(sz.gap[1]-sz.gap[0])+1))
@@ -120,6 +121,7 @@ func runChaos(tb testing.TB, sz size) result {
 		tb.Logf("fault %d at %s: %s: %s (%v)", len(faults)+1, secs(f.start), f.kind, f.note, f.err)
 		faults = append(faults, f)
 	}
+	close(faultsDone)
 	wg.Wait()
 	if streamErr != nil {
 		tb.Errorf("submitting: %v", streamErr)
@@ -244,11 +246,19 @@ func planFaults(tb testing.TB, rng *rand.Rand, sz size) []string {
 	return append([]string{faultStop}, rest...)
 }
 
-// stream submits sz.tasks tasks evenly over sz.stream.
-func stream(ctx context.Context, w *workload, sz size) error {
+// stream submits sz.tasks tasks evenly over sz.stream, then on at that
+// pace until faultsDone is closed: every fault meets tasks that run.
+func stream(ctx context.Context, w *workload, sz size, faultsDone <-chan struct{}) error {
 	const tick = time.Second
 	steps := max(int(sz.stream/tick), 1)
-	for i := range steps {
+	for i := 0; ; i++ {
+		if i >= steps {
+			select {
+			case <-faultsDone:
+				return nil
+			default:
+			}
+		}
 		n := sz.tasks*(i+1)/steps - sz.tasks*i/steps
 		if _, err := w.submit(ctx, n, nil); err != nil {
 			return err
@@ -259,7 +269,6 @@ func stream(ctx context.Context, w *workload, sz size) error {
 		case <-time.After(tick): // the pace of the stream
 		}
 	}
-	return nil
 }
 
 // summary is the run's table.
