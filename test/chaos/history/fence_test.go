@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,5 +83,31 @@ func TestAuditFenced(t *testing.T) {
 				t.Errorf("fenced %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestFenceMessagesAreTheExecutors: each message FenceEvents counts is one
+// pkg/executor logs, so that a reworded message fails here rather than as a
+// chaos run whose SIGSTOP seems to have exercised nothing.
+func TestFenceMessagesAreTheExecutors(t *testing.T) {
+	files, err := filepath.Glob("../../../pkg/executor/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("pkg/executor's sources: %v (%d files)", err, len(files))
+	}
+	var src strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, m := range fenceMessages {
+		if !strings.Contains(src.String(), `"`+m.prefix) {
+			t.Errorf("pkg/executor logs no message that starts %q", m.prefix)
+		}
 	}
 }
