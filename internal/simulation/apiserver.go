@@ -1,0 +1,626 @@
+package simulation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// historyLimit is how many pod changes the API server keeps for watches: a
+// watch from an older resourceVersion gets 410 Expired.
+const historyLimit = 64
+
+var podsGR = schema.GroupResource{Resource: "pods"}
+
+// apiServer is the simulated kube-apiserver: pods and Leases with one
+// resourceVersion counter, watches with a bounded history, and the admission
+// rules kubetask's correctness leans on.
+type apiServer struct {
+	mu      sync.Mutex
+	steps   *steps
+	hist    *History
+	now     func() time.Time
+	rv      int64
+	uids    int
+	pods    map[string]*corev1.Pod
+	leases  map[string]*coordinationv1.Lease
+	changes []podChange
+	// compacted: changes up to this resourceVersion are gone.
+	compacted int64
+	watches   []*podWatch
+	watchIDs  int
+	// refuseCreates makes pod creations fail as a quota would.
+	refuseCreates bool
+	// unknown lists requests the server does not model (a test fails on them).
+	unknown []string
+}
+
+type podChange struct {
+	rv       int64
+	old, obj *corev1.Pod // old nil: added; obj nil: deleted
+}
+
+func newAPIServer(st *steps, h *History, now func() time.Time) *apiServer {
+	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{}}
+}
+
+// taskOf names a pod by its task and attempt, as the history does.
+func taskOf(p *corev1.Pod) (string, int) {
+	id, n, err := task.IdentityFromPod(p)
+	if err != nil {
+		return "?" + p.Name, 0
+	}
+	return id.RunID, n
+}
+
+func describe(a k8stesting.Action) string {
+	name := ""
+	switch a := a.(type) {
+	case k8stesting.CreateAction:
+		if m, ok := a.GetObject().(metav1.Object); ok {
+			name = m.GetName()
+		}
+	case k8stesting.GetAction:
+		name = a.GetName()
+	case k8stesting.UpdateAction:
+		if m, ok := a.GetObject().(metav1.Object); ok {
+			name = m.GetName()
+		}
+	case k8stesting.PatchAction:
+		name = a.GetName()
+	case k8stesting.DeleteAction:
+		name = a.GetName()
+	}
+	r := a.GetResource().Resource
+	if sub := a.GetSubresource(); sub != "" {
+		r += "/" + sub
+	}
+	return a.GetVerb() + " " + r + " " + name
+}
+
+func mutating(verb string) bool {
+	switch verb {
+	case "create", "update", "patch", "delete":
+		return true
+	}
+	return false
+}
+
+// errInjected marks the errors the world injects into a step.
+var errInjected = errors.New("injected")
+
+func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Action) (runtime.Object, error) {
+	d := describe(a)
+	if err := s.steps.wait(ctx, actor, actor+" api> "+d); err != nil {
+		if errors.Is(err, errInjected) {
+			return nil, apierrors.NewServiceUnavailable("simulated: " + d + " refused")
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	obj, err := s.apply(a)
+	s.mu.Unlock()
+	if mutating(a.GetVerb()) && a.GetResource().Resource != "events" {
+		if werr := s.steps.wait(ctx, actor, actor+" api< "+d); werr != nil {
+			return nil, apierrors.NewTimeoutError("simulated: the answer to "+d+" was lost", 0)
+		}
+	}
+	return obj, err
+}
+
+func (s *apiServer) apply(a k8stesting.Action) (runtime.Object, error) {
+	switch a.GetResource().Resource {
+	case "pods":
+		if a.GetSubresource() != "" {
+			break
+		}
+		switch a.GetVerb() {
+		case "create":
+			c := a.(k8stesting.CreateActionImpl)
+			return s.createPod(c.GetObject().(*corev1.Pod), len(c.CreateOptions.DryRun) > 0)
+		case "get":
+			g := a.(k8stesting.GetAction)
+			p := s.pods[g.GetNamespace()+"/"+g.GetName()]
+			if p == nil {
+				return nil, apierrors.NewNotFound(podsGR, g.GetName())
+			}
+			return p.DeepCopy(), nil
+		case "list":
+			return s.listPods(a.GetNamespace(), a.(k8stesting.ListActionImpl).GetListRestrictions().Labels), nil
+		case "update":
+			return s.updatePod(a.(k8stesting.UpdateAction).GetObject().(*corev1.Pod))
+		case "patch":
+			return s.patchPod(a.(k8stesting.PatchAction))
+		case "delete":
+			d := a.(k8stesting.DeleteActionImpl)
+			return nil, s.deletePod(d.GetNamespace(), d.GetName(), d.DeleteOptions, "client")
+		}
+	case "leases":
+		return s.lease(a)
+	case "events":
+		return &corev1.Event{}, nil
+	}
+	s.unknown = append(s.unknown, describe(a))
+	return nil, apierrors.NewMethodNotSupported(a.GetResource().GroupResource(), a.GetVerb())
+}
+
+func (s *apiServer) nextRV() string {
+	s.rv++
+	return strconv.FormatInt(s.rv, 10)
+}
+
+// commit stores p (nil: removes key) as a new version and logs the change.
+func (s *apiServer) commit(key string, p *corev1.Pod) {
+	old := s.pods[key]
+	if p == nil {
+		delete(s.pods, key)
+		s.nextRV()
+	} else {
+		p.ResourceVersion = s.nextRV()
+		s.pods[key] = p
+	}
+	ch := podChange{rv: s.rv, old: old, obj: p}
+	s.changes = append(s.changes, ch)
+	if len(s.changes) > historyLimit {
+		s.compacted = s.changes[0].rv
+		s.changes = s.changes[1:]
+	}
+	for _, w := range s.watches {
+		w.offer(ch)
+	}
+}
+
+func invalid(name string, path *field.Path, msg string) error {
+	return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, name, field.ErrorList{field.Forbidden(path, msg)})
+}
+
+func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, error) {
+	p := in.DeepCopy()
+	key := p.Namespace + "/" + p.Name
+	if p.Name == "" {
+		return nil, invalid(p.Name, field.NewPath("metadata", "name"), "name is required")
+	}
+	// kube-apiserver's ValidatePodCreate.
+	if p.Spec.NodeName != "" && len(p.Spec.SchedulingGates) > 0 {
+		return nil, invalid(p.Name, field.NewPath("spec", "nodeName"), "cannot be set until all schedulingGates have been cleared")
+	}
+	if dryRun {
+		return p, nil
+	}
+	if s.pods[key] != nil {
+		return nil, apierrors.NewAlreadyExists(podsGR, p.Name)
+	}
+	if s.refuseCreates {
+		return nil, apierrors.NewForbidden(podsGR, p.Name, errors.New("exceeded quota: simulated, requested: pods=1, used: pods=10, limited: pods=10"))
+	}
+	s.uids++
+	p.UID = types.UID(fmt.Sprintf("u%d", s.uids))
+	p.CreationTimestamp = metav1.NewTime(s.now())
+	p.Generation = 1
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	if len(p.Spec.SchedulingGates) > 0 {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}
+	}
+	s.commit(key, p)
+	t, n := taskOf(p)
+	note := "gated"
+	if len(p.Spec.SchedulingGates) == 0 {
+		note = "ungated"
+	}
+	s.hist.add(Event{Kind: KCreate, Task: t, Attempt: n, UID: string(p.UID), Note: note})
+	if p.Spec.NodeName != "" {
+		s.hist.add(Event{Kind: KBind, Task: t, Attempt: n, UID: string(p.UID), Note: "created on node " + p.Spec.NodeName})
+	}
+	return p.DeepCopy(), nil
+}
+
+func (s *apiServer) listPods(ns string, sel labels.Selector) *corev1.PodList {
+	out := &corev1.PodList{}
+	keys := make([]string, 0, len(s.pods))
+	for k := range s.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p := s.pods[k]
+		if (ns == "" || p.Namespace == ns) && (sel == nil || sel.Matches(labels.Set(p.Labels))) {
+			out.Items = append(out.Items, *p.DeepCopy())
+		}
+	}
+	out.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	return out
+}
+
+// accept turns a client's new version of a stored pod into the next stored
+// version: status, identity and the node stay the server's; scheduling gates
+// may only be removed.
+func (s *apiServer) accept(old, p *corev1.Pod) (*corev1.Pod, error) {
+	if p.UID != "" && p.UID != old.UID {
+		return nil, apierrors.NewConflict(podsGR, old.Name, errors.New("the UID in the object does not match"))
+	}
+	if p.ResourceVersion != "" && p.ResourceVersion != old.ResourceVersion {
+		return nil, apierrors.NewConflict(podsGR, old.Name, errors.New("the object has been modified"))
+	}
+	for _, g := range p.Spec.SchedulingGates {
+		if !slices.Contains(old.Spec.SchedulingGates, g) {
+			return nil, invalid(old.Name, field.NewPath("spec", "schedulingGates"), "only deletion is allowed")
+		}
+	}
+	if old.DeletionTimestamp != nil && len(p.Finalizers) > len(old.Finalizers) {
+		return nil, invalid(old.Name, field.NewPath("metadata", "finalizers"), "no new finalizers can be added if the object is being deleted")
+	}
+	n := p.DeepCopy()
+	n.UID, n.Name, n.Namespace = old.UID, old.Name, old.Namespace
+	n.CreationTimestamp, n.DeletionTimestamp, n.DeletionGracePeriodSeconds = old.CreationTimestamp, old.DeletionTimestamp, old.DeletionGracePeriodSeconds
+	n.Status = *old.Status.DeepCopy()
+	n.Spec.NodeName = old.Spec.NodeName
+	if old.Spec.ActiveDeadlineSeconds != nil && (n.Spec.ActiveDeadlineSeconds == nil || *n.Spec.ActiveDeadlineSeconds > *old.Spec.ActiveDeadlineSeconds) {
+		return nil, invalid(old.Name, field.NewPath("spec", "activeDeadlineSeconds"), "may only be lowered")
+	}
+	return n, nil
+}
+
+// store writes the accepted version n of old and what follows from it.
+func (s *apiServer) store(old, n *corev1.Pod) {
+	key := old.Namespace + "/" + old.Name
+	t, a := taskOf(old)
+	if len(old.Spec.SchedulingGates) > 0 && len(n.Spec.SchedulingGates) == 0 {
+		n.Status.Conditions = nil
+		s.hist.add(Event{Kind: KUngate, Task: t, Attempt: a, UID: string(old.UID)})
+	}
+	if n.DeletionTimestamp != nil && len(n.Finalizers) == 0 && (n.Spec.NodeName == "" || *n.DeletionGracePeriodSeconds == 0) {
+		s.commit(key, nil)
+		s.hist.add(Event{Kind: KGone, Task: t, Attempt: a, UID: string(old.UID)})
+		return
+	}
+	s.commit(key, n)
+}
+
+func (s *apiServer) updatePod(in *corev1.Pod) (runtime.Object, error) {
+	old := s.pods[in.Namespace+"/"+in.Name]
+	if old == nil {
+		return nil, apierrors.NewNotFound(podsGR, in.Name)
+	}
+	n, err := s.accept(old, in)
+	if err != nil {
+		return nil, err
+	}
+	s.store(old, n)
+	return n.DeepCopy(), nil
+}
+
+func (s *apiServer) patchPod(a k8stesting.PatchAction) (runtime.Object, error) {
+	old := s.pods[a.GetNamespace()+"/"+a.GetName()]
+	if old == nil {
+		return nil, apierrors.NewNotFound(podsGR, a.GetName())
+	}
+	doc, err := json.Marshal(old)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	var out []byte
+	switch a.GetPatchType() {
+	case types.JSONPatchType:
+		p, err := jsonpatch.DecodePatch(a.GetPatch())
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		out, err = p.Apply(doc)
+		if err != nil {
+			// kube-apiserver answers a failed test (or a path that is not
+			// there) with 422 Invalid.
+			return nil, invalid(old.Name, field.NewPath("patch"), err.Error())
+		}
+	case types.MergePatchType:
+		out, err = jsonpatch.MergePatch(doc, a.GetPatch())
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	case types.StrategicMergePatchType:
+		out, err = strategicpatch.StrategicMergePatch(doc, a.GetPatch(), &corev1.Pod{})
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	default:
+		return nil, apierrors.NewBadRequest("unsupported patch type " + string(a.GetPatchType()))
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal(out, &p); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	p.ResourceVersion = "" // a patch carries no precondition unless it says so
+	var meta struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if a.GetPatchType() != types.JSONPatchType && json.Unmarshal(a.GetPatch(), &meta) == nil {
+		p.ResourceVersion = meta.Metadata.ResourceVersion
+	}
+	n, err := s.accept(old, &p)
+	if err != nil {
+		return nil, err
+	}
+	s.store(old, n)
+	return n.DeepCopy(), nil
+}
+
+// deletePod deletes a pod as kube-apiserver does: preconditions, the grace
+// period (0 for a pod on no node), and the object stays while finalizers do.
+func (s *apiServer) deletePod(ns, name string, opts metav1.DeleteOptions, who string) error {
+	key := ns + "/" + name
+	old := s.pods[key]
+	if old == nil {
+		return apierrors.NewNotFound(podsGR, name)
+	}
+	if pre := opts.Preconditions; pre != nil {
+		if pre.UID != nil && *pre.UID != old.UID {
+			return apierrors.NewConflict(podsGR, name, fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *pre.UID, old.UID))
+		}
+		if pre.ResourceVersion != nil && *pre.ResourceVersion != old.ResourceVersion {
+			return apierrors.NewConflict(podsGR, name, errors.New("precondition failed: resourceVersion"))
+		}
+	}
+	grace := int64(30)
+	if old.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *old.Spec.TerminationGracePeriodSeconds
+	}
+	if opts.GracePeriodSeconds != nil {
+		grace = *opts.GracePeriodSeconds
+	}
+	if old.Spec.NodeName == "" || stoppedPod(old) {
+		grace = 0
+	}
+	n := old.DeepCopy()
+	if old.DeletionTimestamp != nil {
+		if grace >= *old.DeletionGracePeriodSeconds {
+			return nil
+		}
+	}
+	ts := metav1.NewTime(s.now().Add(time.Duration(grace) * time.Second))
+	n.DeletionTimestamp, n.DeletionGracePeriodSeconds = &ts, &grace
+	t, a := taskOf(old)
+	s.hist.add(Event{Kind: KDelete, Task: t, Attempt: a, UID: string(old.UID), Grace: grace, Note: who})
+	if grace == 0 && old.Spec.NodeName != "" && !stoppedPod(old) {
+		s.hist.add(Event{Kind: KStopped, Task: t, Attempt: a, UID: string(old.UID), Note: "deleted with grace 0"})
+	}
+	s.store(old, n)
+	return nil
+}
+
+// stoppedPod: no container of p runs (podstate.Stopped without the
+// deletion rule).
+func stoppedPod(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	return false
+}
+
+func (s *apiServer) lease(a k8stesting.Action) (runtime.Object, error) {
+	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	switch a.GetVerb() {
+	case "get":
+		a := a.(k8stesting.GetAction)
+		l := s.leases[a.GetNamespace()+"/"+a.GetName()]
+		if l == nil {
+			return nil, apierrors.NewNotFound(gr, a.GetName())
+		}
+		return l.DeepCopy(), nil
+	case "create":
+		l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		key := l.Namespace + "/" + l.Name
+		if s.leases[key] != nil {
+			return nil, apierrors.NewAlreadyExists(gr, l.Name)
+		}
+		l.ResourceVersion = s.nextRV()
+		s.leases[key] = l
+		return l.DeepCopy(), nil
+	case "update":
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		key := l.Namespace + "/" + l.Name
+		old := s.leases[key]
+		if old == nil {
+			return nil, apierrors.NewNotFound(gr, l.Name)
+		}
+		if l.ResourceVersion != old.ResourceVersion {
+			return nil, apierrors.NewConflict(gr, l.Name, errors.New("the object has been modified"))
+		}
+		l.ResourceVersion = s.nextRV()
+		s.leases[key] = l
+		return l.DeepCopy(), nil
+	case "delete":
+		a := a.(k8stesting.DeleteActionImpl)
+		key := a.GetNamespace() + "/" + a.GetName()
+		old := s.leases[key]
+		if old == nil {
+			return nil, apierrors.NewNotFound(gr, a.GetName())
+		}
+		if pre := a.DeleteOptions.Preconditions; pre != nil && pre.ResourceVersion != nil && *pre.ResourceVersion != old.ResourceVersion {
+			return nil, apierrors.NewConflict(gr, a.GetName(), errors.New("precondition failed"))
+		}
+		delete(s.leases, key)
+		return nil, nil
+	}
+	s.unknown = append(s.unknown, describe(a))
+	return nil, apierrors.NewMethodNotSupported(gr, a.GetVerb())
+}
+
+// podWatch is one WATCH of pods: the changes after its resourceVersion
+// that its selector selects, each delivered as a step of its process.
+type podWatch struct {
+	srv    *apiServer
+	actor  string
+	id     int
+	ns     string
+	sel    labels.Selector
+	ch     chan watch.Event
+	queue  []watch.Event // under srv.mu
+	ended  bool          // under srv.mu: close once the queue is delivered
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (s *apiServer) watch(ctx context.Context, actor string, a k8stesting.WatchAction) (watch.Interface, error) {
+	if a.GetResource().Resource != "pods" {
+		s.mu.Lock()
+		s.unknown = append(s.unknown, "watch "+a.GetResource().Resource)
+		s.mu.Unlock()
+		return nil, apierrors.NewMethodNotSupported(a.GetResource().GroupResource(), "watch")
+	}
+	r := a.GetWatchRestrictions()
+	if err := s.steps.wait(ctx, actor, actor+" api> watch pods"); err != nil {
+		if errors.Is(err, errInjected) {
+			return nil, apierrors.NewServiceUnavailable("simulated: watch refused")
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchIDs++
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &podWatch{srv: s, actor: actor, id: s.watchIDs, ns: a.GetNamespace(), sel: r.Labels, ch: make(chan watch.Event),
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	from, _ := strconv.ParseInt(r.ResourceVersion, 10, 64)
+	switch {
+	case r.ResourceVersion == "" || r.ResourceVersion == "0":
+	case from < s.compacted:
+		w.expire()
+	default:
+		for _, ch := range s.changes {
+			if ch.rv > from {
+				w.offer(ch)
+			}
+		}
+	}
+	if !w.ended {
+		s.watches = append(s.watches, w)
+	}
+	go w.run()
+	return w, nil
+}
+
+func (w *podWatch) matches(p *corev1.Pod) bool {
+	return p != nil && (w.ns == "" || p.Namespace == w.ns) && (w.sel == nil || w.sel.Matches(labels.Set(p.Labels)))
+}
+
+// offer queues what ch is to this watch (under srv.mu).
+func (w *podWatch) offer(ch podChange) {
+	if w.ended {
+		return
+	}
+	was, is := w.matches(ch.old), w.matches(ch.obj)
+	var ev watch.Event
+	switch {
+	case was && is:
+		ev = watch.Event{Type: watch.Modified, Object: ch.obj.DeepCopy()}
+	case is:
+		ev = watch.Event{Type: watch.Added, Object: ch.obj.DeepCopy()}
+	case was && ch.obj == nil:
+		o := ch.old.DeepCopy()
+		o.ResourceVersion = strconv.FormatInt(ch.rv, 10)
+		ev = watch.Event{Type: watch.Deleted, Object: o}
+	case was:
+		ev = watch.Event{Type: watch.Deleted, Object: ch.obj.DeepCopy()}
+	default:
+		return
+	}
+	w.queue = append(w.queue, ev)
+	w.poke()
+}
+
+func (w *podWatch) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// expire ends the watch with 410 Expired after what is queued (srv.mu).
+func (w *podWatch) expire() {
+	if w.ended {
+		return
+	}
+	w.queue = append(w.queue, watch.Event{Type: watch.Error, Object: &apierrors.NewResourceExpired("too old resource version").ErrStatus})
+	w.ended = true
+	w.poke()
+}
+
+// drop cuts the watch's connection at once (srv.mu).
+func (w *podWatch) drop() {
+	w.queue, w.ended = nil, true
+	w.poke()
+}
+
+func (w *podWatch) run() {
+	defer close(w.ch)
+	defer w.remove()
+	for {
+		w.srv.mu.Lock()
+		if len(w.queue) == 0 {
+			ended := w.ended
+			w.srv.mu.Unlock()
+			if ended {
+				return
+			}
+			select {
+			case <-w.wake:
+				continue
+			case <-w.ctx.Done():
+				return
+			}
+		}
+		ev := w.queue[0]
+		w.srv.mu.Unlock()
+		what := string(ev.Type)
+		if p, ok := ev.Object.(*corev1.Pod); ok {
+			t, n := taskOf(p)
+			what += fmt.Sprintf(" %s/%d rv=%s", t, n, p.ResourceVersion)
+		}
+		if err := w.srv.steps.wait(w.ctx, w.actor, fmt.Sprintf("%s watch< %s", w.actor, what)); err != nil {
+			return
+		}
+		w.srv.mu.Lock()
+		if len(w.queue) > 0 {
+			w.queue = w.queue[1:]
+		}
+		w.srv.mu.Unlock()
+		select {
+		case w.ch <- ev:
+		case <-w.ctx.Done():
+			return
+		}
+	}
+}
+
+func (w *podWatch) remove() {
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	w.srv.watches = slices.DeleteFunc(w.srv.watches, func(x *podWatch) bool { return x == w })
+}
+
+func (w *podWatch) Stop()                          { w.cancel() }
+func (w *podWatch) ResultChan() <-chan watch.Event { return w.ch }

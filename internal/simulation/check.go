@@ -1,0 +1,180 @@
+package simulation
+
+import (
+	"fmt"
+	"sort"
+)
+
+// The invariants, as the checker names them.
+const (
+	InvOneRun     = "1 one run per attempt"
+	InvAfter      = "2 no run after the attempt's outcome"
+	InvConcurrent = "3 no two runs of a task at once"
+	InvOutcome    = "4 one true outcome, the main container's"
+	InvLeft       = "5 nothing left"
+	InvLiveness   = "6 liveness: every task ends once the faults stop"
+	InvValid      = "7 a valid task is not refused"
+	InvOwnPod     = "8 kubetask never deletes a running attempt's pod before its outcome"
+)
+
+// Violation is one broken invariant, with the history event (Seq) that
+// shows it.
+type Violation struct {
+	Invariant string
+	Task      string
+	Attempt   int
+	Seq       int
+	Msg       string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("[%s] %s/%d at event %d: %s", v.Invariant, v.Task, v.Attempt, v.Seq, v.Msg)
+}
+
+type podLife struct {
+	uid      string
+	task     string
+	attempt  int
+	bound    int // seq of the binding (0: never ran)
+	stopped  int // seq it stopped (0: not yet)
+	exit     *int32
+	exitSeq  int
+	deleting bool
+}
+
+// Check judges a history: it returns every violation of the invariants
+// (docs/simulation.md). valid names the tasks whose documents the API server
+// accepts (a refusal of one is a violation).
+func Check(events []Event, valid map[string]bool) []Violation {
+	var out []Violation
+	add := func(inv string, e Event, format string, args ...any) {
+		out = append(out, Violation{Invariant: inv, Task: e.Task, Attempt: e.Attempt, Seq: e.Seq, Msg: fmt.Sprintf(format, args...)})
+	}
+	pods := map[string]*podLife{}
+	type ta struct {
+		task    string
+		attempt int
+	}
+	outcome := map[ta]int{}        // seq of the attempt's recorded outcome
+	final := map[string]int{}      // seq of the task's final outcome
+	cancelled := map[string]int{}  // seq of the first cancellation
+	submitted := map[string]bool{} // tasks a user submitted
+	ran := map[ta][]string{}       // UIDs of the attempt's pods that ran
+	for _, e := range events {
+		k := ta{e.Task, e.Attempt}
+		p := pods[e.UID]
+		switch e.Kind {
+		case KSubmit:
+			submitted[e.Task] = true
+		case KCancel:
+			if cancelled[e.Task] == 0 {
+				cancelled[e.Task] = e.Seq
+			}
+		case KCreate:
+			pods[e.UID] = &podLife{uid: e.UID, task: e.Task, attempt: e.Attempt}
+		case KBind:
+			if p == nil || p.bound != 0 {
+				continue
+			}
+			p.bound = e.Seq
+			ran[k] = append(ran[k], e.UID)
+			if len(ran[k]) > 1 {
+				add(InvOneRun, e, "pod %s is the attempt's second pod to run (pods %v)", e.UID, ran[k])
+			}
+			if s := outcome[k]; s != 0 {
+				add(InvAfter, e, "pod %s was bound after the attempt's outcome was recorded (event %d)", e.UID, s)
+			} else if s := final[e.Task]; s != 0 {
+				add(InvAfter, e, "pod %s was bound after the task's final outcome was recorded (event %d)", e.UID, s)
+			}
+			for _, o := range pods {
+				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {
+					add(InvConcurrent, e, "pod %s was bound while pod %s (attempt %d) still ran", e.UID, o.uid, o.attempt)
+				}
+			}
+		case KExit:
+			if p != nil && p.exit == nil {
+				p.exit, p.exitSeq = e.Code, e.Seq
+			}
+		case KStopped, KGone:
+			if p != nil && p.bound != 0 && p.stopped == 0 {
+				p.stopped = e.Seq
+			}
+		case KDelete:
+			if p == nil {
+				continue
+			}
+			if e.Note == "client" && p.bound != 0 && p.stopped == 0 && !p.deleting && outcome[k] == 0 && cancelled[e.Task] == 0 {
+				add(InvOwnPod, e, "kubetask deleted pod %s, which runs attempt %d, before the attempt's outcome was recorded", e.UID, e.Attempt)
+			}
+			p.deleting = true
+		case KOutcome:
+			if s := outcome[k]; s != 0 {
+				add(InvOutcome, e, "a second outcome %s/%s for the attempt (the first at event %d)", e.Phase, e.Reason, s)
+				continue
+			}
+			outcome[k] = e.Seq
+			// The attempt's pod: the one the outcome names, else the last
+			// of its pods bound.
+			var ap *podLife
+			for _, uid := range ran[k] {
+				if uid == e.UID || ap == nil || e.UID == "" {
+					ap = pods[uid]
+				}
+			}
+			var code *int32
+			if ap != nil && ap.exit != nil {
+				code = ap.exit
+			}
+			switch {
+			case e.Reason == "Cancelled":
+			case code != nil && (e.Code == nil || *e.Code != *code):
+				add(InvOutcome, e, "the main container of pod %s exited %d (reported at event %d, before the outcome), but the outcome %s/%s has exit code %s",
+					ap.uid, *code, ap.exitSeq, e.Phase, e.Reason, fmtCode(e.Code))
+			case code == nil && e.Code != nil:
+				add(InvOutcome, e, "the outcome %s/%s has exit code %d, but no exit of the attempt's main container was reported before it", e.Phase, e.Reason, *e.Code)
+			}
+			if e.Phase == "Succeeded" && (code == nil || *code != 0) {
+				add(InvOutcome, e, "Succeeded without a reported exit 0 of the main container")
+			}
+		case KFinal:
+			if s := final[e.Task]; s != 0 {
+				add(InvOutcome, e, "a second final outcome (the first at event %d)", s)
+			}
+			final[e.Task] = e.Seq
+			if e.Reason == "ConfigError" && valid[e.Task] {
+				add(InvValid, e, "the task ended %s/%s although the API server accepts its pods", e.Phase, e.Reason)
+			}
+		case KLeft:
+			add(InvLeft, e, "pod %s is left at the end: %s", e.UID, e.Note)
+		case KOpen:
+			add(InvLiveness, e, "no final outcome at the end (%s/%s: %s)", e.Phase, e.Reason, e.Note)
+		case KEnd:
+			if e.Note == "step limit" {
+				add(InvLiveness, e, "the run did not settle within the step limit")
+			}
+		}
+	}
+	for t := range submitted {
+		if final[t] == 0 && !hasOpen(events, t) {
+			add(InvLiveness, Event{Task: t}, "no final outcome recorded")
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out
+}
+
+func hasOpen(events []Event, t string) bool {
+	for _, e := range events {
+		if e.Kind == KOpen && e.Task == t || e.Kind == KEnd && e.Note != "quiet" {
+			return true
+		}
+	}
+	return false
+}
+
+func fmtCode(c *int32) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprint(*c)
+}

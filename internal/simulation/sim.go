@@ -1,0 +1,754 @@
+package simulation
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// Options shape one run. The zero value of each field takes a value drawn
+// from the seed; the shrinker sets them smaller.
+type Options struct {
+	Seed int64
+	// Tasks is how many tasks the users submit (0: 3-8 from the seed).
+	Tasks int
+	// FaultLevel scales the faults' weights: 0 none ... 3 many (-1: from
+	// the seed, 1-3).
+	FaultLevel int
+	// NoAdoption leaves out the scenario of an instance adopting another's
+	// tasks.
+	NoAdoption bool
+}
+
+// Result is a run's history and the checker's verdict on it.
+type Result struct {
+	Options    Options
+	History    *History
+	Violations []Violation
+	Steps      int
+	Logs       string
+	Unknown    []string
+}
+
+const (
+	ns            = "ns"
+	faultsFor     = 20 * time.Second
+	livenessBound = 4 * time.Minute
+	maxSteps      = 60000
+)
+
+// plan is what a user wants of one task and what its container does.
+type plan struct {
+	id        string
+	instance  string
+	submitAt  time.Duration
+	cancelAt  time.Duration // 0: never
+	exit      int32
+	run       time.Duration
+	sigterm0  bool // the main container exits 0 on SIGTERM
+	sidecar   bool
+	nodeName  bool
+	retries   int32
+	retryExit bool
+	keep      bool
+	submitted bool
+	cancelled bool
+}
+
+type process struct {
+	name     string
+	instance string
+	ex       *executor.Executor
+	cancel   context.CancelFunc
+	done     chan error
+	paused   time.Time // steps wait until then
+	dead     bool
+	logs     *bytes.Buffer
+}
+
+type world struct {
+	opt      Options
+	rng      *rand.Rand
+	start    time.Time
+	steps    *steps
+	hist     *History
+	srv      *apiServer
+	mem      store.Store
+	seen     *seenRecords
+	plans    []*plan
+	procs    []*process
+	nproc    int
+	restarts []restart
+	lost     map[string]bool // pod UIDs whose node is gone
+	refuseTo time.Time
+	adopt    bool
+	oldGone  time.Duration // when instance "old" is given up (adoption)
+	level    int
+	userWG   sync.WaitGroup
+	ctx      context.Context
+	stepsN   int
+}
+
+type restart struct {
+	at       time.Time
+	instance string
+}
+
+// Run runs one simulation in its own synctest bubble and judges its
+// history. It must be called from a test (synctest needs one).
+func Run(t *testing.T, opt Options) *Result {
+	var res *Result
+	synctest.Test(t, func(*testing.T) {
+		res = run(opt)
+	})
+	return res
+}
+
+func run(opt Options) *Result {
+	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{},
+		lost: map[string]bool{}, seen: newSeen()}
+	w.hist = &History{start: w.start, now: time.Now}
+	w.srv = newAPIServer(w.steps, w.hist, time.Now)
+	w.mem = store.NewMemory()
+	ctx, cancel := context.WithCancel(context.Background())
+	w.ctx = ctx
+	w.level = opt.FaultLevel
+	if w.level < 0 {
+		w.level = 1 + w.rng.IntN(3)
+	}
+	w.adopt = !opt.NoAdoption && w.rng.IntN(3) == 0
+	w.oldGone = time.Duration(4+w.rng.IntN(10)) * time.Second
+	w.plan()
+	if w.adopt {
+		w.startProcess("old", nil)
+	} else {
+		w.startProcess("sim", nil)
+		if w.level > 0 && w.rng.IntN(2) == 0 {
+			w.startProcess("sim", nil) // a second process of the instance waits for the Lease
+		}
+	}
+	why := w.loop()
+	w.hist.add(Event{Kind: KEnd, Note: why})
+	w.endState()
+	// Stop everything: every pending step returns, every process ends.
+	w.steps.close()
+	cancel()
+	for _, p := range w.procs {
+		p.cancel()
+		<-p.done
+	}
+	w.userWG.Wait()
+	res := &Result{Options: opt, History: w.hist, Steps: w.stepsN}
+	res.Options.FaultLevel = w.level
+	var logs strings.Builder
+	for _, p := range w.procs {
+		fmt.Fprintf(&logs, "=== %s (%s)\n%s", p.name, p.instance, p.logs.String())
+	}
+	res.Logs = logs.String()
+	res.Unknown = w.srv.unknown
+	res.Violations = Check(w.hist.Events, w.validTasks())
+	return res
+}
+
+func (w *world) validTasks() map[string]bool {
+	m := map[string]bool{}
+	for _, p := range w.plans {
+		m[p.id] = true
+	}
+	return m
+}
+
+func (w *world) now() time.Duration { return time.Since(w.start) }
+
+func (w *world) plan() {
+	n := w.opt.Tasks
+	if n == 0 {
+		n = 3 + w.rng.IntN(6)
+	}
+	for i := range n {
+		p := &plan{id: fmt.Sprintf("t%d", i), instance: "sim",
+			submitAt: time.Duration(w.rng.IntN(12000)) * time.Millisecond,
+			exit:     []int32{0, 0, 0, 1, 3}[w.rng.IntN(5)],
+			run:      time.Duration(50+w.rng.IntN(4000)) * time.Millisecond,
+			sigterm0: w.rng.IntN(2) == 0,
+			sidecar:  w.rng.IntN(4) != 0,
+			nodeName: w.rng.IntN(8) == 0,
+			retries:  int32(w.rng.IntN(3)),
+			keep:     w.rng.IntN(5) == 0,
+		}
+		p.retryExit = p.retries > 0 && w.rng.IntN(2) == 0
+		if w.rng.IntN(5) == 0 {
+			p.cancelAt = p.submitAt + time.Duration(w.rng.IntN(6000))*time.Millisecond
+		}
+		if w.adopt && p.submitAt < w.oldGone {
+			p.instance = "old"
+		}
+		w.plans = append(w.plans, p)
+	}
+}
+
+// taskOfPlan is the task document a user submits for p.
+func taskOfPlan(p *plan) *task.Task {
+	t := &task.Task{TypeMeta: metav1.TypeMeta{APIVersion: task.APIVersion, Kind: task.Kind}}
+	t.Name = "job"
+	t.Namespace = ns
+	t.Spec.MainContainer = "main"
+	t.Spec.Retries.Limit = &p.retries
+	t.Spec.Retries.Backoff = "1s"
+	t.Spec.Retries.RetryOn = []string{task.RetryOnInfrastructure}
+	if p.retryExit {
+		t.Spec.Retries.RetryOn = append(t.Spec.Retries.RetryOn, "ExitCode")
+	}
+	if p.keep {
+		t.Spec.Cleanup = task.CleanupKeep
+	}
+	t.Spec.Template.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"true"}}}
+	if p.sidecar {
+		t.Spec.Template.Spec.Containers = append(t.Spec.Template.Spec.Containers, corev1.Container{Name: "envoy", Image: "envoy"})
+	}
+	if p.nodeName {
+		t.Spec.Template.Spec.NodeName = "node-1"
+	}
+	t.Default()
+	return t
+}
+
+type noExec struct{}
+
+func (noExec) Exec(context.Context, string, string, string, []string, io.Writer, io.Writer) error {
+	return errors.New("simulation: no exec")
+}
+
+func (w *world) startProcess(instance string, adoptFrom []string) *process {
+	w.nproc++
+	name := fmt.Sprintf("p%d", w.nproc)
+	p := &process{name: name, instance: instance, done: make(chan error, 1), logs: &bytes.Buffer{}}
+	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen}
+	ex, err := executor.New(executor.Config{
+		Client: w.srv.client(name), Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
+		AdoptFrom: adoptFrom, Store: st, Workers: 1, CreateConcurrency: 1, PlainList: true,
+		Logger:        slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		LeaseHolder:   name,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		ResyncPeriod: 30 * time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	p.ex = ex
+	ctx, cancel := context.WithCancel(withActor(w.ctx, name))
+	p.cancel = cancel
+	go func() { p.done <- ex.Start(ctx) }()
+	w.procs = append(w.procs, p)
+	w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0])})
+	return p
+}
+
+func (w *world) proc(name string) *process {
+	for _, p := range w.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// live is a process of instance that runs (not crashed), the first started.
+func (w *world) live(instance string) *process {
+	for _, p := range w.procs {
+		if p.instance == instance && !p.dead {
+			return p
+		}
+	}
+	return nil
+}
+
+type choice struct {
+	weight int
+	do     func()
+}
+
+func (w *world) pick(cs []choice) {
+	total := 0
+	for _, c := range cs {
+		total += c.weight
+	}
+	r := w.rng.IntN(total)
+	for _, c := range cs {
+		if r < c.weight {
+			c.do()
+			return
+		}
+		r -= c.weight
+	}
+}
+
+func (w *world) faulty() bool { return w.level > 0 && w.now() < faultsFor }
+
+func (w *world) loop() string {
+	for {
+		synctest.Wait()
+		w.stepsN++
+		if w.stepsN > maxSteps {
+			return "step limit"
+		}
+		now := time.Now()
+		if w.now() > faultsFor+livenessBound {
+			return "liveness bound"
+		}
+		if w.now() > faultsFor && w.done() {
+			return "quiet"
+		}
+		w.housekeeping(now)
+		var cs []choice
+		for _, st := range w.steps.snapshot() {
+			p := w.proc(st.actor)
+			if p != nil && (p.dead || now.Before(p.paused)) {
+				continue
+			}
+			st := st
+			cs = append(cs, choice{20, func() { w.steps.take(st, nil) }})
+			if w.faulty() && !strings.Contains(st.key, "watch<") {
+				cs = append(cs, choice{w.level, func() {
+					w.hist.add(Event{Kind: KFault, Note: "error injected: " + st.key})
+					w.steps.take(st, errInjected)
+				}})
+			}
+		}
+		cs = append(cs, w.clusterChoices(now)...)
+		cs = append(cs, w.userChoices()...)
+		if w.faulty() {
+			cs = append(cs, w.faultChoices(now)...)
+		}
+		adv := 2
+		if len(cs) == 0 {
+			adv = 1
+		}
+		cs = append(cs, choice{adv, func() {
+			d := []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(5)]
+			time.Sleep(d)
+		}})
+		w.pick(cs)
+	}
+}
+
+// housekeeping does what is due whatever the seed: restarts, the end of
+// the old instance, the end of the faults.
+func (w *world) housekeeping(now time.Time) {
+	for i := 0; i < len(w.restarts); i++ {
+		if r := w.restarts[i]; !now.Before(r.at) {
+			w.restarts = slices.Delete(w.restarts, i, i+1)
+			i--
+			if r.instance == "old" && w.now() >= w.oldGone {
+				continue
+			}
+			var adopt []string
+			if w.adopt && r.instance == "sim" {
+				adopt = []string{"old"}
+			}
+			w.startProcess(r.instance, adopt)
+		}
+	}
+	if w.adopt && w.now() >= w.oldGone && w.live("sim") == nil {
+		for _, p := range w.procs {
+			if p.instance == "old" && !p.dead {
+				w.crash(p, "the old instance is given up")
+			}
+		}
+		w.startProcess("sim", []string{"old"})
+	}
+	if !w.faulty() {
+		inst := "sim"
+		if w.adopt && w.now() < w.oldGone {
+			inst = "old"
+		}
+		if w.live(inst) == nil && len(w.restarts) == 0 {
+			w.restarts = append(w.restarts, restart{at: now, instance: inst})
+		}
+		if !w.refuseTo.IsZero() {
+			w.refuseTo = time.Time{}
+			w.srv.mu.Lock()
+			w.srv.refuseCreates = false
+			w.srv.mu.Unlock()
+		}
+	}
+	if !w.refuseTo.IsZero() && !now.Before(w.refuseTo) {
+		w.refuseTo = time.Time{}
+		w.srv.mu.Lock()
+		w.srv.refuseCreates = false
+		w.srv.mu.Unlock()
+	}
+}
+
+func (w *world) crash(p *process, why string) {
+	p.dead = true
+	w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s crashed (%s)", p.name, why)})
+}
+
+// done: every task is final and nothing of kubetask is left in the cluster.
+func (w *world) done() bool {
+	for _, p := range w.plans {
+		if !p.submitted {
+			return false
+		}
+		r, err := w.mem.Get(context.Background(), p.id)
+		if err != nil || !r.Terminal {
+			return false
+		}
+	}
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	for _, pod := range w.srv.pods {
+		if slices.Contains(pod.Finalizers, task.Finalizer) || pod.Spec.NodeName != "" && !stoppedPod(pod) && !w.lost[string(pod.UID)] {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *world) userChoices() []choice {
+	var cs []choice
+	for _, p := range w.plans {
+		p := p
+		if !p.submitted && w.now() >= p.submitAt {
+			inst := p.instance
+			if w.adopt && w.now() >= w.oldGone {
+				inst = "sim"
+			}
+			proc := w.live(inst)
+			if proc == nil {
+				continue
+			}
+			cs = append(cs, choice{10, func() {
+				p.submitted = true
+				w.hist.add(Event{Kind: KSubmit, Task: p.id, Note: fmt.Sprintf("to %s: exit %d after %s, sidecar %v, nodeName %v, retries %d, retry on exit %v, keep %v, exits 0 on SIGTERM %v",
+					proc.name, p.exit, p.run, p.sidecar, p.nodeName, p.retries, p.retryExit, p.keep, p.sigterm0)})
+				w.user(func(ctx context.Context) {
+					for {
+						if _, err := proc.ex.Submit(ctx, p.id, taskOfPlan(p)); err == nil || ctx.Err() != nil || errors.Is(err, errShutdown) {
+							return
+						}
+						time.Sleep(200 * time.Millisecond) // the user tries again
+					}
+				})
+			}})
+		}
+		if p.submitted && !p.cancelled && p.cancelAt > 0 && w.now() >= p.cancelAt {
+			proc := w.live(p.instance)
+			if w.adopt && w.now() >= w.oldGone {
+				proc = w.live("sim")
+			}
+			if proc == nil {
+				continue
+			}
+			cs = append(cs, choice{10, func() {
+				p.cancelled = true
+				w.hist.add(Event{Kind: KCancel, Task: p.id, Note: "to " + proc.name})
+				w.user(func(ctx context.Context) {
+					for {
+						if err := proc.ex.Cancel(ctx, p.id); err == nil || ctx.Err() != nil || errors.Is(err, errShutdown) {
+							return
+						}
+						time.Sleep(200 * time.Millisecond)
+					}
+				})
+			}})
+		}
+	}
+	return cs
+}
+
+func (w *world) user(fn func(context.Context)) {
+	w.userWG.Add(1)
+	go func() {
+		defer w.userWG.Done()
+		fn(withActor(w.ctx, "user"))
+	}()
+}
+
+func (w *world) planOf(pod *corev1.Pod) *plan {
+	t, _ := taskOf(pod)
+	for _, p := range w.plans {
+		if p.id == t {
+			return p
+		}
+	}
+	return nil
+}
+
+// sortedPods are the server's pods by key (srv.mu held).
+func (w *world) sortedPods() []*corev1.Pod {
+	keys := make([]string, 0, len(w.srv.pods))
+	for k := range w.srv.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]*corev1.Pod, len(keys))
+	for i, k := range keys {
+		out[i] = w.srv.pods[k]
+	}
+	return out
+}
+
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == name {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// clusterChoices are what the scheduler and the kubelet may do now.
+func (w *world) clusterChoices(now time.Time) []choice {
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	var cs []choice
+	for _, pod := range w.sortedPods() {
+		key := pod.Namespace + "/" + pod.Name
+		uid := string(pod.UID)
+		if w.lost[uid] {
+			continue
+		}
+		t, a := taskOf(pod)
+		pl := w.planOf(pod)
+		if pl == nil {
+			continue
+		}
+		do := func(f func(p *corev1.Pod)) func() {
+			return func() {
+				w.srv.mu.Lock()
+				defer w.srv.mu.Unlock()
+				if cur := w.srv.pods[key]; cur != nil && cur.UID == pod.UID {
+					f(cur.DeepCopy())
+				}
+			}
+		}
+		switch {
+		case pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) == 0 && pod.DeletionTimestamp == nil:
+			cs = append(cs, choice{10, do(func(p *corev1.Pod) {
+				p.Spec.NodeName = "node-1"
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+				w.srv.commit(key, p)
+				w.hist.add(Event{Kind: KBind, Task: t, Attempt: a, UID: uid})
+			})})
+		case pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending && pod.DeletionTimestamp == nil:
+			cs = append(cs, choice{10, do(func(p *corev1.Pod) {
+				ts := metav1.NewTime(time.Now())
+				p.Status.Phase = corev1.PodRunning
+				p.Status.StartTime = &ts
+				p.Status.ContainerStatuses = nil
+				for _, c := range p.Spec.Containers {
+					p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Ready: true, Started: ptrTrue(),
+						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts}}})
+				}
+				w.srv.commit(key, p)
+				w.hist.add(Event{Kind: KStart, Task: t, Attempt: a, UID: uid})
+			})})
+		case pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil:
+			st := containerStatus(pod, "main")
+			if st != nil && st.State.Running != nil && !now.Before(pod.Status.StartTime.Add(pl.run)) {
+				cs = append(cs, choice{10, do(func(p *corev1.Pod) { w.terminate(p, key, pl, false, "") })})
+			}
+			if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil && !now.Before(pod.Status.StartTime.Add(time.Duration(*ads)*time.Second)) {
+				cs = append(cs, choice{10, do(func(p *corev1.Pod) { w.terminate(p, key, pl, true, "DeadlineExceeded") })})
+			}
+		case pod.DeletionTimestamp != nil && pod.Spec.NodeName != "":
+			if !stoppedPod(pod) && pod.Status.Phase == corev1.PodRunning {
+				// The kubelet reports the final states: also after a
+				// grace-0 delete, as kwok and the kubelet can.
+				cs = append(cs, choice{10, do(func(p *corev1.Pod) { w.terminate(p, key, pl, true, "") })})
+			}
+			if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+				cs = append(cs, choice{5, do(func(p *corev1.Pod) {
+					_ = w.srv.deletePod(p.Namespace, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "kubelet")
+				})})
+			}
+		}
+	}
+	return cs
+}
+
+func ptrTrue() *bool { b := true; return &b }
+
+// terminate ends the pod's main container (and, when all is set, every
+// container) and reports it.
+func (w *world) terminate(p *corev1.Pod, key string, pl *plan, all bool, reason string) {
+	t, a := taskOf(p)
+	uid := string(p.UID)
+	ts := metav1.NewTime(time.Now())
+	exited := false
+	allZero := true
+	for i := range p.Status.ContainerStatuses {
+		cs := &p.Status.ContainerStatuses[i]
+		if cs.State.Running != nil && (all || cs.Name == "main") {
+			code, why := int32(137), "Error"
+			if cs.Name == "main" {
+				switch {
+				case !all:
+					code = pl.exit
+				case pl.sigterm0:
+					code = 0
+				default:
+					code = 143
+				}
+				exited = true
+			}
+			if code == 0 {
+				why = "Completed"
+			}
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: why, StartedAt: cs.State.Running.StartedAt, FinishedAt: ts}}
+			cs.Ready = false
+		}
+		if term := cs.State.Terminated; term == nil {
+			allZero = false
+		} else if term.ExitCode != 0 {
+			allZero = false
+		}
+	}
+	running := slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.State.Terminated == nil })
+	if !running {
+		if allZero {
+			p.Status.Phase = corev1.PodSucceeded
+		} else {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason = reason
+		}
+	}
+	w.srv.commit(key, p)
+	if exited {
+		code := containerStatus(p, "main").State.Terminated.ExitCode
+		w.hist.add(Event{Kind: KExit, Task: t, Attempt: a, UID: uid, Code: &code})
+	}
+	if !running {
+		w.hist.add(Event{Kind: KStopped, Task: t, Attempt: a, UID: uid, Note: string(p.Status.Phase)})
+	}
+}
+
+// faultChoices are the faults the world may inject now.
+func (w *world) faultChoices(now time.Time) []choice {
+	l := w.level
+	var cs []choice
+	w.srv.mu.Lock()
+	var running []*corev1.Pod
+	for _, pod := range w.sortedPods() {
+		if pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning && !w.lost[string(pod.UID)] {
+			running = append(running, pod)
+		}
+	}
+	nw := len(w.srv.watches)
+	w.srv.mu.Unlock()
+	for _, pod := range running {
+		pod := pod
+		t, a := taskOf(pod)
+		cs = append(cs, choice{l, func() {
+			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "evicted"})
+			w.srv.mu.Lock()
+			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{}, "eviction")
+			w.srv.mu.Unlock()
+		}}, choice{l, func() {
+			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "force-deleted"})
+			w.srv.mu.Lock()
+			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "force")
+			w.srv.mu.Unlock()
+		}}, choice{(l + 1) / 2, func() {
+			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "node lost: the pod GC deletes it, no status comes"})
+			w.srv.mu.Lock()
+			w.lost[string(pod.UID)] = true
+			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "podgc")
+			w.srv.mu.Unlock()
+		}})
+	}
+	if nw > 0 {
+		cs = append(cs, choice{l, func() {
+			w.srv.mu.Lock()
+			i := w.rng.IntN(len(w.srv.watches))
+			wt := w.srv.watches[i]
+			wt.drop()
+			w.srv.mu.Unlock()
+			w.hist.add(Event{Kind: KFault, Note: "a watch of " + wt.actor + " dropped"})
+		}}, choice{l, func() {
+			w.hist.add(Event{Kind: KFault, Note: "history compacted: watches end with 410 Expired"})
+			w.srv.mu.Lock()
+			w.srv.compacted = w.srv.rv
+			w.srv.changes = nil
+			for _, wt := range w.srv.watches {
+				wt.expire()
+			}
+			w.srv.mu.Unlock()
+		}})
+	}
+	if w.refuseTo.IsZero() {
+		cs = append(cs, choice{l, func() {
+			d := time.Duration(500+w.rng.IntN(3000)) * time.Millisecond
+			w.refuseTo = now.Add(d)
+			w.hist.add(Event{Kind: KFault, Note: fmt.Sprintf("pod creations refused (quota) for %s", d)})
+			w.srv.mu.Lock()
+			w.srv.refuseCreates = true
+			w.srv.mu.Unlock()
+		}})
+	}
+	for _, p := range w.procs {
+		p := p
+		if p.dead || now.Before(p.paused) {
+			continue
+		}
+		cs = append(cs, choice{l, func() {
+			d := time.Duration(200+w.rng.IntN(8000)) * time.Millisecond
+			p.paused = now.Add(d)
+			w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s paused for %s", p.name, d)})
+		}}, choice{(l + 1) / 2, func() {
+			w.crash(p, "killed")
+			w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance})
+		}})
+	}
+	return cs
+}
+
+// endState writes what is left at the end into the history.
+func (w *world) endState() {
+	w.srv.mu.Lock()
+	for _, pod := range w.sortedPods() {
+		t, a := taskOf(pod)
+		var why []string
+		if slices.Contains(pod.Finalizers, task.Finalizer) {
+			why = append(why, "kubetask's finalizer")
+		}
+		if pod.Spec.NodeName != "" && !stoppedPod(pod) && !w.lost[string(pod.UID)] {
+			why = append(why, "running")
+		}
+		if len(why) > 0 {
+			w.hist.add(Event{Kind: KLeft, Task: t, Attempt: a, UID: string(pod.UID), Note: strings.Join(why, ", ")})
+		}
+	}
+	w.srv.mu.Unlock()
+	for _, p := range w.plans {
+		r, err := w.mem.Get(context.Background(), p.id)
+		switch {
+		case !p.submitted:
+			w.hist.add(Event{Kind: KOpen, Task: p.id, Note: "never submitted"})
+		case err != nil:
+			w.hist.add(Event{Kind: KOpen, Task: p.id, Note: "no record"})
+		case !r.Terminal:
+			w.hist.add(Event{Kind: KOpen, Task: p.id, Attempt: r.Attempt, Phase: r.Phase, Reason: r.Reason, Note: r.Message})
+		}
+	}
+}

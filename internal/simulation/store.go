@@ -1,0 +1,155 @@
+package simulation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+type actorKey struct{}
+
+// withActor marks ctx's calls as actor's steps.
+func withActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, actorKey{}, actor)
+}
+
+func actorOf(ctx context.Context, def string) string {
+	if a, ok := ctx.Value(actorKey{}).(string); ok {
+		return a
+	}
+	return def
+}
+
+// simStore is a process's view of the shared store: every call is a step
+// (and a write's answer a second one), which the world may delay or fail.
+// It writes the records' milestones into the history.
+type simStore struct {
+	inner store.Store
+	steps *steps
+	hist  *History
+	actor string
+	seen  *seenRecords
+}
+
+// seenRecords is what the history already holds of each record.
+type seenRecords struct {
+	attempts map[string]int
+	podUID   map[string]string
+	terminal map[string]bool
+}
+
+func newSeen() *seenRecords {
+	return &seenRecords{attempts: map[string]int{}, podUID: map[string]string{}, terminal: map[string]bool{}}
+}
+
+var _ store.Store = (*simStore)(nil)
+
+func (s *simStore) before(ctx context.Context, what string) error {
+	a := actorOf(ctx, s.actor)
+	if err := s.steps.wait(ctx, a, a+" store> "+what); err != nil {
+		if errors.Is(err, errInjected) {
+			return fmt.Errorf("simulated: %w", store.ErrUnavailable)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *simStore) after(ctx context.Context, what string) error {
+	a := actorOf(ctx, s.actor)
+	if err := s.steps.wait(ctx, a, a+" store< "+what); err != nil {
+		if errors.Is(err, errInjected) || errors.Is(err, errShutdown) {
+			return fmt.Errorf("simulated: the answer was lost: %w", store.ErrUnavailable)
+		}
+		// ctx ended while the answer was on its way: the write was applied.
+		return fmt.Errorf("simulated: the answer was lost (%v): %w", err, store.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *simStore) Create(ctx context.Context, rec store.Record) (store.Record, bool, error) {
+	if err := s.before(ctx, "create "+rec.ID); err != nil {
+		return store.Record{}, false, err
+	}
+	out, created, err := s.inner.Create(context.Background(), rec)
+	if err == nil {
+		s.note(out)
+	}
+	if aerr := s.after(ctx, "create "+rec.ID); aerr != nil {
+		return store.Record{}, false, aerr
+	}
+	return out, created, err
+}
+
+func (s *simStore) Get(ctx context.Context, id string) (store.Record, error) {
+	if err := s.before(ctx, "get "+id); err != nil {
+		return store.Record{}, err
+	}
+	return s.inner.Get(context.Background(), id)
+}
+
+func (s *simStore) Update(ctx context.Context, rec store.Record) (store.Record, error) {
+	if err := s.before(ctx, "update "+rec.ID); err != nil {
+		return store.Record{}, err
+	}
+	out, err := s.inner.Update(context.Background(), rec)
+	if err == nil {
+		s.note(out)
+	}
+	if aerr := s.after(ctx, "update "+rec.ID); aerr != nil {
+		return store.Record{}, aerr
+	}
+	return out, err
+}
+
+func (s *simStore) BeginTerm(ctx context.Context, instance string) (int64, error) {
+	if err := s.before(ctx, "beginterm "+instance); err != nil {
+		return 0, err
+	}
+	e, err := s.inner.BeginTerm(context.Background(), instance)
+	if err == nil {
+		s.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s began term %d of %s", actorOf(ctx, s.actor), e, instance)})
+	}
+	if aerr := s.after(ctx, "beginterm "+instance); aerr != nil {
+		return 0, aerr
+	}
+	return e, err
+}
+
+func (s *simStore) Epoch(ctx context.Context, instance string) (int64, error) {
+	if err := s.before(ctx, "epoch "+instance); err != nil {
+		return 0, err
+	}
+	return s.inner.Epoch(context.Background(), instance)
+}
+
+func (s *simStore) List(ctx context.Context, opts store.ListOptions) ([]store.Record, error) {
+	if err := s.before(ctx, "list "+opts.Executor); err != nil {
+		return nil, err
+	}
+	return s.inner.List(context.Background(), opts)
+}
+
+func (s *simStore) Close() error { return nil }
+
+// note writes what rec, just stored, adds to the history.
+func (s *simStore) note(rec store.Record) {
+	s.hist.mu.Lock()
+	seen := s.seen
+	s.hist.mu.Unlock()
+	if rec.PodCreated && rec.PodUID != "" && seen.podUID[rec.ID] != fmt.Sprint(rec.Attempt, rec.PodUID) {
+		seen.podUID[rec.ID] = fmt.Sprint(rec.Attempt, rec.PodUID)
+		s.hist.add(Event{Kind: KRecord, Task: rec.ID, Attempt: rec.Attempt, UID: rec.PodUID, Note: fmt.Sprintf("epoch %d", rec.PodEpoch)})
+	}
+	for i := seen.attempts[rec.ID]; i < len(rec.Attempts); i++ {
+		a := rec.Attempts[i]
+		s.hist.add(Event{Kind: KOutcome, Task: rec.ID, Attempt: a.Attempt, UID: a.PodUID, Phase: a.Phase, Reason: a.Reason, Code: a.ExitCode})
+	}
+	seen.attempts[rec.ID] = len(rec.Attempts)
+	if rec.Terminal && !seen.terminal[rec.ID] {
+		seen.terminal[rec.ID] = true
+		s.hist.add(Event{Kind: KFinal, Task: rec.ID, Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Code: rec.ExitCode})
+	}
+}
