@@ -204,6 +204,10 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 	}
 	// kube-apiserver's ValidatePodCreate.
 	if p.Spec.NodeName != "" && len(p.Spec.SchedulingGates) > 0 {
+		if !dryRun {
+			t, n := taskOf(p)
+			s.hist.add(Event{Kind: KRefused, Task: t, Attempt: n, Note: "Invalid: spec.nodeName with schedulingGates"})
+		}
 		return nil, invalid(p.Name, field.NewPath("spec", "nodeName"), "cannot be set until all schedulingGates have been cleared")
 	}
 	if dryRun {
@@ -213,6 +217,8 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 		return nil, apierrors.NewAlreadyExists(podsGR, p.Name)
 	}
 	if s.refuseCreates {
+		t, n := taskOf(p)
+		s.hist.add(Event{Kind: KRefused, Task: t, Attempt: n, Note: "Forbidden: exceeded quota"})
 		return nil, apierrors.NewForbidden(podsGR, p.Name, errors.New("exceeded quota: simulated, requested: pods=1, used: pods=10, limited: pods=10"))
 	}
 	s.uids++

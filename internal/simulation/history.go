@@ -14,6 +14,7 @@ const (
 	KSubmit  = "submit"  // a user submitted Task
 	KCancel  = "cancel"  // a user cancelled Task
 	KCreate  = "create"  // a pod of Task/Attempt was created (UID; Note "gated" or "node")
+	KRefused = "refused" // the API server refused a pod's creation (Note: why)
 	KBind    = "bind"    // the pod was bound to a node: from here it runs
 	KStart   = "start"   // the kubelet started its containers
 	KExit    = "exit"    // the kubelet reported the main container's exit (Code)

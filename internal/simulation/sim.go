@@ -16,8 +16,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/klog/v2"
 
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -105,6 +108,8 @@ type world struct {
 	userWG   sync.WaitGroup
 	ctx      context.Context
 	stepsN   int
+	faults   int                 // faults injected (other than step errors)
+	held     map[*step]time.Time // steps held until then
 }
 
 type restart struct {
@@ -115,6 +120,7 @@ type restart struct {
 // Run runs one simulation in its own synctest bubble and judges its
 // history. It must be called from a test (synctest needs one).
 func Run(t *testing.T, opt Options) *Result {
+	quietGlobals()
 	var res *Result
 	synctest.Test(t, func(*testing.T) {
 		res = run(opt)
@@ -122,9 +128,17 @@ func Run(t *testing.T, opt Options) *Result {
 	return res
 }
 
+// quietGlobals turns off what client-go keeps across runs: its error
+// handlers' rate limit (a sleep measured from the last error, of another
+// run's clock) and klog's output.
+func quietGlobals() {
+	utilruntime.ErrorHandlers = nil
+	klog.SetLogger(logr.Discard())
+}
+
 func run(opt Options) *Result {
 	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{},
-		lost: map[string]bool{}, seen: newSeen()}
+		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}}
 	w.hist = &History{start: w.start, now: time.Now}
 	w.srv = newAPIServer(w.steps, w.hist, time.Now)
 	w.mem = store.NewMemory()
@@ -321,22 +335,34 @@ func (w *world) loop() string {
 		var cs []choice
 		for _, st := range w.steps.snapshot() {
 			p := w.proc(st.actor)
-			if p != nil && (p.dead || now.Before(p.paused)) {
+			if p != nil && (p.dead || now.Before(p.paused)) || now.Before(w.held[st]) {
 				continue
 			}
 			st := st
-			cs = append(cs, choice{20, func() { w.steps.take(st, nil) }})
-			if w.faulty() && !strings.Contains(st.key, "watch<") {
-				cs = append(cs, choice{w.level, func() {
-					w.hist.add(Event{Kind: KFault, Note: "error injected: " + st.key})
-					w.steps.take(st, errInjected)
+			cs = append(cs, choice{100, func() { delete(w.held, st); w.steps.take(st, nil) }})
+			if w.faulty() {
+				// The seed may hold any step for a while: a goroutine
+				// descheduled between two of its steps, a slow answer.
+				cs = append(cs, choice{2 * w.level, func() {
+					d := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second, 3 * time.Second}[w.rng.IntN(4)]
+					w.held[st] = now.Add(d)
 				}})
+				if !strings.Contains(st.key, "watch<") {
+					cs = append(cs, choice{w.level, func() {
+						delete(w.held, st)
+						w.hist.add(Event{Kind: KFault, Note: "error injected: " + st.key})
+						w.steps.take(st, errInjected)
+					}})
+				}
 			}
 		}
 		cs = append(cs, w.clusterChoices(now)...)
 		cs = append(cs, w.userChoices()...)
-		if w.faulty() {
-			cs = append(cs, w.faultChoices(now)...)
+		if w.faulty() && w.faults < 4*w.level {
+			for _, c := range w.faultChoices(now) {
+				do := c.do
+				cs = append(cs, choice{c.weight, func() { w.faults++; do() }})
+			}
 		}
 		adv := 2
 		if len(cs) == 0 {

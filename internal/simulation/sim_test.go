@@ -189,3 +189,48 @@ func TestSameSeedSameHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestHunt runs KUBETASK_SIM_HUNT fresh seeds without stopping at a failure
+// and tells, for each invariant, how many seeds broke it and after how many
+// seeds it first broke: how the simulator finds a defect by itself.
+func TestHunt(t *testing.T) {
+	n := envInt("KUBETASK_SIM_HUNT", 0)
+	if n == 0 {
+		t.Skip("KUBETASK_SIM_HUNT=N runs N seeds and counts the violations by invariant")
+	}
+	base := int64(envInt("KUBETASK_SIM_BASE", int(time.Now().UnixNano())))
+	type tally struct {
+		seeds int
+		first int
+		seed  int64
+		msg   string
+	}
+	found := map[string]*tally{}
+	start := time.Now()
+	for i := range n {
+		seed := base + int64(i)
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1})
+		seen := map[string]bool{}
+		for _, v := range res.Violations {
+			if seen[v.Invariant] {
+				continue
+			}
+			seen[v.Invariant] = true
+			f := found[v.Invariant]
+			if f == nil {
+				f = &tally{first: i + 1, seed: seed, msg: v.String()}
+				found[v.Invariant] = f
+			}
+			f.seeds++
+		}
+	}
+	el := time.Since(start)
+	t.Logf("%d seeds from %d in %s (%.1f seeds/s)", n, base, el.Round(time.Millisecond), float64(n)/el.Seconds())
+	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod} {
+		if f := found[inv]; f != nil {
+			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)
+		} else {
+			t.Logf("%-60s    0 seeds", inv)
+		}
+	}
+}
