@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // The tests of this file check that no caller learns anything of a task in
@@ -407,4 +409,94 @@ func TestStreamsEndWhenAccessIsRevoked(t *testing.T) {
 	if resp, _ := h.do(http.MethodGet, api.Prefix+"/watch?namespace=team-a", nil, alice...); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a new watch after the revocation: %s, want 403", resp.Status)
 	}
+}
+
+// A task ID is global and free again once retention deleted its task, so a
+// caller of any namespace may take it (issue 33). A watch of the task from
+// an old cursor, even the ring's first, sends the new record's events only:
+// never those of an earlier record with the ID, in another namespace or in
+// the same one, whether the ring keeps the new record's Submitted event or
+// not (created by another replica, its event lost). An event belongs to a
+// record by its ID and namespace, by coming after the record's Submitted
+// event, and, when it names a pod, by the pod's name, which holds a hash of
+// the record's random nonce. It sent team-c's events to team-a before.
+func TestTaskWatchOfAReusedIDSendsOnlyItsRecordsEvents(t *testing.T) {
+	h := newHarness(t, func(c *server.Config) { c.Auth = isolationTokens(t) })
+	ctx := context.Background()
+	// events publishes a record's events: its pod's creation, then msg.
+	events := func(rec store.Record, msg string) {
+		h.srv.Publish(executor.Event{ID: rec.ID, Type: executor.EventPodCreated, Pod: rec.Namespace + "/" + task.PodName(
+			task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Nonce: rec.Nonce}, 0), Message: msg, Time: time.Now()})
+		h.srv.Publish(executor.Event{ID: rec.ID, Type: executor.EventState, Phase: "Running", Reason: "Running", Message: msg, Time: time.Now()})
+	}
+	// retire runs a task of ns with id to its end, with events, and lets
+	// retention delete it.
+	retire := func(ns, id string) {
+		t.Helper()
+		h.mustSubmit(ns, taskDoc("payroll-secret"), append(bearer("root"), "Idempotency-Key", id)...)
+		rec, err := h.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events(rec, "salary file s3://hr/salaries.csv processed")
+		h.finish(id, "Succeeded", "Completed")
+		if _, err := h.store.(store.Retention).DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := h.watch(api.Prefix+"/watch", bearer("a")...)
+	epoch, _, _ := strings.Cut(w.next().Cursor, "-")
+	w.close()
+
+	// check watches id as alice from the ring's first event: what comes
+	// before her marker must be her record's own.
+	check := func(name, id string) {
+		t.Helper()
+		s := h.watch(api.Prefix+"/tasks/"+url.PathEscape(id)+"/watch?cursor="+epoch+"-0", bearer("a")...)
+		defer s.close()
+		rec, err := h.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events(rec, "mine") // her own pod's events pass
+		h.publish(id, "marker")
+		for {
+			ev := s.next()
+			switch {
+			case ev.Type == api.EventBookmark || ev.Type == api.EventExpired:
+				continue
+			case ev.Namespace != "team-a" || strings.Contains(ev.Message, "salaries"):
+				t.Fatalf("%s: alice receives %+v, an event of an earlier record of %s", name, ev, id)
+			case ev.Message == "marker":
+				return
+			}
+		}
+	}
+
+	retire("team-c", "nightly-1")
+	h.mustSubmit("team-a", taskDoc("mine"), append(bearer("a"), "Idempotency-Key", "nightly-1")...)
+	check("another namespace's earlier record", "nightly-1")
+
+	retire("team-a", "nightly-2")
+	h.mustSubmit("team-a", taskDoc("mine"), append(bearer("a"), "Idempotency-Key", "nightly-2")...)
+	s := h.watch(api.Prefix+"/tasks/nightly-2/watch?cursor="+epoch+"-0", bearer("a")...)
+	if ev := s.next(); ev.Type != api.EventBookmark {
+		t.Fatalf("first event %+v, want a bookmark", ev)
+	}
+	if ev := s.next(); ev.Type != string(executor.EventSubmitted) || ev.Name != "mine" {
+		t.Fatalf("the same namespace's earlier record: first event %+v, want the new record's Submitted", ev)
+	}
+	s.close()
+
+	// The new record's Submitted never reached this server: the earlier
+	// record's pod and namespace still tell its events apart.
+	retire("team-c", "nightly-3")
+	retire("team-a", "nightly-4")
+	for _, id := range []string{"nightly-3", "nightly-4"} {
+		rec := store.Record{ID: id, Namespace: "team-a", Name: "mine", Executor: "srv", Task: []byte(`{}`), Phase: "Pending", Reason: "Submitted", Nonce: "n-" + id}
+		if _, created, err := h.store.Create(ctx, rec); err != nil || !created {
+			t.Fatalf("create %s: %v %v", id, created, err)
+		}
+	}
+	check("another namespace's, the Submitted missed", "nightly-3")
 }

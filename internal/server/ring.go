@@ -25,9 +25,14 @@ type ring struct {
 	buf    []ringEntry
 	last   uint64        // number of the newest event; 0 before the first
 	notify chan struct{} // closed and replaced at every append
+	// starts holds, for each task ID whose Submitted event is kept, the
+	// number of the newest one: where its current record's events begin
+	// (an ID names another record after retention deleted the first).
+	starts map[string]uint64
 }
 
 type ringEntry struct {
+	num    uint64 // the event's number
 	ev     api.Event
 	labels map[string]string
 }
@@ -43,7 +48,7 @@ func newRing(size int) *ring {
 		epoch[i] = crockford[v&31]
 		v >>= 5
 	}
-	return &ring{epoch: string(epoch[:]), size: size, buf: make([]ringEntry, 0, min(size, 1024)), notify: make(chan struct{})}
+	return &ring{epoch: string(epoch[:]), size: size, buf: make([]ringEntry, 0, min(size, 1024)), notify: make(chan struct{}), starts: map[string]uint64{}}
 }
 
 func (r *ring) cursor(n uint64) string { return r.epoch + "-" + strconv.FormatUint(n, 10) }
@@ -59,15 +64,32 @@ func (r *ring) append(ev api.Event, labels map[string]string) {
 	r.mu.Lock()
 	r.last++
 	ev.Cursor = r.cursor(r.last)
-	e := ringEntry{ev: ev, labels: labels}
+	e := ringEntry{num: r.last, ev: ev, labels: labels}
 	if len(r.buf) < r.size {
 		r.buf = append(r.buf, e)
 	} else {
-		r.buf[(r.last-1)%uint64(r.size)] = e //nolint:gosec // size is positive
+		i := (r.last - 1) % uint64(r.size) //nolint:gosec // size is positive
+		if old := &r.buf[i]; old.ev.Type == string(executor.EventSubmitted) && r.starts[old.ev.TaskID] == old.num {
+			delete(r.starts, old.ev.TaskID)
+		}
+		r.buf[i] = e
+	}
+	if ev.Type == string(executor.EventSubmitted) && ev.TaskID != "" {
+		r.starts[ev.TaskID] = r.last
 	}
 	close(r.notify)
 	r.notify = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// recordStart is the number of the newest kept Submitted event of task id
+// (the first event of its current record), 0 when none is kept: then the
+// record began before the oldest kept event, or its Submitted event never
+// reached this server (another replica's, lost: PublishMissed).
+func (r *ring) recordStart(id string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts[id]
 }
 
 // head is the number of the newest event.

@@ -194,13 +194,34 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 	if err != nil {
 		return nil, err
 	}
-	match := func(e *ringEntry) bool { return e.ev.TaskID == in.ID }
+	pos, match := s.recordEvents(rec, pos)
 	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch")
 	if err != nil {
 		return nil, err
 	}
 	access := s.access(ctx, ActionWatch, rec.Namespace)
 	return &huma.StreamResponse{Body: func(hctx huma.Context) { defer release(); s.stream(hctx, access, match, pos, expired) }}, nil
+}
+
+// recordEvents returns where a watch of rec's task resumes from and which
+// events it sends: those of rec itself, never those of an earlier record
+// with the same ID (retention deleted it, and a caller of any namespace may
+// take a free ID). An event is rec's when it has rec's ID and namespace, is
+// not older than the ID's newest Submitted event that the ring keeps (a
+// cursor from before it resumes there: nothing earlier is rec's), and, when
+// it names a pod, names one of rec's: a pod's name holds a hash of its
+// record's nonce, drawn at random for every record.
+func (s *Server) recordEvents(rec store.Record, pos uint64) (uint64, func(*ringEntry) bool) {
+	start := s.ring.recordStart(rec.ID)
+	if start > 0 && pos+1 < start {
+		pos = start - 1
+	}
+	return pos, func(e *ringEntry) bool {
+		if e.ev.TaskID != rec.ID || e.num < start || e.ev.Namespace != rec.Namespace {
+			return false
+		}
+		return e.ev.Pod == "" || e.ev.Pod == rec.Namespace+"/"+podName(rec, e.ev.Attempt)
+	}
 }
 
 // resume parses the cursor a watch resumes from: Last-Event-ID (what
