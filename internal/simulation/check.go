@@ -40,6 +40,7 @@ type podLife struct {
 	exit     *int32
 	exitSeq  int
 	deleting bool
+	released int // seq it was created ungated or its gate was removed
 }
 
 // Check judges a history: it returns every violation of the invariants
@@ -72,6 +73,13 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 		case KCreate:
 			pods[e.UID] = &podLife{uid: e.UID, task: e.Task, attempt: e.Attempt}
+			if e.Note != "gated" {
+				pods[e.UID].released = e.Seq
+			}
+		case KUngate:
+			if p != nil && p.released == 0 {
+				p.released = e.Seq
+			}
 		case KBind:
 			if p == nil || p.bound != 0 {
 				continue
@@ -81,10 +89,13 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			if len(ran[k]) > 1 {
 				add(InvOneRun, e, "pod %s is the attempt's second pod to run (pods %v)", e.UID, ran[k])
 			}
-			if s := outcome[k]; s != 0 {
-				add(InvAfter, e, "pod %s was bound after the attempt's outcome was recorded (event %d)", e.UID, s)
-			} else if s := final[e.Task]; s != 0 {
-				add(InvAfter, e, "pod %s was bound after the task's final outcome was recorded (event %d)", e.UID, s)
+			// kubetask's part in a run is the creation of an ungated pod
+			// or the removal of its gate: neither may come after the
+			// outcome (the scheduler may bind a pod released before).
+			if s := outcome[k]; s != 0 && p.released > s {
+				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the attempt's outcome was recorded (event %d)", e.UID, p.released, s)
+			} else if s := final[e.Task]; s != 0 && p.released > s {
+				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the task's final outcome was recorded (event %d)", e.UID, p.released, s)
 			}
 			for _, o := range pods {
 				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {

@@ -305,6 +305,9 @@ func (w *world) pick(cs []choice) {
 	for _, c := range cs {
 		total += c.weight
 	}
+	if total == 0 {
+		return
+	}
 	r := w.rng.IntN(total)
 	for _, c := range cs {
 		if r < c.weight {
@@ -364,9 +367,13 @@ func (w *world) loop() string {
 				cs = append(cs, choice{c.weight, func() { w.faults++; do() }})
 			}
 		}
+		// Time passes while steps wait only while the faults last (a slow
+		// step); afterwards every step goes as soon as it can.
 		adv := 2
 		if len(cs) == 0 {
 			adv = 1
+		} else if !w.faulty() {
+			adv = 0
 		}
 		cs = append(cs, choice{adv, func() {
 			d := []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(5)]
