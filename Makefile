@@ -18,7 +18,7 @@ VERSION_PKG := github.com/kubetask/kubetask/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
 export SOURCE_DATE_EPOCH
 
-.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos clean
+.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos sim clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -111,6 +111,10 @@ bench-run: components ## kubetask run against kubectl run on the local cluster (
 
 chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2,000+ tasks, 27 faults, the history checker's table; SEED=n replays a run
 	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m
+
+SEEDS ?= 1000
+sim: ## the deterministic simulator (docs/simulation.md) on SEEDS=1000 fresh seeds; stops at the first failing seed, shrinks it and prints its replay command
+	KUBETASK_SIM_SEEDS=$(SEEDS) $(GO) test ./internal/simulation -run 'TestSimulation$$' -count=1 -v -timeout 0
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...
