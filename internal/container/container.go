@@ -32,13 +32,27 @@ const (
 // runtimes do for images that set no PATH.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Mount makes HostPath visible at ContainerPath inside the container's mount namespace.
-// A missing ContainerPath is created on the host as an empty directory (or an empty
-// file when HostPath is a file) to serve as the mount point.
+// Mount makes HostPath (or SubPath inside it) visible at ContainerPath inside the
+// container's mount namespace. A missing ContainerPath is created as an empty
+// directory (or an empty file when the source is a file) to serve as the mount
+// point: inside the image's root for a container with a Rootfs (never through a
+// link that leads out of it), on the host otherwise.
+//
+// The source is opened by handle and mounted from the handle (open_tree and
+// move_mount), so nothing can swap a path component for a link between its
+// resolution and the mount.
 type Mount struct {
-	HostPath      string `json:"hostPath"`
+	HostPath string `json:"hostPath"`
+	// SubPath, when set, is a path inside HostPath (a directory) to mount
+	// instead of HostPath itself, as a volumeMount's subPath. It is resolved
+	// inside HostPath as if HostPath were the root: a symbolic link in it,
+	// whatever its target, never leads out (the kubelet's fix of
+	// CVE-2017-1002101). A missing SubPath is created there as a directory,
+	// also without following a link out.
+	SubPath       string `json:"subPath,omitempty"`
 	ContainerPath string `json:"containerPath"`
-	ReadOnly      bool   `json:"readOnly,omitempty"`
+	// ReadOnly makes the mount and every mount below it read-only.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Spec describes one container instance.

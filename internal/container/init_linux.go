@@ -84,7 +84,7 @@ func runInit(cfg initConfig) error {
 			}
 		} else {
 			for _, m := range cfg.Mounts {
-				if err := bindMount(m); err != nil {
+				if err := mountOnHost(m); err != nil {
 					return err
 				}
 			}
@@ -133,7 +133,7 @@ func enterRootfs(cfg initConfig) error {
 		return err
 	}
 	for _, name := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if err := bindMount(Mount{HostPath: "/dev/" + name, ContainerPath: filepath.Join(dev, name)}); err != nil {
+		if err := bindPath("/dev/"+name, filepath.Join(dev, name)); err != nil {
 			return err
 		}
 	}
@@ -152,15 +152,8 @@ func enterRootfs(cfg initConfig) error {
 			_ = syscall.Mount("", sys, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, "")
 		}
 	}
-	for _, m := range cfg.Mounts {
-		t, err := in(m.ContainerPath)
-		if err != nil {
-			return err
-		}
-		m.ContainerPath = t
-		if err := bindMount(m); err != nil {
-			return err
-		}
+	if err := mountVolumes(root, cfg.Mounts); err != nil {
+		return err
 	}
 	// pivot_root(".", ".") stacks the old root under the new one; detaching it
 	// leaves only the image (runc does the same).
@@ -237,34 +230,164 @@ func chdirAndExec(cfg initConfig) error {
 	return nil
 }
 
-func bindMount(m Mount) error {
-	st, err := os.Stat(m.HostPath)
+// bindPath bind-mounts the host's file at target, a path the node made (in the
+// container's fresh /dev): no one else can have put a link on its way.
+func bindPath(source, target string) error {
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("mount source: %w", err)
+		return fmt.Errorf("create mount point %q: %w", target, err)
 	}
-	target := m.ContainerPath
-	if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
-		if st.IsDir() {
-			err = os.MkdirAll(target, 0o755)
-		} else {
-			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-				var f *os.File
-				if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-					err = f.Close()
-				}
+	_ = f.Close()
+	if err := syscall.Mount(source, target, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount %q at %q: %w", source, target, err)
+	}
+	return nil
+}
+
+// mountVolumes mounts the spec's mounts into the image's root at root, each
+// mount point resolved and created inside the root by handle: a volume already
+// mounted there (an emptyDir another container of the pod writes) cannot turn a
+// later mount point into a link to the host's file system.
+func mountVolumes(root string, mounts []Mount) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	rootH, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the root file system: %w", err)
+	}
+	defer rootH.Close()
+	for _, m := range mounts {
+		if err := mountVolume(rootH, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mountVolume(root *os.File, m Mount) error {
+	src, err := openSource(m)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil { //nolint:gosec // a file descriptor fits in int
+		return fmt.Errorf("mount source %q: %w", m.HostPath, err)
+	}
+	target, err := openTargetInRoot(root, m.ContainerPath, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	if err != nil {
+		return fmt.Errorf("create mount point %q in the image: %w", m.ContainerPath, err)
+	}
+	defer target.Close()
+	return moveBind(src, target, m)
+}
+
+// mountOnHost mounts m for a host process: its mount point is the host's
+// ContainerPath (created when missing); the source is opened by handle as in
+// image mode, so a subPath never leads out of its volume.
+func mountOnHost(m Mount) error {
+	src, err := openSource(m)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil { //nolint:gosec // a file descriptor fits in int
+		return fmt.Errorf("mount source %q: %w", m.HostPath, err)
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	path := m.ContainerPath
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		if isDir {
+			err = os.MkdirAll(path, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				err = f.Close()
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("create mount point %q: %w", target, err)
+			return fmt.Errorf("create mount point %q: %w", path, err)
 		}
 	}
-	if err := syscall.Mount(m.HostPath, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind mount %q at %q: %w", m.HostPath, target, err)
+	target, err := os.OpenFile(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open mount point %q: %w", path, err)
 	}
+	defer target.Close()
+	return moveBind(src, target, m)
+}
+
+// openSource opens what m shows, by handle: HostPath, or SubPath resolved
+// inside it and created there as a directory when missing (see Mount.SubPath).
+func openSource(m Mount) (*os.File, error) {
+	base, err := os.OpenFile(m.HostPath, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mount source: %w", err)
+	}
+	if m.SubPath == "" {
+		return base, nil
+	}
+	defer base.Close()
+	f, err := securejoin.OpenatInRoot(base, m.SubPath)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = securejoin.MkdirAllHandle(base, m.SubPath, 0o777)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subPath %q of %q: %w", m.SubPath, m.HostPath, err)
+	}
+	return f, nil
+}
+
+// openTargetInRoot opens path inside root by handle, creating it when missing
+// (a directory, or an empty file with its parent directories), without
+// following a link out of root.
+func openTargetInRoot(root *os.File, path string, dir bool) (*os.File, error) {
+	if dir {
+		return securejoin.MkdirAllHandle(root, path, 0o755)
+	}
+	f, err := securejoin.OpenatInRoot(root, path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	parent, err := securejoin.MkdirAllHandle(root, filepath.Dir(filepath.Clean("/"+path)), 0o755)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	name := filepath.Base(path)
+	pfd := int(parent.Fd()) //nolint:gosec // a file descriptor fits in int
+	fd, err := unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err == nil {
+		_ = unix.Close(fd)
+	} else if !errors.Is(err, unix.EEXIST) {
+		return nil, err
+	}
+	fd, err = unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// moveBind mounts a recursive copy of the tree at src onto target, both
+// handles: open_tree, mount_setattr (read-only with every mount below it when
+// m is ReadOnly), move_mount. No path is resolved again on the way.
+func moveBind(src, target *os.File, m Mount) error {
+	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE) //nolint:gosec // a file descriptor fits in int
+	if err != nil {
+		return fmt.Errorf("bind mount %q at %q: open_tree: %w", m.HostPath, m.ContainerPath, err)
+	}
+	defer unix.Close(tree)
 	if m.ReadOnly {
-		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-			return fmt.Errorf("make %q read-only: %w", target, err)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("make %q read-only: %w", m.ContainerPath, err)
 		}
+	}
+	if err := unix.MoveMount(tree, "", int(target.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil { //nolint:gosec // a file descriptor fits in int
+		return fmt.Errorf("bind mount %q at %q: move_mount: %w", m.HostPath, m.ContainerPath, err)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -201,13 +200,9 @@ func mountsFor(c *corev1.Container, volumes map[string]string) ([]container.Moun
 		if !ok {
 			return nil, &configError{fmt.Sprintf("volume %q not found", vm.Name)}
 		}
-		if vm.SubPath != "" {
-			host = filepath.Join(host, filepath.Clean("/"+vm.SubPath))
-			if err := os.MkdirAll(host, 0o777); err != nil && !strings.Contains(err.Error(), "not a directory") {
-				return nil, fmt.Errorf("create subPath: %w", err)
-			}
-		}
-		mounts = append(mounts, container.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly})
+		// The subPath is resolved (and created) inside the volume by the
+		// container's init, by handle: a link in the volume cannot lead out.
+		mounts = append(mounts, container.Mount{HostPath: host, SubPath: vm.SubPath, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly})
 	}
 	return mounts, nil
 }
