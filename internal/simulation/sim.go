@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mathrand "math/rand"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -119,8 +120,14 @@ type restart struct {
 
 // Run runs one simulation in its own synctest bubble and judges its
 // history. It must be called from a test (synctest needs one).
+//
+// client-go draws its jitters from math/rand's global source: Run seeds it
+// with the run's seed, which needs GODEBUG randseednop=0 (the package's
+// tests set it), so that a seed replays alone as it ran among others.
 func Run(t *testing.T, opt Options) *Result {
 	quietGlobals()
+	mathrand.Seed(opt.Seed) //nolint:staticcheck // the global source is client-go's
+
 	var res *Result
 	synctest.Test(t, func(*testing.T) {
 		res = run(opt)
