@@ -98,9 +98,9 @@ func TestCheck(t *testing.T) {
 		"two outcomes of one attempt": {[]string{
 			"submit t0/0", "create t0/0 u1", "bind t0/0 u1", "exit t0/0 u1 code=1", "stopped t0/0 u1",
 			"outcome t0/0 u1 code=1 Failed/ExitCode", "outcome t0/0 u1 code=1 Failed/ExitCode", "final t0/0 code=1 Failed/ExitCode", "end quiet"}, InvOutcome},
-		"a pod left": {append(append([]string{}, good[:len(good)-1]...), "end liveness", "left t0/0 u1 finalizer"), InvLeft},
+		"a pod left":                {append(append([]string{}, good[:len(good)-1]...), "end liveness", "left t0/0 u1 finalizer"), InvLeft},
 		"a task without an outcome": {[]string{"submit t0/0", "create t0/0 u1 gated", "end liveness", "open t0/0"}, InvLiveness},
-		"a valid task refused": {[]string{"submit t0/0", "refused t0/0", "outcome t0/0 Failed/ConfigError", "final t0/0 Failed/ConfigError", "end quiet"}, InvValid},
+		"a valid task refused":      {[]string{"submit t0/0", "refused t0/0", "outcome t0/0 Failed/ConfigError", "final t0/0 Failed/ConfigError", "end quiet"}, InvValid},
 		"kubetask deletes its running pod before the outcome": {[]string{
 			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "bind t0/0 u1", "delete t0/0 u1 client",
 			"stopped t0/0 u1", "outcome t0/0 u1 Failed/DeletedExternally", "final t0/0 Failed/DeletedExternally", "end quiet"}, InvOwnPod},
