@@ -54,6 +54,8 @@ type fakeGroups struct {
 	// beforeJoin, when set, is called (without mu) at the start of every
 	// Join: a test holds joins there to make them meet.
 	beforeJoin func(m store.Member)
+	// onLeave, when set, is called (with mu held) on every Leave.
+	onLeave func(member string)
 }
 
 type fakeMember struct {
@@ -144,6 +146,9 @@ func (f *fakeGroups) Leave(_ context.Context, group, member string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.group(group), member)
+	if f.onLeave != nil {
+		f.onLeave(member)
+	}
 	return nil
 }
 
@@ -180,7 +185,10 @@ func TestCheckGroup(t *testing.T) {
 		{"agrees", newFakeGroups(store.Member{Identity: "r1", LeaseNamespace: "leases"}), ""},
 		{"own earlier entry elsewhere", newFakeGroups(store.Member{Identity: "r0", LeaseNamespace: "other"}), ""},
 		{"member in another namespace", newFakeGroups(store.Member{Identity: "r1", LeaseNamespace: "other"}),
-			`replica r1 of group g holds its Leases in namespace "other" (heard of 0s ago), this one in "leases"`},
+			`replica r1 of group g holds its Leases in namespace "other" (heard of `},
+		{"member in another namespace that joined after this one: it refuses, not this one", newFakeGroups(
+			store.Member{Identity: "r0", LeaseNamespace: "leases", Shards: 2, Joined: 1},
+			store.Member{Identity: "r1", LeaseNamespace: "other", Shards: 2, Joined: 5}), ""},
 		{"records beyond the shards", &fakeGroups{unfinished: map[string]int{"g-shard-2": 1}}, "beyond the 2 of --shards"},
 		{"store errors are retried", &fakeGroups{failures: 2, unfinished: map[string]int{"g-shard-2": 1}}, "beyond the 2 of --shards"},
 	} {

@@ -44,7 +44,7 @@ type Config struct {
 	// process ID and a random suffix.
 	Identity string
 	// Shards is the fixed number of shards. Required; every replica of a
-	// group must use the same number.
+	// group must use the same number (Groups refuses a mix).
 	Shards int
 	// LeaseDuration of the membership and shard Leases, and RetryPeriod, the
 	// period of renewals and of retries to acquire. Defaults 15s and 2s.
@@ -55,11 +55,14 @@ type Config struct {
 	// Changes, when set, tells the owner of a shard promptly about records
 	// another replica created or cancelled (the store's).
 	Changes store.Changes
-	// Groups, when set (the store's), is where replicas check, before they
-	// join, that the group's settings agree: no unfinished record belongs
-	// to a shard of Shards or more (their executors would never run), and
-	// no live member holds its Leases in another namespace (it would not see
-	// this one's, and both would act).
+	// Groups, when set (the store's), is where replicas register (with
+	// their Shards) and check, before they join, that the group's settings
+	// agree: no unfinished record belongs to a shard of Shards or more
+	// (their executors would never run), no live member holds its Leases in
+	// another namespace (it would not see this one's, and both would act),
+	// and no live member that joined before this one runs with another
+	// shard count: until none does, this one runs no shard and is not
+	// ready (MixedShardsError).
 	Groups store.Groups
 	// Registerer receives the replica's metrics. Default: none.
 	Registerer prometheus.Registerer
@@ -129,6 +132,8 @@ type Replica struct {
 	byID      map[string]int // shard instance ID -> shard
 	leaving   bool
 	renewedAt time.Time     // last renewal of the membership Lease
+	joined    int64         // place in the store's join order (Groups.Join)
+	waiting   error         // why this replica may not run shards, if it may not
 	obs       *observations // of the Leases, while Run runs
 	stops     sync.WaitGroup
 	beat      sync.Mutex // held by the heartbeat in flight (Config.Groups)
@@ -228,7 +233,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		<-informerDone
 	}()
 
-	if err := r.checkGroup(ctx); err != nil {
+	if err := r.checkGroup(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	var member *coordinationv1.Lease
@@ -357,8 +362,14 @@ func (r *Replica) freeShards(ctx context.Context, free []*coordinationv1.Lease) 
 }
 
 // checkGroup refuses to join a group whose settings this replica's
-// disagree with (Config.Groups): unfinished records of shards beyond
-// Shards, or a live member under another lease namespace.
+// disagree with (Config.Groups), with an error, when waiting would not
+// help: unfinished records of shards beyond Shards, or a live member that
+// joined before this one under another lease namespace. It registers this
+// replica in the store first (Groups.Join), then looks at the members: while
+// a live member that joined before this one runs with another shard count
+// (shardConflict), it waits, not ready (Ready returns a MixedShardsError),
+// and joins and looks again every RetryPeriod. It returns nil once this
+// replica may run shards, or when ctx ends (having left the store).
 func (r *Replica) checkGroup(ctx context.Context) error {
 	g := r.cfg.Groups
 	if g == nil {
@@ -371,21 +382,82 @@ func (r *Replica) checkGroup(ctx context.Context) error {
 	if err := beyondShards(counts, r.cfg.Group, r.cfg.Shards); err != nil {
 		return err
 	}
-	members, err := retryStoreCall(ctx, r, func(ctx context.Context) ([]store.Member, error) {
-		return g.Members(ctx, r.cfg.Group, 2*r.cfg.LeaseDuration)
-	})
-	if err != nil {
-		return nil
+	var waitingFor store.Member
+	for {
+		members, err := retryStoreCall(ctx, r, func(ctx context.Context) ([]store.Member, error) {
+			return g.Join(ctx, r.cfg.Group, r.member(), 2*r.cfg.LeaseDuration)
+		})
+		if err != nil {
+			return nil // ctx ended; Join's retries leave nothing registered for long
+		}
+		self := r.member()
+		for _, m := range members {
+			if m.Identity == self.Identity {
+				self.Joined = m.Joined
+			}
+		}
+		if err := otherNamespace(self, members, r.cfg.Group); err != nil {
+			r.forget()
+			return err
+		}
+		other := shardConflict(self, members)
+		if other == nil {
+			r.mu.Lock()
+			r.joined, r.waiting = self.Joined, nil
+			r.mu.Unlock()
+			var unknown []string
+			for _, m := range members {
+				if m.Identity != self.Identity && m.Shards == 0 {
+					unknown = append(unknown, m.Identity)
+				}
+			}
+			if len(unknown) > 0 {
+				r.log.Warn("live members of the replica group registered by an older kubetask, whose shard count is unknown: they must run with the same --shards",
+					"members", unknown, "shards", r.cfg.Shards)
+			}
+			return nil
+		}
+		werr := &MixedShardsError{Group: r.cfg.Group, Shards: r.cfg.Shards, Other: *other}
+		r.mu.Lock()
+		r.waiting = werr
+		r.mu.Unlock()
+		if other.Identity != waitingFor.Identity || other.Shards != waitingFor.Shards {
+			r.log.Error("not joining the replica group", "err", werr)
+			waitingFor = *other
+		}
+		select {
+		case <-ctx.Done():
+			r.forget()
+			return nil
+		case <-r.cfg.Clock.After(r.cfg.RetryPeriod):
+		}
 	}
+}
+
+// otherNamespace fails when a member of members that joined before self
+// holds its Leases in another namespace than self: neither would see the
+// other's Leases, and both would act.
+func otherNamespace(self store.Member, members []store.Member, group string) error {
 	for _, m := range members {
-		if m.Identity != r.cfg.Identity && m.LeaseNamespace != r.cfg.Namespace {
+		if m.Identity != self.Identity && m.LeaseNamespace != self.LeaseNamespace && joinedBefore(m, self) {
 			return fmt.Errorf("replica %s of group %s holds its Leases in namespace %q (heard of %s ago), this one in %q: "+
 				"replicas of one group must use one lease namespace, or they cannot see each other and both act: "+
 				"start this one with --lease-namespace %s, or stop that one first",
-				m.Identity, r.cfg.Group, m.LeaseNamespace, m.Age.Round(time.Second), r.cfg.Namespace, m.LeaseNamespace)
+				m.Identity, group, m.LeaseNamespace, m.Age.Round(time.Second), self.LeaseNamespace, m.LeaseNamespace)
 		}
 	}
 	return nil
+}
+
+// forget removes this replica's entry from the store after it gave up
+// joining, so that it keeps no later replica waiting (the entry would
+// otherwise age out after two lease durations).
+func (r *Replica) forget() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.cfg.Groups.Leave(ctx, r.cfg.Group, r.cfg.Identity); err != nil {
+		r.log.Warn("leaving the group in the store (the entry ages out)", "err", err)
+	}
 }
 
 // beyondShards fails when counts (unfinished records by executor) has
@@ -623,15 +695,18 @@ func (r *Replica) Healthy() error {
 }
 
 // Ready is nil while the replica is a member of its group: it renewed its
-// membership Lease within the lease duration and is not leaving. Owning
-// shards is not required: a replica waiting for a dead one's shard Leases to
-// expire still serves the API.
+// membership Lease within the lease duration, is not leaving, and no live
+// member with another shard count keeps it from running shards (then it
+// returns a *MixedShardsError). Owning shards is not required: a replica
+// waiting for a dead one's shard Leases to expire still serves the API.
 func (r *Replica) Ready() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case r.leaving:
 		return errors.New("leaving the replica group")
+	case r.waiting != nil:
+		return r.waiting
 	case r.renewedAt.IsZero():
 		return errors.New("not yet a member of the replica group")
 	case r.cfg.Clock.Since(r.renewedAt) >= r.cfg.LeaseDuration:
