@@ -18,6 +18,13 @@ type knownAuthenticator interface {
 	Known(token string) (Caller, bool)
 }
 
+// completeAuthenticator is a knownAuthenticator that knows every token it
+// would accept (token mode): a token it does not know is unknown, and
+// checking it again costs nothing.
+type completeAuthenticator interface {
+	KnowsEveryToken() bool
+}
+
 // knownCaller is the caller of a token a knownAuthenticator knows.
 func knownCaller(a Authenticator, tok string) (Caller, bool) {
 	if k, ok := a.(knownAuthenticator); ok {

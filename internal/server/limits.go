@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,6 +127,20 @@ func (f *refusals) blocked(addr string) (time.Duration, bool) {
 	return max(wait, time.Second), true
 }
 
+// turn reserves addr's next check of a token while addr is blocked: the
+// delay until it is due, or false (and nothing reserved) when that is
+// further off than maxWait.
+func (f *refusals) turn(addr string, maxWait time.Duration) (time.Duration, bool) {
+	now := f.now()
+	r := f.limiter(addr).ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	if !r.OK() || d > maxWait {
+		r.CancelAt(now)
+		return d, false
+	}
+	return d, true
+}
+
 // refused counts one refusal of addr.
 func (f *refusals) refused(addr string) {
 	if f == nil || f.rate <= 0 {
@@ -133,13 +149,47 @@ func (f *refusals) refused(addr string) {
 	f.limiter(addr).AllowN(f.now(), 1)
 }
 
-// clientAddr is the address a request came from, without its port.
-func clientAddr(r *http.Request) string {
+// clientAddr is the address a request came from, without its port: the
+// peer's, or, when the peer is one of trusted (a reverse proxy, an Ingress
+// controller, a mesh sidecar), the address that proxy says it serves, the
+// last of X-Forwarded-For that is not itself a trusted proxy. Without
+// trusted proxies X-Forwarded-For is never read: anyone may send it.
+func clientAddr(r *http.Request, trusted []netip.Prefix) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
+	}
+	if len(trusted) == 0 || !isTrusted(host, trusted) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := strings.TrimSpace(hops[i])
+		if hop == "" {
+			continue
+		}
+		if _, err := netip.ParseAddr(hop); err != nil {
+			return host // not an address: the proxy's own
+		}
+		if !isTrusted(hop, trusted) {
+			return hop
+		}
 	}
 	return host
+}
+
+func isTrusted(addr string, trusted []netip.Prefix) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // retryAfter429 is the header of a 429: seconds, rounded up, at least 1.

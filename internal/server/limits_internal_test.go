@@ -2,6 +2,9 @@ package server
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -108,5 +111,41 @@ func TestLoopbackHost(t *testing.T) {
 		if got := loopbackHost(host); got != want {
 			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
 		}
+	}
+}
+
+// The client address is the peer's unless the peer is a trusted proxy:
+// then the last address of X-Forwarded-For that is no trusted proxy. A
+// header from anyone else is ignored (a client could name any address).
+func TestClientAddr(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	for name, tc := range map[string]struct {
+		remote string
+		xff    []string
+		want   string
+	}{
+		"no proxy":                         {remote: "192.0.2.1:5000", want: "192.0.2.1"},
+		"an untrusted peer's header":       {remote: "192.0.2.1:5000", xff: []string{"198.51.100.7"}, want: "192.0.2.1"},
+		"a trusted proxy":                  {remote: "10.1.2.3:5000", xff: []string{"198.51.100.7"}, want: "198.51.100.7"},
+		"a chain: the last untrusted hop":  {remote: "10.1.2.3:5000", xff: []string{"203.0.113.9, 198.51.100.7, 10.9.9.9"}, want: "198.51.100.7"},
+		"several headers":                  {remote: "10.1.2.3:5000", xff: []string{"203.0.113.9", "198.51.100.7"}, want: "198.51.100.7"},
+		"a trusted proxy without a header": {remote: "10.1.2.3:5000", want: "10.1.2.3"},
+		"a hop that is not an address":     {remote: "10.1.2.3:5000", xff: []string{"unknown"}, want: "10.1.2.3"},
+		"IPv6":                             {remote: "[fd00::1]:5000", xff: []string{"2001:db8::5"}, want: "2001:db8::5"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		if got := clientAddr(r, trusted); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:5000"
+	r.Header.Set("X-Forwarded-For", "198.51.100.7")
+	if got := clientAddr(r, nil); got != "10.1.2.3" {
+		t.Errorf("no trusted proxies: %q, want the peer", got)
 	}
 }

@@ -207,25 +207,43 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, http.StatusUnauthorized, "missing bearer token: send the header Authorization: Bearer <token>")
 			return
 		}
-		addr := clientAddr(r)
+		addr := clientAddr(r, s.cfg.TrustedProxies)
 		var c Caller
 		var err error
+		paced := false
 		if wait, blocked := s.refusals.blocked(addr); blocked {
-			// This client had too many tokens refused: only a token
-			// known already is looked at, without asking anyone.
+			// This client address had too many tokens refused: a token
+			// known already is served without asking anyone; another
+			// is checked in the address's turn, at RefusedTokenRate,
+			// so that a valid one is served, late, and made-up ones
+			// cost at most that rate of reviews.
 			var known bool
 			if c, known = knownCaller(s.cfg.Auth, tok); !known {
-				s.metrics.refusedLimited.Inc()
-				writeProblemHeaders(w, http.StatusTooManyRequests, retryAfter429(wait),
-					"too many unknown bearer tokens from this address: wait for Retry-After, then send a valid token")
-				return
+				var due time.Duration
+				ok := false
+				if ca, isComplete := s.cfg.Auth.(completeAuthenticator); !isComplete || !ca.KnowsEveryToken() {
+					due, ok = s.refusals.turn(addr, s.cfg.RefusedTokenWait)
+				}
+				if !ok {
+					s.metrics.refusedLimited.Inc()
+					writeProblemHeaders(w, http.StatusTooManyRequests, retryAfter429(max(wait, due)),
+						"too many unknown bearer tokens from this address: wait for Retry-After, then send a valid token")
+					return
+				}
+				if !s.sleep(r.Context(), due) {
+					return // the client left
+				}
+				paced = true
+				c, err = s.cfg.Auth.Authenticate(r.Context(), tok)
 			}
 		} else {
 			c, err = s.cfg.Auth.Authenticate(r.Context(), tok)
 		}
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
-			s.refusals.refused(addr)
+			if !paced { // a paced check was counted when reserved
+				s.refusals.refused(addr)
+			}
 			s.log.Info("refused a bearer token", "remote", r.RemoteAddr, "err", err)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kubetask", error="invalid_token"`)
 			writeProblem(w, http.StatusUnauthorized, "unknown or expired bearer token: send a token the server knows (its token file, or a valid Kubernetes token)")
@@ -237,6 +255,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
 	})
+}
+
+// sleep waits d, or until ctx ends (false).
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := s.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // isPublic reports whether r needs no token: a GET or HEAD of a public path.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -138,6 +139,20 @@ type Config struct {
 	// limit.
 	RefusedTokenRate  float64
 	RefusedTokenBurst int
+	// RefusedTokenWait is how long a token not known already may wait for
+	// its check while its address is over RefusedTokenRate (kubernetes
+	// mode): such an address's tokens are checked at that rate, each in
+	// its turn, so that a valid token behind an address that others flood
+	// with made-up ones (a NAT, a proxy not named in TrustedProxies) is
+	// served late, not refused; a token whose turn is further off gets 429.
+	// In token mode, where every token is known beforehand, a blocked
+	// address's unknown tokens get 429 at once. Default 10s.
+	RefusedTokenWait time.Duration
+	// TrustedProxies are the peers (reverse proxies, Ingress controllers,
+	// mesh sidecars) whose X-Forwarded-For names the client address that
+	// RefusedTokenRate counts by: the last address of the header that is
+	// not itself a trusted proxy. Without them, the peer's address.
+	TrustedProxies []netip.Prefix
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
 	// once its context ends. Default 10s.
 	ShutdownTimeout time.Duration
@@ -177,7 +192,7 @@ func (c *Config) defaults() error {
 	}{{"MaxBodyBytes", c.MaxBodyBytes}, {"EventBuffer", int64(c.EventBuffer)}, {"PendingEvents", int64(c.PendingEvents)},
 		{"Heartbeat", int64(c.Heartbeat)}, {"StreamTimeout", int64(c.StreamTimeout)}, {"LogPollInterval", int64(c.LogPollInterval)},
 		{"LogWait", int64(c.LogWait)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
-		{"BodyTimeout", int64(c.BodyTimeout)}, {"WriteTimeout", int64(c.WriteTimeout)}} {
+		{"BodyTimeout", int64(c.BodyTimeout)}, {"WriteTimeout", int64(c.WriteTimeout)}, {"RefusedTokenWait", int64(c.RefusedTokenWait)}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default), got %d", f.name, f.v))
 		}
@@ -198,6 +213,7 @@ func (c *Config) defaults() error {
 	if c.RefusedTokenBurst == 0 {
 		c.RefusedTokenBurst = 20
 	}
+	setDuration(&c.RefusedTokenWait, 10*time.Second)
 	setDuration(&c.BodyTimeout, 30*time.Second)
 	setDuration(&c.WriteTimeout, time.Minute)
 	if c.Registry == nil {

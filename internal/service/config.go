@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -93,6 +94,11 @@ type Config struct {
 	MaxRequestsPerCaller int `json:"maxRequestsPerCaller,omitempty"`
 	MaxStreams           int `json:"maxStreams,omitempty"`
 	MaxStreamsPerCaller  int `json:"maxStreamsPerCaller,omitempty"`
+	// TrustedProxies are the reverse proxies (an Ingress controller, a
+	// mesh sidecar: addresses or CIDRs) whose X-Forwarded-For names the
+	// client address that refused tokens are counted by. Default none: the
+	// peer's address.
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
 	// BodyTimeout is how long a request body may take to arrive. Default
 	// 30s.
 	BodyTimeout Duration `json:"bodyTimeout,omitempty"`
@@ -319,7 +325,30 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("leaseNamespace %q: %s (--lease-namespace)", c.LeaseNamespace, msg))
 	}
 	errs = append(errs, c.validatePodPolicy()...)
+	if _, err := c.TrustedProxyPrefixes(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// TrustedProxyPrefixes parses TrustedProxies: CIDRs, or addresses (one
+// address each).
+func (c *Config) TrustedProxyPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, p := range c.TrustedProxies {
+		if pr, err := netip.ParsePrefix(p); err == nil {
+			out = append(out, pr.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("trustedProxies: %q is neither an address nor a CIDR such as 10.0.0.0/8 (--trusted-proxies)", p))
+			continue
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, errors.Join(errs...)
 }
 
 func validLevel(l string) bool { return l == "privileged" || l == "baseline" || l == "restricted" }

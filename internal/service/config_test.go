@@ -181,3 +181,21 @@ func TestParseServiceAccounts(t *testing.T) {
 		}
 	}
 }
+
+func TestTrustedProxies(t *testing.T) {
+	c := Config{TrustedProxies: []string{"10.0.0.0/8", "192.0.2.7", "10.1.2.3/16", "::ffff:192.0.2.8"}}
+	got, err := c.TrustedProxyPrefixes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.0.2.7/32", "10.1.0.0/16", "192.0.2.8/32"}
+	for i, p := range got {
+		if p.String() != want[i] {
+			t.Errorf("%q: %s, want %s", c.TrustedProxies[i], p, want[i])
+		}
+	}
+	c.TrustedProxies = []string{"ingress.local"}
+	if _, err := c.TrustedProxyPrefixes(); err == nil || !strings.Contains(err.Error(), "--trusted-proxies") {
+		t.Errorf("a host name: %v, want an error naming the flag", err)
+	}
+}

@@ -179,6 +179,10 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	if err != nil {
 		return err
 	}
+	proxies, err := cfg.TrustedProxyPrefixes()
+	if err != nil {
+		return err
+	}
 	s, err := server.New(server.Config{
 		Executor: run.api, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
 		Namespaces: cfg.Namespaces,
@@ -199,6 +203,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		Registry: reg, TLS: tlsCfg, ShutdownTimeout: cfg.ShutdownTimeout.Get(), Logger: log,
 		MaxRequests: cfg.MaxRequests, MaxRequestsPerCaller: cfg.MaxRequestsPerCaller,
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
+		TrustedProxies: proxies,
 		BodyTimeout: cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
 		UI: web.Handler(),
 	})
