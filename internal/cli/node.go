@@ -37,6 +37,7 @@ func newNodeCommand() *cobra.Command {
 	f.IntVar(&cfg.MaxPods, "max-pods", 500, "pod capacity")
 	f.DurationVar(&cfg.StopGrace, "stop-grace", 2*time.Second, "time containers get after SIGTERM when the node stops")
 	f.StringVar(&cfg.PodSubnet, "pod-subnet", "", "IPv4 subnet of the pods of loaded images, each in a network namespace of its own (default: a free /24 of "+podnet.DefaultPool.String()+")")
+	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA of the client certificates the kubelet API accepts (the apiserver's --kubelet-client-certificate), each request then authorised by the apiserver (default: the kubeconfig's CA)")
 	f.BoolVar(&cfg.NoPodNetwork, "no-pod-network", false, "keep every pod in the node's network (pod IP 127.0.0.1)")
 	for _, name := range []string{"kubeconfig", "name", "dir"} {
 		_ = run.MarkFlagRequired(name)

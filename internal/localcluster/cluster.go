@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -97,6 +98,7 @@ type Cluster struct {
 	// kcmQPS and kcmBurst are kube-controller-manager's client limits
 	// (zero: 1000 and 1000), see RestartControllerManager.
 	kcmQPS, kcmBurst int
+	etcdClient       *http.Client
 	simNodes         int
 	stopped          bool
 }
@@ -327,10 +329,21 @@ leaderElection:
 	return nil
 }
 
+// etcdArgs: etcd serves clients and its peer port over TLS and accepts only
+// certificates of the etcd CA (the apiserver's etcd client certificate), as
+// kubeadm sets it up: no local user reaches the cluster's data without it.
 func (c *Cluster) etcdArgs() []string {
-	client := fmt.Sprintf("http://127.0.0.1:%d", c.ports.EtcdClient)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", c.ports.EtcdPeer)
+	client := fmt.Sprintf("https://127.0.0.1:%d", c.ports.EtcdClient)
+	peer := fmt.Sprintf("https://127.0.0.1:%d", c.ports.EtcdPeer)
 	return []string{
+		"--cert-file=" + c.pki.EtcdCert,
+		"--key-file=" + c.pki.EtcdKey,
+		"--client-cert-auth=true",
+		"--trusted-ca-file=" + c.pki.EtcdCACert,
+		"--peer-cert-file=" + c.pki.EtcdCert,
+		"--peer-key-file=" + c.pki.EtcdKey,
+		"--peer-client-cert-auth=true",
+		"--peer-trusted-ca-file=" + c.pki.EtcdCACert,
 		"--name=default",
 		"--data-dir=" + c.cfg.EtcdDataDir,
 		"--listen-client-urls=" + client,
@@ -346,7 +359,14 @@ func (c *Cluster) etcdArgs() []string {
 
 func (c *Cluster) apiserverArgs() []string {
 	args := []string{
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.EtcdClient),
+		fmt.Sprintf("--etcd-servers=https://127.0.0.1:%d", c.ports.EtcdClient),
+		"--etcd-cafile=" + c.pki.EtcdCACert,
+		"--etcd-certfile=" + c.pki.EtcdClientCert,
+		"--etcd-keyfile=" + c.pki.EtcdClientKey,
+		// The local nodes' kubelet API wants this certificate (and asks the
+		// apiserver whether its user may use the node).
+		"--kubelet-client-certificate=" + c.pki.KubeletClientCert,
+		"--kubelet-client-key=" + c.pki.KubeletClientKey,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", c.ports.APIServer),
 		"--advertise-address=" + serviceIP,
@@ -511,11 +531,15 @@ func (c *Cluster) etcdCall(ctx context.Context, method, path string, in, out any
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", c.ports.EtcdClient, path), body)
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("https://127.0.0.1:%d%s", c.ports.EtcdClient, path), body)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := c.etcdHTTPClient()
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", path, err)
 	}
@@ -530,6 +554,32 @@ func (c *Cluster) etcdCall(ctx context.Context, method, path string, in, out any
 		}
 	}
 	return nil
+}
+
+// etcdHTTPClient is a client of etcd's HTTP gateway with the apiserver's etcd
+// client certificate, made once.
+func (c *Cluster) etcdHTTPClient() (*http.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.etcdClient != nil {
+		return c.etcdClient, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.pki.EtcdClientCert, c.pki.EtcdClientKey)
+	if err != nil {
+		return nil, fmt.Errorf("loading etcd client certificate: %w", err)
+	}
+	ca, err := os.ReadFile(c.pki.EtcdCACert)
+	if err != nil {
+		return nil, fmt.Errorf("reading etcd CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("etcd CA %s holds no certificate", c.pki.EtcdCACert)
+	}
+	c.etcdClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12,
+	}}}
+	return c.etcdClient, nil
 }
 
 // Kubeconfig is the path of the cluster's admin kubeconfig.

@@ -16,7 +16,7 @@ func (c *Cluster) AddLocalNode(ctx context.Context) error {
 	c.mu.Lock()
 	name := localNodeName(len(c.nodes))
 	dir := filepath.Join(c.cfg.Dir, "nodes", name)
-	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--name=" + name, "--dir=" + dir, "--images=" + c.ImageDir()})
+	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--client-ca-file=" + c.pki.CACert, "--name=" + name, "--dir=" + dir, "--images=" + c.ImageDir()})
 	c.nodes = append(c.nodes, p)
 	c.mu.Unlock()
 	c.log.Info("starting local node", "node", name)

@@ -2,7 +2,6 @@ package localnode
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -80,6 +79,12 @@ type Config struct {
 	PodSubnet string
 	// NoPodNetwork keeps every pod in the node's network (pod IP 127.0.0.1).
 	NoPodNetwork bool
+	// ClientCAFile is the CA whose client certificates the kubelet API
+	// accepts (the API server's --kubelet-client-certificate); each request's
+	// user must then be allowed nodes/proxy (or stats, metrics) on this node by
+	// the API server, as a kubelet in webhook mode asks. Empty: the CA the
+	// kubeconfig trusts for the API server. The node refuses to start without one.
+	ClientCAFile string
 
 	podSubnet netip.Prefix
 }
@@ -169,6 +174,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// Every pod status write replaces only .status (see statusOnlyClient).
 	client := statusOnlyClient{plain}
 
+	clientCAs, err := clientCAPool(cfg.ClientCAFile, restCfg)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("listen for the kubelet API: %w", err)
@@ -211,14 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("create node: %w", err)
 	}
 
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 30 * time.Second,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		// Exec and attach upgrade the connection, which HTTP/2 cannot do.
-		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-	}
+	srv := kubeletServer(mux, cert, clientCAs, newKubeletAuth(cfg.NodeName, plain, log), log)
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("kubelet API server stopped", "err", err)

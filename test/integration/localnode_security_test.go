@@ -1,14 +1,28 @@
 package integration
 
 import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/kubetask/kubetask/internal/imagestore/imagetest"
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
 
 // Attack tests on the shared cluster's local node, through the API server as a
@@ -54,5 +68,82 @@ func TestLocalNodeSubPathLinkStaysInTheVolume(t *testing.T) {
 	}
 	if got := r.Files["/host/marker"]; got != "in-volume\n" {
 		t.Errorf("/host/marker = %q, want the volume's own file", got)
+	}
+}
+
+// TestLocalNodeKubeletAPIRefusesCallersWithoutCertificate: a local user who
+// finds the node's kubelet port (it is on the Node object) and calls it
+// directly, without the API server's client certificate, reads no log and
+// runs no command; through the API server (which presents it) both work.
+func TestLocalNodeKubeletAPIRefusesCallersWithoutCertificate(t *testing.T) {
+	env := clustertest.New(t)
+	e := &nodeEnv{Env: env, t: t, Node: clustertest.Cluster().LocalNodeNames()[0], stop: func() {}}
+	e.create(e.pod("victim", ctr("main", sh("echo TOP-SECRET; exec sleep 60")...)))
+	e.waitPod("victim", "running", time.Minute, func(p *corev1.Pod) bool { return running(p, "main") })
+	ctx := context.Background()
+	n, err := e.Client.CoreV1().Nodes().Get(ctx, e.Node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("https://127.0.0.1:%d", n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // an attacker does not care who serves
+	}}
+	if resp, err := client.Get(base + "/containerLogs/" + e.Namespace + "/victim/main"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), "TOP-SECRET") {
+			t.Errorf("the kubelet API served a log without credentials: %s %q", resp.Status, b)
+		}
+	}
+	u, _ := url.Parse(base + "/exec/" + e.Namespace + "/victim/main?command=echo&command=EXECUTED&output=1&error=1")
+	ex, err := remotecommand.NewSPDYExecutor(&rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, http.MethodPost, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: io.Discard})
+	if strings.Contains(out.String(), "EXECUTED") {
+		t.Errorf("the kubelet API ran a command without credentials")
+	}
+	t.Logf("exec without credentials: %v", err)
+
+	if got := e.logs("victim", &corev1.PodLogOptions{Container: "main"}); !strings.Contains(got, "TOP-SECRET") {
+		t.Errorf("logs through the API server: %q", got)
+	}
+	req := e.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.Namespace).Name("victim").SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: []string{"echo", "EXECUTED"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err = remotecommand.NewSPDYExecutor(e.Config, http.MethodPost, req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: io.Discard}); err != nil || !strings.Contains(out.String(), "EXECUTED") {
+		t.Errorf("exec through the API server: %v, %q", err, out.String())
+	}
+}
+
+// TestLocalClusterEtcdRefusesClientsWithoutCertificate: a local user who
+// finds etcd's port writes nothing into the cluster's data, neither over
+// plain HTTP nor over TLS without a client certificate of the etcd CA.
+func TestLocalClusterEtcdRefusesClientsWithoutCertificate(t *testing.T) {
+	port := clustertest.Cluster().Ports()["etcd-client"]
+	body := `{"key":"` + base64.StdEncoding.EncodeToString([]byte("/registry/attack")) + `","value":"` + base64.StdEncoding.EncodeToString([]byte("pwned")) + `"}`
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // an attacker does not care who serves
+	}}
+	for _, scheme := range []string{"http", "https"} {
+		resp, err := client.Post(fmt.Sprintf("%s://127.0.0.1:%d/v3/kv/put", scheme, port), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Logf("%s without a client certificate: %v", scheme, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Logf("%s without a client certificate: %s %q", scheme, resp.Status, b)
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "revision") {
+			t.Errorf("etcd accepted a write over %s without a client certificate", scheme)
+		}
 	}
 }
