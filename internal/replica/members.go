@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -157,7 +159,7 @@ func (r *Replica) renewMember(ctx context.Context, last *coordinationv1.Lease) (
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: MemberLeaseName(r.cfg.Identity), Namespace: r.cfg.Namespace,
-				Labels: map[string]string{LabelGroup: r.cfg.Group},
+				Labels: map[string]string{LabelGroup: r.cfg.Group}, Annotations: r.memberAnnotations(nil),
 			},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.cfg.Identity, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
 		}
@@ -175,6 +177,7 @@ func (r *Replica) renewMember(ctx context.Context, last *coordinationv1.Lease) (
 	}
 	l := last.DeepCopy()
 	l.Labels = map[string]string{LabelGroup: r.cfg.Group}
+	l.Annotations = r.memberAnnotations(l.Annotations)
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &r.cfg.Identity, &secs, &now
 	got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -184,6 +187,19 @@ func (r *Replica) renewMember(ctx context.Context, last *coordinationv1.Lease) (
 		return nil, fmt.Errorf("renewing membership lease: %w", err)
 	}
 	return got, nil
+}
+
+// memberAnnotations returns a membership Lease's annotations (those of
+// old and this replica's shard count and place in the join order).
+func (r *Replica) memberAnnotations(old map[string]string) map[string]string {
+	self := r.self()
+	out := maps.Clone(old)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[AnnotationShards] = strconv.Itoa(self.Shards)
+	out[AnnotationJoined] = strconv.FormatInt(self.Joined, 10)
+	return out
 }
 
 func (r *Replica) listMembers(lister coordlisters.LeaseLister) []*coordinationv1.Lease {

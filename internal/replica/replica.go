@@ -271,11 +271,16 @@ func (r *Replica) Run(ctx context.Context) error {
 	for {
 		now := r.cfg.Clock.Now()
 		obs.mu.Lock()
-		live := liveMembers(r.listMembers(leases), obs.members, r.cfg.Identity, false, now)
+		memberLeases := r.listMembers(leases)
+		live := liveMembers(memberLeases, obs.members, r.cfg.Identity, false, now)
 		expired, waiting := r.expiredShards(leases, obs.shards, live, now)
 		next := obs.nextExpiry(now)
 		obs.mu.Unlock()
-		want := Owned(Assign(live, r.cfg.Shards), r.cfg.Identity)
+		same, blocker := peers(r.self(), live, memberLeases)
+		var want []int
+		if r.mayRun(blocker) {
+			want = Owned(Assign(same, r.cfg.Shards), r.cfg.Identity)
+		}
 		// Also when this replica's executor of k already runs: it waits
 		// in leaderelection, which judges expiry from its own first sight
 		// of the Lease, a whole lease duration more (takeovers took two
@@ -515,6 +520,37 @@ func (r *Replica) heartbeat(ctx context.Context) {
 // member is this replica as it registers in the store (Config.Groups).
 func (r *Replica) member() store.Member {
 	return store.Member{Identity: r.cfg.Identity, LeaseNamespace: r.cfg.Namespace, Shards: r.cfg.Shards}
+}
+
+// self is this replica as its membership Lease describes it: member with
+// its place in the store's join order.
+func (r *Replica) self() store.Member {
+	m := r.member()
+	r.mu.Lock()
+	m.Joined = r.joined
+	r.mu.Unlock()
+	return m
+}
+
+// mayRun reports whether this replica may run shards: whether no live
+// member of another shard count keeps it from it (blocker, see peers). If
+// one does, Ready says so, and a change of blocker is logged.
+func (r *Replica) mayRun(blocker *store.Member) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if blocker == nil {
+		if r.waiting != nil {
+			r.log.Info("no live member of the replica group runs with another shard count: running shards", "shards", r.cfg.Shards)
+		}
+		r.waiting = nil
+		return true
+	}
+	var was *MixedShardsError
+	if !errors.As(r.waiting, &was) || was.Other.Identity != blocker.Identity || was.Other.Shards != blocker.Shards {
+		r.waiting = &MixedShardsError{Group: r.cfg.Group, Shards: r.cfg.Shards, Other: *blocker}
+		r.log.Error("running no shard", "err", r.waiting)
+	}
+	return false
 }
 
 // rebalance starts the executors of the shards in want that do not run and

@@ -2,7 +2,10 @@ package replica
 
 import (
 	"fmt"
+	"strconv"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/kubetask/kubetask/pkg/store"
 )
@@ -21,11 +24,15 @@ type MixedShardsError struct {
 }
 
 func (e *MixedShardsError) Error() string {
-	return fmt.Sprintf("replica %s of group %s runs with --shards %d, this one with --shards %d (%s joined before this one, heard of %s ago): "+
+	heard := ""
+	if e.Other.Age > 0 {
+		heard = fmt.Sprintf(", heard of %s ago", e.Other.Age.Round(time.Second))
+	}
+	return fmt.Sprintf("replica %s of group %s runs with --shards %d, this one with --shards %d (%s joined before this one%s): "+
 		"replicas of one group must use one shard count, or some shards are run by nobody; this one runs no shard until no replica with --shards %d is live. "+
 		"To change --shards, stop every replica with --shards %d first (e.g. a Deployment with strategy Recreate, or scale to 0 then up), "+
 		"or start this one with --shards %d",
-		e.Other.Identity, e.Group, e.Other.Shards, e.Shards, e.Other.Identity, e.Other.Age.Round(time.Second), e.Other.Shards, e.Other.Shards, e.Other.Shards)
+		e.Other.Identity, e.Group, e.Other.Shards, e.Shards, e.Other.Identity, heard, e.Other.Shards, e.Other.Shards, e.Other.Shards)
 }
 
 // joinedBefore orders members by their place in the join order (Joined),
@@ -63,4 +70,60 @@ func shardConflict(self store.Member, members []store.Member) *store.Member {
 		}
 	}
 	return first
+}
+
+// The annotations of a membership Lease that say with which shard count its
+// replica runs and its place in the store's join order (store.Member's
+// Shards and Joined), so that the members see each other's counts in the
+// Leases too, not only in the store at joining.
+const (
+	AnnotationShards = "kubetask.io/replica-shards"
+	AnnotationJoined = "kubetask.io/replica-joined"
+)
+
+// memberOfLease is the member a membership Lease of holder describes:
+// Shards 0 (unknown) when the Lease has no shard count (an older
+// kubetask's).
+func memberOfLease(holder string, l *coordinationv1.Lease) store.Member {
+	m := store.Member{Identity: holder, LeaseNamespace: l.Namespace}
+	m.Shards, _ = strconv.Atoi(l.Annotations[AnnotationShards])
+	m.Joined, _ = strconv.ParseInt(l.Annotations[AnnotationJoined], 10, 64)
+	m.Shards, m.Joined = max(m.Shards, 0), max(m.Joined, 0)
+	return m
+}
+
+// peers reads the shard counts of the live members (live, self among them)
+// in their membership Leases (leases): it returns those among whom self
+// assigns the shards, the live members of self's count or of an unknown
+// one, and the member that keeps self from running any shard
+// (shardConflict), nil if none does.
+//
+// It is the same rule as at joining (checkGroup), kept while the replica
+// runs: a live member of another count that joined before this one never
+// runs beside it, even if the store's check let both in (a member whose
+// heartbeats did not reach the store for two lease durations, while its
+// Leases were renewed), and members of another count are left out of the
+// assignment, so that no shard is assigned to a replica that will not run
+// it.
+func peers(self store.Member, live []string, leases []*coordinationv1.Lease) (same []string, blocker *store.Member) {
+	byHolder := map[string]store.Member{}
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil {
+			byHolder[*l.Spec.HolderIdentity] = memberOfLease(*l.Spec.HolderIdentity, l)
+		}
+	}
+	var members []store.Member
+	for _, id := range live {
+		m := store.Member{Identity: id} // no Lease: count unknown
+		if id == self.Identity {
+			m = self
+		} else if lm, ok := byHolder[id]; ok {
+			m = lm
+		}
+		members = append(members, m)
+		if m.Shards == 0 || m.Shards == self.Shards {
+			same = append(same, id)
+		}
+	}
+	return same, shardConflict(self, members)
 }

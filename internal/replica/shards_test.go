@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -377,5 +380,96 @@ func (m *runMonitor) waitShards(t *testing.T, within time.Duration, id string, n
 		case <-deadline:
 			t.Fatalf("%s runs shards %v after %s, want %d", id, m.shardsOf(id), within, n)
 		}
+	}
+}
+
+// countLease is a membership Lease of holder that says it runs with shards
+// shards and joined at joined (no annotations when shards is 0: an older
+// kubetask's).
+func countLease(holder string, shards int, joined int64) *coordinationv1.Lease {
+	l := memberLease(holder, "g", time.Unix(1_000_000, 0), 6)
+	l.Name = MemberLeaseName(holder)
+	if shards > 0 {
+		l.Annotations = map[string]string{AnnotationShards: fmt.Sprint(shards), AnnotationJoined: fmt.Sprint(joined)}
+	}
+	return l
+}
+
+// TestPeers: while it runs, a replica reads the live members' shard counts
+// in their membership Leases: it assigns the shards among those of its own
+// count (or an unknown one), and runs none while one of another count that
+// joined before it lives: the rule of joining, kept.
+func TestPeers(t *testing.T) {
+	self := store.Member{Identity: "me", Shards: 12, Joined: 5}
+	for _, tc := range []struct {
+		name    string
+		live    []string
+		leases  []*coordinationv1.Lease
+		same    []string
+		blocker string
+	}{
+		{"one count", []string{"me", "a", "b"}, []*coordinationv1.Lease{countLease("me", 12, 5), countLease("a", 12, 1), countLease("b", 12, 7)}, []string{"me", "a", "b"}, ""},
+		{"an older kubetask's Lease: count unknown, assigned shards", []string{"me", "a"}, []*coordinationv1.Lease{countLease("a", 0, 0)}, []string{"me", "a"}, ""},
+		{"another count joined after: left out of the assignment", []string{"me", "a", "b"}, []*coordinationv1.Lease{countLease("a", 12, 1), countLease("b", 16, 7)}, []string{"me", "a"}, ""},
+		{"another count joined before: no shard for this one", []string{"me", "a", "b"}, []*coordinationv1.Lease{countLease("a", 12, 1), countLease("b", 16, 2)}, []string{"me", "a"}, "b"},
+		{"lowering: 16 joined before 12", []string{"me", "b"}, []*coordinationv1.Lease{countLease("b", 16, 2)}, []string{"me"}, "b"},
+		{"a member that is not live is not looked at", []string{"me"}, []*coordinationv1.Lease{countLease("b", 16, 2)}, []string{"me"}, ""},
+		{"this one's own stale Lease of another count: itself", []string{"me"}, []*coordinationv1.Lease{countLease("me", 16, 1)}, []string{"me"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			same, blocker := peers(self, tc.live, tc.leases)
+			if !slices.Equal(same, tc.same) {
+				t.Errorf("shards assigned among %v, want %v", same, tc.same)
+			}
+			switch {
+			case tc.blocker == "" && blocker != nil:
+				t.Errorf("runs no shard because of %+v, want to run", *blocker)
+			case tc.blocker != "" && (blocker == nil || blocker.Identity != tc.blocker):
+				t.Errorf("kept from running by %v, want %s", blocker, tc.blocker)
+			}
+		})
+	}
+}
+
+// TestRunsNoShardBesideAnEarlierCountInTheLeases: the store let this
+// replica in (the other's heartbeats had not reached it for two lease
+// durations), but the other's membership Lease is live and says it runs
+// with another count and joined first: this replica runs no shard and is
+// not ready, until that Lease goes.
+func TestRunsNoShardBesideAnEarlierCountInTheLeases(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	other := countLease("B", 3, 1)
+	other.Namespace = "ns"
+	fc := fake.NewClientset(other)
+	g := newFakeGroups(store.Member{Identity: "B", LeaseNamespace: "ns", Shards: 3, Joined: 1})
+	g.groups["g"]["B"].seen = time.Now().Add(-time.Hour) // quiet in the store
+	r := testReplica(t, fc, clk, newSettled())
+	r.cfg.Groups = g
+	mon := &runMonitor{shards: map[string]int{"me": 2}, running: map[string][]int{}}
+	var ran []int
+	r.settle = func(_ context.Context, want []int, _ []string) {
+		mon.settle("me", want)
+		mon.mu.Lock()
+		ran = append(ran, want...)
+		mon.mu.Unlock()
+	}
+	ctx, stop := startReplica(r)
+	defer stop()
+	err := waitNotReady(t, r, 10*time.Second)
+	var mixed *MixedShardsError
+	if !errors.As(err, &mixed) || mixed.Other.Identity != "B" || mixed.Other.Shards != 3 {
+		t.Fatalf("not ready: %v; want a MixedShardsError naming B with 3 shards", err)
+	}
+	if err := fc.CoordinationV1().Leases("ns").Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mon.waitShards(t, 10*time.Second, "me", 2)
+	mon.mu.Lock()
+	defer mon.mu.Unlock()
+	if n := len(ran); n != 2 {
+		t.Errorf("shards run, over every decision: %v; want [0 1] once B's Lease went, none before", ran)
+	}
+	if err := r.Ready(); err != nil {
+		t.Errorf("Ready() once B's Lease went: %v", err)
 	}
 }
