@@ -6,7 +6,12 @@
 // its records and its instance Lease are those of that ID. Each replica
 // holds a membership Lease (labelled LabelGroup=group) and runs the executors
 // of the shards Assign gives it among the live members: replicas balance the
-// shards as they join and leave, without a restart. A replica that dies
+// shards as they join and leave, without a restart. The members of a group
+// must run with one shard count, or their assignments disagree and some
+// shard is run by nobody: a replica that finds a live member of another
+// count that joined the group before it (in the store, Config.Groups, and
+// in the membership Leases) runs no shard and is not ready until that
+// member is gone (MixedShardsError). A replica that dies
 // loses its shards when their Leases expire; the new owner's executor adopts
 // the shard's pods with one LIST per namespace and its unfinished records.
 // On the end of Run's context the replica deletes its membership Lease and

@@ -392,8 +392,11 @@ func (r *Replica) checkGroup(ctx context.Context) error {
 		members, err := retryStoreCall(ctx, r, func(ctx context.Context) ([]store.Member, error) {
 			return g.Join(ctx, r.cfg.Group, r.member(), 2*r.cfg.LeaseDuration)
 		})
-		if err != nil {
-			return nil // ctx ended; Join's retries leave nothing registered for long
+		if err != nil { // ctx ended
+			if waitingFor.Identity != "" {
+				r.forget()
+			}
+			return nil
 		}
 		self := r.member()
 		for _, m := range members {
