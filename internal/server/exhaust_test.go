@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/store"
 )
 
 func exhaustTokens(t *testing.T) *server.TokenAuth {
@@ -313,5 +314,72 @@ func TestHostAndCrossSite(t *testing.T) {
 				t.Fatalf("%d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// One namespace's callers cannot take every stream slot (issue 33): in
+// kubernetes mode each ServiceAccount is a caller of its own, and 20 of
+// team-a's, 50 watches each (the per-caller limit), filled the server's
+// 1,000 before; team-c's only user got 429. Now team-a's watches stop at
+// its share (half the total), with a 429 naming it, and team-c's user opens
+// a watch and a log follow; request slots are shared the same way.
+func TestOneNamespaceCannotTakeEveryStream(t *testing.T) {
+	h := newHarness(t, func(c *server.Config) {
+		cs := c.Client.(*fake.Clientset)
+		cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: tr.Spec.Token}}
+			return true, tr, nil
+		})
+		cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+			ra := sar.Spec.ResourceAttributes
+			sar.Status.Allowed = ra != nil && ((strings.HasPrefix(sar.Spec.User, "system:serviceaccount:team-a:") && ra.Namespace == "team-a") ||
+				(sar.Spec.User == "carol" && ra.Namespace == "team-c"))
+			return true, sar, nil
+		})
+		auth, err := server.NewKubernetesAuth(server.KubernetesAuthConfig{Client: c.Client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Auth = auth
+	})
+	open := func(token, path string) (int, []byte) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.ts.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := h.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		return resp.StatusCode, nil
+	}
+	codes := map[int]int{}
+	var refusal []byte
+	for sa := range 20 {
+		for range 50 {
+			code, b := open(fmt.Sprintf("system:serviceaccount:team-a:sa-%d", sa), api.Prefix+"/watch?namespace=team-a")
+			codes[code]++
+			if code == http.StatusTooManyRequests {
+				refusal = b
+			}
+		}
+	}
+	if codes[http.StatusOK] != 500 || !strings.Contains(string(refusal), `namespace \"team-a\"'s share of 500`) {
+		t.Fatalf("team-a's 1,000 watches: %v (%s), want 500 opened, the rest refused naming team-a's share", codes, refusal)
+	}
+	if code, b := open("carol", api.Prefix+"/watch?namespace=team-c"); code != http.StatusOK {
+		t.Fatalf("team-c's watch: %d %s", code, b)
+	}
+	h.logs.append(t, store.LogKey{TaskID: "c-1", Container: "main"}, "x", false)
+	tk := h.mustSubmit("team-c", taskDoc("c"), append(bearer("carol"), "Idempotency-Key", "c-1")...)
+	if code, b := open("carol", api.Prefix+"/tasks/"+tk.ID+"/logs?follow=true"); code != http.StatusOK {
+		t.Fatalf("team-c's log follow: %d %s", code, b)
 	}
 }

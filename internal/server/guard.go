@@ -59,6 +59,38 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 // limitKey is what the per-caller limits count by: the caller's subject.
 func limitKey(c Caller) string { return c.Subject() }
 
+// requestNamespace is the namespace whose share of the request slots r
+// counts against: the one it names (its path's, ?namespace=), else its
+// caller's own (callerNamespace); "" for none.
+func requestNamespace(r *http.Request, c Caller) string {
+	if rest, ok := strings.CutPrefix(r.URL.Path, api.Prefix+"/namespaces/"); ok {
+		ns, _, _ := strings.Cut(rest, "/")
+		return ns
+	}
+	if ns := r.URL.Query().Get("namespace"); ns != "" {
+		return ns
+	}
+	return callerNamespace(c)
+}
+
+// callerNamespace is the namespace a caller belongs to, if any: a
+// Kubernetes ServiceAccount's (system:serviceaccount:NS:NAME), or a token's
+// only namespace; "" otherwise (the per-caller limit holds alone then).
+func callerNamespace(c Caller) string {
+	if rest, ok := strings.CutPrefix(c.Subject(), "system:serviceaccount:"); ok {
+		if _, isKube := c.(*kubeCaller); isKube {
+			ns, _, _ := strings.Cut(rest, ":")
+			return ns
+		}
+	}
+	if nl, ok := c.(NamespaceLister); ok {
+		if nss := nl.Namespaces(); len(nss) == 1 {
+			return nss[0]
+		}
+	}
+	return ""
+}
+
 // limitRequests holds a slot of MaxRequests (in total) and
 // MaxRequestsPerCaller (per caller) for each authenticated request while it
 // is served, and answers 429 with Retry-After beyond either. A request that
@@ -69,7 +101,8 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		release, limit := s.requests.acquire(limitKey(CallerFrom(r.Context())))
+		c := CallerFrom(r.Context())
+		release, limit := s.requests.acquire(limitKey(c), requestNamespace(r, c))
 		if release == nil {
 			s.metrics.refused.WithLabelValues("requests").Inc()
 			writeProblemHeaders(w, http.StatusTooManyRequests, retryAfter429(time.Second),
@@ -85,13 +118,17 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 // streamRetry is the Retry-After of a stream refused by a limit.
 const streamRetry = 10 * time.Second
 
-// openStream takes a stream's slot (MaxStreams, MaxStreamsPerCaller) for
-// caller c, giving back the slot of its request r, or returns a 429 error.
+// openStream takes a stream's slot (MaxStreams, MaxStreamsPerCaller,
+// MaxStreamsPerNamespace) for caller c, of namespace ns (the one streamed;
+// "" for several: then the caller's own, callerNamespace), giving back the slot of its request r, or returns a 429 error.
 // The gauge kubetask_api_streams{kind} counts the slot from here until its
 // release: once it reads 0, every stream of that kind has given its slot
 // back.
-func (s *Server) openStream(r *requestInfo, c Caller, kind string) (func(), error) {
-	release, limit := s.streams.acquire(limitKey(c))
+func (s *Server) openStream(r *requestInfo, c Caller, kind, ns string) (func(), error) {
+	if ns == "" {
+		ns = callerNamespace(c)
+	}
+	release, limit := s.streams.acquire(limitKey(c), ns)
 	if release == nil {
 		s.metrics.refused.WithLabelValues("streams").Inc()
 		return nil, tooManyStreams(limit)

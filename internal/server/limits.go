@@ -39,24 +39,26 @@ func codeLabel(code int) string {
 	return strconv.Itoa(code)
 }
 
-// slots counts what is open (requests, streams) in total and per caller,
-// and refuses beyond either limit. A limit of 0 or less is no limit.
+// slots counts what is open (requests, streams) in total, per caller and
+// per namespace, and refuses beyond any limit. A limit of 0 or less is no
+// limit; a namespace "" has none of its own.
 type slots struct {
-	total, perKey int
+	total, perKey, perNS int
 
 	mu    sync.Mutex
 	n     int
 	byKey map[string]int
+	byNS  map[string]int
 }
 
-func newSlots(total, perKey int) *slots {
-	return &slots{total: total, perKey: perKey, byKey: map[string]int{}}
+func newSlots(total, perKey, perNS int) *slots {
+	return &slots{total: total, perKey: perKey, perNS: perNS, byKey: map[string]int{}, byNS: map[string]int{}}
 }
 
-// acquire takes a slot for key. It returns the function that gives it back
-// (idempotent) or, when a limit is reached, nil and which one ("the
-// server's" or "this caller's").
-func (s *slots) acquire(key string) (release func(), limit string) {
+// acquire takes a slot for key in namespace ns. It returns the function
+// that gives it back (idempotent) or, when a limit is reached, nil and
+// which one ("the server's", "this caller's" or the namespace's share).
+func (s *slots) acquire(key, ns string) (release func(), limit string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.total > 0 && s.n >= s.total {
@@ -65,8 +67,14 @@ func (s *slots) acquire(key string) (release func(), limit string) {
 	if s.perKey > 0 && s.byKey[key] >= s.perKey {
 		return nil, fmt.Sprintf("this caller's limit of %d", s.perKey)
 	}
+	if ns != "" && s.perNS > 0 && s.byNS[ns] >= s.perNS {
+		return nil, fmt.Sprintf("namespace %q's share of %d", ns, s.perNS)
+	}
 	s.n++
 	s.byKey[key]++
+	if ns != "" {
+		s.byNS[ns]++
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -75,6 +83,11 @@ func (s *slots) acquire(key string) (release func(), limit string) {
 			s.n--
 			if s.byKey[key]--; s.byKey[key] <= 0 {
 				delete(s.byKey, key)
+			}
+			if ns != "" {
+				if s.byNS[ns]--; s.byNS[ns] <= 0 {
+					delete(s.byNS, ns)
+				}
 			}
 		})
 	}, ""

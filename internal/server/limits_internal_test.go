@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -25,14 +26,14 @@ func TestMethodAndCodeLabels(t *testing.T) {
 }
 
 func TestSlots(t *testing.T) {
-	s := newSlots(3, 2)
+	s := newSlots(3, 2, 0)
 	var held []func()
 	for i, tc := range []struct {
 		key, limit string
 	}{
 		{"a", ""}, {"a", ""}, {"a", "this caller's limit of 2"}, {"b", ""}, {"c", "the server's limit of 3"},
 	} {
-		release, limit := s.acquire(tc.key)
+		release, limit := s.acquire(tc.key, "")
 		if limit != tc.limit || (release == nil) != (tc.limit != "") {
 			t.Fatalf("acquire %d (%s): limit %q, want %q", i, tc.key, limit, tc.limit)
 		}
@@ -45,12 +46,12 @@ func TestSlots(t *testing.T) {
 	if total, a := s.open("a"); total != 2 || a != 1 {
 		t.Fatalf("after one release: %d open, %d of a; want 2 and 1", total, a)
 	}
-	if release, limit := s.acquire("c"); release == nil {
+	if release, limit := s.acquire("c", ""); release == nil {
 		t.Fatalf("a freed slot is not given again: %s", limit)
 	}
-	unlimited := newSlots(0, 0)
+	unlimited := newSlots(0, 0, 0)
 	for range 1000 {
-		if r, _ := unlimited.acquire("a"); r == nil {
+		if r, _ := unlimited.acquire("a", ""); r == nil {
 			t.Fatal("no limit refused")
 		}
 	}
@@ -147,5 +148,48 @@ func TestClientAddr(t *testing.T) {
 	r.Header.Set("X-Forwarded-For", "198.51.100.7")
 	if got := clientAddr(r, nil); got != "10.1.2.3" {
 		t.Errorf("no trusted proxies: %q, want the peer", got)
+	}
+}
+
+// A namespace's share bounds the slots of all its callers together; other
+// namespaces, and requests of no namespace, keep theirs.
+func TestSlotsNamespaceShare(t *testing.T) {
+	s := newSlots(10, 5, 3)
+	for i := range 3 {
+		if r, limit := s.acquire(fmt.Sprintf("sa-%d", i), "team-a"); r == nil {
+			t.Fatalf("slot %d of team-a: %s", i, limit)
+		}
+	}
+	if r, limit := s.acquire("sa-9", "team-a"); r != nil || limit != `namespace "team-a"'s share of 3` {
+		t.Fatalf("a 4th slot of team-a: %v, want refused by the namespace's share", limit)
+	}
+	release, _ := s.acquire("carol", "team-c")
+	if release == nil {
+		t.Fatal("team-c refused")
+	}
+	release()
+	if r, _ := s.acquire("sa-9", ""); r == nil {
+		t.Fatal("a request of no namespace refused")
+	}
+}
+
+// A request counts against the namespace it names, else its caller's.
+func TestRequestNamespace(t *testing.T) {
+	sa := &kubeCaller{user: &authenticationv1.UserInfo{Username: "system:serviceaccount:team-a:ci"}}
+	tok := &tokenCaller{subject: "bob", namespaces: Namespaces{"team-b"}}
+	for name, tc := range map[string]struct {
+		target string
+		c      Caller
+		want   string
+	}{
+		"the path's":               {"/api/v1/namespaces/team-c/tasks", sa, "team-c"},
+		"the query's":              {"/api/v1/tasks?namespace=team-c", sa, "team-c"},
+		"a ServiceAccount's":       {"/api/v1/tasks/x", sa, "team-a"},
+		"a token's only namespace": {"/api/v1/tasks/x", tok, "team-b"},
+		"none":                     {"/api/v1/tasks/x", &tokenCaller{subject: "ops", namespaces: Namespaces{"*"}}, ""},
+	} {
+		if got := requestNamespace(httptest.NewRequest(http.MethodGet, tc.target, nil), tc.c); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
 	}
 }

@@ -128,7 +128,7 @@ func (s *Server) logs(ctx context.Context, in *logsInput) (*huma.StreamResponse,
 	}
 	release := func() {}
 	if follow {
-		if release, err = s.openStream(requestFrom(ctx), CallerFrom(ctx), "logs"); err != nil {
+		if release, err = s.openStream(requestFrom(ctx), CallerFrom(ctx), "logs", rec.Namespace); err != nil {
 			return nil, err
 		}
 	}

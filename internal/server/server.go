@@ -132,6 +132,15 @@ type Config struct {
 	// MaxStreamsPerCaller those of one caller (429 with Retry-After
 	// beyond). Defaults 1000 and 50; negative: no limit.
 	MaxStreams, MaxStreamsPerCaller int
+	// MaxRequestsPerNamespace and MaxStreamsPerNamespace are one
+	// namespace's shares of those totals, so that the callers of one
+	// namespace (say, its many ServiceAccounts) never take every slot. A
+	// stream counts against the namespace it streams; a request against
+	// the namespace it names (its path's, ?namespace=); either, when it
+	// names none or several, against its caller's own (a ServiceAccount's
+	// namespace, a token's only one). Defaults: half of MaxRequests and
+	// of MaxStreams; negative: no share.
+	MaxRequestsPerNamespace, MaxStreamsPerNamespace int
 	// RefusedTokenRate is how many bearer tokens a second one client
 	// address may have refused (RefusedTokenBurst at once, default 20):
 	// beyond that, its requests with a token not known already get 429
@@ -207,6 +216,8 @@ func (c *Config) defaults() error {
 	setLimit(&c.MaxRequestsPerCaller, 100)
 	setLimit(&c.MaxStreams, 1000)
 	setLimit(&c.MaxStreamsPerCaller, 50)
+	setLimit(&c.MaxRequestsPerNamespace, c.MaxRequests/2)
+	setLimit(&c.MaxStreamsPerNamespace, c.MaxStreams/2)
 	if c.RefusedTokenRate == 0 {
 		c.RefusedTokenRate = 1
 	}
@@ -314,8 +325,8 @@ func New(cfg Config) (*Server, error) {
 		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
 		pods:     pods,
 		logWake:  newWakers(),
-		requests: newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller),
-		streams:  newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller),
+		requests: newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller, cfg.MaxRequestsPerNamespace),
+		streams:  newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller, cfg.MaxStreamsPerNamespace),
 		refusals: newRefusals(cfg.RefusedTokenRate, cfg.RefusedTokenBurst, 10000, cfg.Clock.Now),
 		stopping: make(chan struct{}),
 	}

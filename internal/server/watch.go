@@ -174,7 +174,7 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 	match := func(e *ringEntry) bool {
 		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
-	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch")
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch", sc.namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (s *Server) watchTask(ctx context.Context, in *taskWatchInput) (*huma.Strea
 		return nil, err
 	}
 	pos, match := s.recordEvents(rec, pos)
-	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch")
+	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch", rec.Namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,12 @@ type Config struct {
 	MaxRequestsPerCaller int `json:"maxRequestsPerCaller,omitempty"`
 	MaxStreams           int `json:"maxStreams,omitempty"`
 	MaxStreamsPerCaller  int `json:"maxStreamsPerCaller,omitempty"`
+	// MaxRequestsPerNamespace and MaxStreamsPerNamespace are one
+	// namespace's shares of MaxRequests and MaxStreams (a stream counts
+	// against the namespace it streams, a request against the one it
+	// names, else its caller's). Defaults: half of each; -1: none.
+	MaxRequestsPerNamespace int `json:"maxRequestsPerNamespace,omitempty"`
+	MaxStreamsPerNamespace  int `json:"maxStreamsPerNamespace,omitempty"`
 	// TrustedProxies are the reverse proxies (an Ingress controller, a
 	// mesh sidecar: addresses or CIDRs) whose X-Forwarded-For names the
 	// client address that refused tokens are counted by. Default none: the

@@ -203,8 +203,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		Registry: reg, TLS: tlsCfg, ShutdownTimeout: cfg.ShutdownTimeout.Get(), Logger: log,
 		MaxRequests: cfg.MaxRequests, MaxRequestsPerCaller: cfg.MaxRequestsPerCaller,
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
+		MaxRequestsPerNamespace: cfg.MaxRequestsPerNamespace, MaxStreamsPerNamespace: cfg.MaxStreamsPerNamespace,
 		TrustedProxies: proxies,
-		BodyTimeout: cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
+		BodyTimeout:    cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
 		UI: web.Handler(),
 	})
 	if err != nil {
