@@ -214,6 +214,22 @@ func (f *fx) both(pod *corev1.Pod) {
 }
 
 // serverPod reads pod name from the API server (nil when gone).
+// reflect makes the cache show pod name as the API server has it (gone:
+// not cached), as the watch would.
+func (f *fx) reflect(name string) {
+	f.t.Helper()
+	f.drainCleanups()
+	if live := f.serverPod(name); live != nil {
+		f.cache(live)
+		return
+	}
+	for _, o := range f.idx.List() {
+		if p := o.(*cachedPod).pod(); p.Name == name {
+			f.uncache(p)
+		}
+	}
+}
+
 func (f *fx) serverPod(name string) *corev1.Pod {
 	p, err := f.client.CoreV1().Pods("ns").Get(f.ctx, name, metav1.GetOptions{})
 	if err != nil {

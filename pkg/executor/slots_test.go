@@ -292,8 +292,12 @@ func TestScheduleTimeoutCountsFromUngating(t *testing.T) {
 		t.Fatalf("9 minutes after ungating: %v %s", err, f.state("a"))
 	}
 	f.clk.Step(2 * time.Minute)
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/Stopping" {
+		t.Fatalf("11 minutes after ungating: %v %s, want the pod, never bound, deleted first", err, f.state("a"))
+	}
+	f.reflect(task.PodName(identOf(f, "a"), 0))
 	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Failed/ScheduleTimeout" {
-		t.Fatalf("11 minutes after ungating: %v %s", err, f.state("a"))
+		t.Fatalf("11 minutes after ungating, the deletion shown: %v %s", err, f.state("a"))
 	}
 }
 

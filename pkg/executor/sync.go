@@ -263,21 +263,25 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	}
 	if s, ok := e.sealedOutcome(rec.ID, n, pod); ok {
 		st = s
-	} else if pod != nil && attempt.Fenced(pod) {
-		// Its gate still on: nothing of it ran as far as this view shows.
-		// It is deleted before the outcome is recorded, so that no removal
-		// of its gate still on its way (its creator's, between recording
-		// and ungating, or a retried one) lets it run after the outcome:
-		// kube-apiserver refuses to bind a pod that is being deleted. The
-		// outcome decided now is the one recorded once the deletion shows
-		// (the deletion itself would read as someone else's).
+	} else if pod != nil && pod.Spec.NodeName == "" {
+		// Not bound to a node (its fence gate still on, or waiting for the
+		// scheduler): nothing of it ran as far as this view shows, and
+		// nothing of it is worth keeping. It is deleted before the outcome
+		// is recorded, so that neither the scheduler (binding it a moment
+		// later: a Keep task's pod released unbound ran on after its
+		// Cancelled outcome, simulation seed 1796531263076793643) nor a
+		// removal of its gate still on its way (its creator's, between
+		// recording and ungating, or a retried one) lets it run after the
+		// outcome: kube-apiserver refuses to bind a pod that is being
+		// deleted. The outcome decided now is the one recorded once the
+		// deletion shows (the deletion itself would read as someone else's).
 		if pod.DeletionTimestamp == nil {
 			if err := e.retryAction(&podAction{kind: actDelete, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
 				return 0, err
 			}
 			e.seal(rec.ID, sealing{attempt: n, uid: pod.UID, st: st})
 			e.setProgress(rec, string(podstate.Pending), string(podstate.ReasonStopping),
-				"deleting pod "+pod.Name+", which never ran, before recording: "+st.Message, nil)
+				"deleting pod "+pod.Name+", which never ran, before recording the outcome: "+st.Message, nil)
 			return 0, nil // the deletion's event brings the task back
 		}
 	}
@@ -933,8 +937,8 @@ func gatedCondition(pod *corev1.Pod) bool {
 	return false
 }
 
-// sealing is an outcome decided on the attempt's pod while its fence gate
-// was still on: it is recorded once the pod's deletion shows.
+// sealing is an outcome decided on the attempt's pod while it was bound to
+// no node: it is recorded once the pod's deletion shows.
 type sealing struct {
 	attempt int
 	uid     types.UID
@@ -948,7 +952,7 @@ func (e *Executor) seal(id string, s sealing) {
 }
 
 // sealedOutcome returns the outcome decided for attempt n of task id while
-// its pod (nil: gone since) was still gated, if any.
+// its pod (nil: gone since) was bound to no node, if any.
 func (e *Executor) sealedOutcome(id string, n int, pod *corev1.Pod) (podstate.State, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

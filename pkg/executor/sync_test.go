@@ -187,9 +187,15 @@ func TestSyncDecisions(t *testing.T) {
 			pod: created(), live: running(), after: 11 * time.Minute,
 			state: "Running/Running", verbs: []string{"get pods"},
 		},
-		"schedule timeout confirmed by a fresh read: ScheduleTimeout, pod deleted": {
+		"schedule timeout confirmed by a fresh read: the pod, never bound, deleted first; ScheduleTimeout once that shows": {
 			pod: created().Unschedulable("0/1 nodes are available"), after: 11 * time.Minute,
-			state: "Failed/ScheduleTimeout", terminal: true, verbs: []string{"get pods", "delete pods"},
+			state: "Pending/Stopping", verbs: []string{"get pods", "delete pods"},
+			check: func(t *testing.T, f *fx, id string) {
+				f.reflect(task.PodName(identOf(f, id), 0))
+				if _, _, err := f.sync(id); err != nil || f.state(id) != "Failed/ScheduleTimeout" {
+					t.Errorf("once the deletion shows: %v %s, want Failed/ScheduleTimeout", err, f.state(id))
+				}
+			},
 		},
 		"run timeout on a stale cache, the API server shows main exited 0: Succeeded": {
 			task: []func(*task.Task){timeouts(func(to *task.Timeouts) { to.Run = "90s" })},
@@ -260,6 +266,19 @@ func TestSyncDecisions(t *testing.T) {
 		"cancelled while main runs: Cancelled at once, the pod deleted": {
 			pod: running(), setup: func(f *fx, id string) { f.update(id, func(r *store.Record) { r.CancelledAt = f.clk.Now() }) },
 			state: "Failed/Cancelled", terminal: true, verbs: []string{"delete pods"},
+		},
+		"cancelled while the pod waits for the scheduler, cleanup Keep: the pod, never bound, is deleted before Cancelled is recorded": {
+			// Released unbound instead, it was bound a moment later and ran
+			// on after the outcome (simulation seed 1796531263076793643).
+			task: []func(*task.Task){keep}, pod: created(),
+			setup: func(f *fx, id string) { f.update(id, func(r *store.Record) { r.CancelledAt = f.clk.Now() }) },
+			state: "Pending/Stopping", verbs: []string{"delete pods"},
+			check: func(t *testing.T, f *fx, id string) {
+				f.reflect(task.PodName(identOf(f, id), 0))
+				if _, _, err := f.sync(id); err != nil || f.state(id) != "Failed/Cancelled" {
+					t.Errorf("once the deletion shows: %v %s, want Failed/Cancelled", err, f.state(id))
+				}
+			},
 		},
 		"cancelled after main exited 0: Succeeded": {
 			pod: mainExited(0), after: time.Second,
