@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"unicode/utf8"
 )
 
 // auditEntry is what a mutating request's handler tells the audit line: who
@@ -75,8 +77,8 @@ func (s *Server) auditRequests(next http.Handler) http.Handler {
 		}
 		attrs := []slog.Attr{
 			slog.String("verdict", verdict(code)), slog.Int("code", code),
-			slog.String("action", string(e.action)), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.String("namespace", e.namespace), slog.String("task", e.task), slog.String("created", e.created),
+			slog.String("action", string(e.action)), slog.String("method", clip(r.Method, auditMethodBytes)), slog.String("path", clip(r.URL.Path, auditPathBytes)),
+			slog.String("namespace", clip(e.namespace, auditPathBytes)), slog.String("task", clip(e.task, auditPathBytes)), slog.String("created", e.created),
 			slog.String("remote", r.RemoteAddr),
 		}
 		if e.caller == nil {
@@ -88,6 +90,28 @@ func (s *Server) auditRequests(next http.Handler) http.Handler {
 		}
 		s.cfg.AuditLogger.LogAttrs(r.Context(), slog.LevelInfo, "audit", attrs...)
 	})
+}
+
+// What an audit line keeps of a request's method and path (and task): a
+// method is a short word, and a path of the API at most about 1.6 KB (a
+// task ID of 512 bytes, escaped); a longer one is cut, so that a request,
+// unauthenticated ones included, never writes more than a few KB of audit
+// log.
+const (
+	auditMethodBytes = 32
+	auditPathBytes   = 2048
+)
+
+// clip is s cut to n bytes (at a rune's start), saying how long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("...(%d bytes)", len(s))
 }
 
 // verdict names what became of a request by its status code.

@@ -50,9 +50,18 @@ func (f filterFields) parse(opts *store.PageOptions, bad func(param, value, msg 
 // parseLabels parses an equality selector "a=b,c=d" ("==" also means
 // equality). Anything else (!=, in, notin, a bare key) is refused with a
 // message, since the stores match labels by equality only.
+// MaxLabelTerms is the most key=value terms a labels filter may have: each
+// is a condition of the store's query (an EXISTS over the labels past the
+// first), and SQLite refuses a query of too many.
+const MaxLabelTerms = 20
+
 func parseLabels(s string) (map[string]string, string) {
 	out := map[string]string{}
-	for _, term := range strings.Split(s, ",") {
+	terms := strings.Split(s, ",")
+	if len(terms) > MaxLabelTerms {
+		return nil, fmt.Sprintf("has %d terms: at most %d (filter on fewer labels, or give the tasks a label that says what the terms do)", len(terms), MaxLabelTerms)
+	}
+	for _, term := range terms {
 		term = strings.TrimSpace(term)
 		k, v, ok := strings.Cut(term, "=")
 		v = strings.TrimPrefix(v, "=")

@@ -2,9 +2,11 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -51,10 +53,54 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 				return
 			}
 			_ = rc.SetReadDeadline(now.Add(s.cfg.BodyTimeout))
+			// A refusal before the body was read (401, 403, 429, ...)
+			// closes the connection: net/http would otherwise read
+			// the rest of a small body before answering, for up to
+			// BodyTimeout, to reuse the connection.
+			body := &readBody{ReadCloser: r.Body}
+			r.Body = body
+			w = &closeUnread{ResponseWriter: w, body: body}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// readBody is a request body that tells whether it was read to its end.
+type readBody struct {
+	io.ReadCloser
+	done atomic.Bool
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done.Store(true)
+	}
+	return n, err
+}
+
+// closeUnread answers "Connection: close" with an error status whose
+// request body was not read, and reads no more of the body.
+type closeUnread struct {
+	http.ResponseWriter
+	body *readBody
+}
+
+func (w *closeUnread) WriteHeader(code int) {
+	if code >= 400 && !w.body.done.Load() {
+		w.Header().Set("Connection", "close")
+		// Closing the body after the handler would still read up to
+		// 256 KiB of it: the read deadline ends that at once.
+		_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeUnread) Write(b []byte) (int, error) { return w.ResponseWriter.Write(b) }
+
+func (w *closeUnread) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *closeUnread) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
 
 // limitKey is what the per-caller limits count by: the caller's subject.
 func limitKey(c Caller) string { return c.Subject() }

@@ -110,6 +110,10 @@ type Config struct {
 	// PendingEvents is the number of a Pending task's pod events GET
 	// /tasks/{id} reports. Default 10.
 	PendingEvents int
+	// PodEventsTTL is how long a Pending task's pod events, once listed,
+	// answer GET /tasks/{id} (for every caller; the last 1,000 pods are
+	// kept). Default 5s; negative: listed at every GET.
+	PodEventsTTL time.Duration
 	// UI, when set, serves the web page: GET and HEAD of every path outside
 	// the API, /healthz, /readyz and /metrics, without authentication (the
 	// page's files are public; its API calls carry the caller's token).
@@ -239,6 +243,7 @@ func (c *Config) defaults() error {
 	if c.PendingEvents == 0 {
 		c.PendingEvents = 10
 	}
+	setDuration(&c.PodEventsTTL, 5*time.Second)
 	setDuration(&c.Heartbeat, 15*time.Second)
 	setDuration(&c.StreamTimeout, 30*time.Minute)
 	setDuration(&c.LogPollInterval, time.Second)
@@ -293,6 +298,8 @@ type Server struct {
 	valid   *validations
 	pods    *podSecurity
 	logWake *wakers
+	// podEventsCache keeps the pods' events podEvents listed.
+	podEventsCache *ttlCache
 
 	requests *slots    // requests being served
 	streams  *slots    // watches and log follows open
@@ -317,18 +324,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server metrics: %w", err)
 	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		metrics:  m,
-		ring:     newRing(cfg.EventBuffer),
-		meta:     newMetaCache(10000),
-		valid:    newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
-		pods:     pods,
-		logWake:  newWakers(),
-		requests: newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller, cfg.MaxRequestsPerNamespace),
-		streams:  newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller, cfg.MaxStreamsPerNamespace),
-		refusals: newRefusals(cfg.RefusedTokenRate, cfg.RefusedTokenBurst, 10000, cfg.Clock.Now),
-		stopping: make(chan struct{}),
+		cfg:            cfg,
+		log:            cfg.Logger,
+		metrics:        m,
+		ring:           newRing(cfg.EventBuffer),
+		meta:           newMetaCache(10000),
+		valid:          newValidations(cfg.Client, cfg.Clock, cfg.ValidationTTL, 10000),
+		pods:           pods,
+		logWake:        newWakers(),
+		podEventsCache: newTTLCache(cfg.Clock, cfg.PodEventsTTL, 1000),
+		requests:       newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller, cfg.MaxRequestsPerNamespace),
+		streams:        newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller, cfg.MaxStreamsPerNamespace),
+		refusals:       newRefusals(cfg.RefusedTokenRate, cfg.RefusedTokenBurst, 10000, cfg.Clock.Now),
+		stopping:       make(chan struct{}),
 	}
 	mux := routeMux{http.NewServeMux()}
 	s.valid.observe = func(d time.Duration) { m.submitSteps.WithLabelValues("validate").Observe(d.Seconds()) }

@@ -394,8 +394,24 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // podEvents lists the recent Kubernetes events of a pod, oldest first. A
-// failure costs only the events: the task is reported without them.
+// failure costs only the events: the task is reported without them. A
+// pod's list is kept for PodEventsTTL, so that callers polling a Pending
+// task cost the API server one events LIST per pod per TTL, not one per
+// GET, on the client the service shares with its other calls.
 func (s *Server) podEvents(ctx context.Context, ns, pod string) []api.PodEvent {
+	key := ns + "/" + pod
+	if v, ok := s.podEventsCache.get(key); ok {
+		return v.([]api.PodEvent)
+	}
+	evs, ok := s.listPodEvents(ctx, ns, pod)
+	if ok {
+		s.podEventsCache.put(key, evs)
+	}
+	return evs
+}
+
+// listPodEvents is podEvents without the cache; false when the list failed.
+func (s *Server) listPodEvents(ctx context.Context, ns, pod string) ([]api.PodEvent, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	list, err := s.cfg.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
@@ -403,7 +419,7 @@ func (s *Server) podEvents(ctx context.Context, ns, pod string) []api.PodEvent {
 	})
 	if err != nil {
 		s.log.Warn("cannot list the events of a pending task's pod", "pod", ns+"/"+pod, "err", err)
-		return nil
+		return nil, false
 	}
 	var evs []api.PodEvent
 	for i := range list.Items {
@@ -421,7 +437,7 @@ func (s *Server) podEvents(ctx context.Context, ns, pod string) []api.PodEvent {
 	if n := s.cfg.PendingEvents; len(evs) > n {
 		evs = evs[len(evs)-n:]
 	}
-	return evs
+	return evs, true
 }
 
 func lastSeen(e *corev1.Event) time.Time {
