@@ -281,3 +281,42 @@ func TestAdoptedInstancesGatedPodIsDiscarded(t *testing.T) {
 		t.Errorf("want the old instance's pod discarded and a pod of this instance recorded and ungated: record pod %v uid %s, live %v", r.PodCreated, r.PodUID, live)
 	}
 }
+
+// A task that an instance this one adopts from finished, whose pod it did
+// not release before it stopped (the outcome recorded, the pod deleted and
+// still held by kubetask's finalizer), is not adopted (its record is
+// final), but its pod is released by the adopter: nobody else ever would
+// (the simulator's seed 1004 left the finalizer for good).
+func TestAdoptedInstancesFinishedTaskHasItsPodReleased(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.AdoptFrom = []string{"old"} })
+	old := newFx(t, func(c *Config) { c.InstanceID = "old"; c.RecordOnly = true; c.Store = f.ex.store })
+	old.submit("x", newTask())
+	w := running().After(time.Minute).On("main").Terminated(0).On("envoy").Terminated(0).Phase(corev1.PodSucceeded).Deleted(30 * time.Second)
+	pod := old.podOf("x", 0, w)
+	pod.UID = "uid-old"
+	zero := int32(0)
+	old.update("x", func(r *store.Record) {
+		r.PodCreated, r.PodUID, r.Terminal, r.Phase, r.Reason, r.ExitCode = true, "uid-old", true, "Succeeded", "Completed", &zero
+		r.Attempts = []store.AttemptOutcome{{Attempt: 0, Pod: pod.Name, PodUID: "uid-old", Phase: "Succeeded", Reason: "Completed", ExitCode: &zero}}
+	})
+	f.both(pod)
+	f.clk.SetTime(w.Now())
+	if err := f.ex.adopt(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.record("x"); r.Executor != "old" {
+		t.Fatalf("a finished task was adopted: executor %s", r.Executor)
+	}
+	for range 3 {
+		if _, _, err := f.sync("x"); err != nil {
+			t.Fatal(err)
+		}
+		f.reflect(pod.Name)
+	}
+	if p := f.serverPod(pod.Name); p != nil && hasFinalizer(p) {
+		t.Errorf("the finished task's pod keeps kubetask's finalizer: %v", p.Finalizers)
+	}
+	if r := f.record("x"); r.Executor != "old" || r.Phase != "Succeeded" {
+		t.Errorf("the record was written: executor %s, %s", r.Executor, r.Phase)
+	}
+}
