@@ -85,6 +85,63 @@ type Spec struct {
 	// name), also for exec'd commands. IsolationNamespaces only; ignored
 	// otherwise.
 	Hostname string
+	// Security confines a container with a Rootfs as containerd confines a
+	// Kubernetes container (see Security). Ignored for host processes.
+	Security Security
+	// Limits, when set on a container with a Rootfs, put it in a cgroup of
+	// its own with these limits (see Limits). Ignored for host processes.
+	Limits Limits
+}
+
+// Security is how a container run from an image is confined, as the defaults
+// a Kubernetes node gets from containerd and runc confine it (the zero value
+// is the default: the default capabilities, masked and read-only paths):
+//
+//   - capabilities: the bounding set (and, for uid 0, the permitted and
+//     effective sets) is Capabilities, or DefaultCapabilities when nil; a
+//     non-root user has none, and a set-user-ID root file gains only these;
+//   - /proc's sensitive files masked (MaskedPaths), /proc/sys and the others of
+//     ReadonlyPaths read-only, /sys a fresh sysfs, read-only;
+//   - no_new_privs when NoNewPrivileges (allowPrivilegeEscalation: false): a
+//     set-user-ID file runs as its caller;
+//   - the root file system read-only when ReadOnlyRootFilesystem.
+//
+// Privileged lifts the masks and read-only paths and keeps every capability.
+type Security struct {
+	Capabilities           []string `json:"capabilities,omitempty"`
+	NoNewPrivileges        bool     `json:"noNewPrivileges,omitempty"`
+	ReadOnlyRootFilesystem bool     `json:"readOnlyRootFilesystem,omitempty"`
+	Privileged             bool     `json:"privileged,omitempty"`
+}
+
+// DefaultCapabilities are the capabilities containerd gives a container
+// (its oci.defaultUnixCaps), which Kubernetes' securityContext.capabilities
+// adds to and drops from.
+var DefaultCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// MaskedPaths and ReadonlyPaths are containerd's defaults for an
+// unprivileged container.
+var (
+	MaskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// Limits are a container's resource limits, held by a cgroup of its own.
+type Limits struct {
+	// MemoryBytes is the memory limit (swap included: none is allowed); a
+	// container over it is killed by the kernel and its Result says OOMKilled.
+	MemoryBytes int64
+	// MilliCPU is the CPU limit in thousandths of a CPU (a CFS quota per
+	// 100 ms period).
+	MilliCPU int64
 }
 
 // Rootfs is the root file system of a container run from an image: an overlay
@@ -119,8 +176,9 @@ type Result struct {
 	Signal syscall.Signal
 	// StartedAt is when the command began to run; FinishedAt when it was reaped.
 	StartedAt, FinishedAt time.Time
-	// OOMKilled is always false: processes have no memory limits, so the kernel OOM
-	// killer's victims cannot be told apart from other SIGKILLs.
+	// OOMKilled reports that the kernel's OOM killer killed a process of the
+	// container's cgroup (a container with Limits.MemoryBytes). Always false
+	// for a container without a cgroup.
 	OOMKilled bool
 }
 
@@ -142,6 +200,7 @@ type Process struct {
 	pid       int
 	startedAt time.Time
 	log       *logWriter
+	cg        *cgroup // nil: none (no limits, or a host process)
 
 	done   chan struct{}
 	result Result
@@ -198,6 +257,17 @@ func (p *Process) start(ctx context.Context) error {
 		cfg.Rootfs = p.spec.Rootfs
 		cfg.Hostname = p.spec.Hostname
 	}
+	if cfg.Rootfs != nil {
+		cfg.Security = p.spec.Security
+		if p.spec.Limits != (Limits{}) {
+			cg, err := newCgroup(p.spec.Limits)
+			if err != nil {
+				return fmt.Errorf("container cgroup: %w", err)
+			}
+			p.cg = cg
+			cfg.Cgroups = cg.dirs
+		}
+	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {
 		return err
@@ -235,6 +305,7 @@ func (p *Process) start(ctx context.Context) error {
 	if startErr != nil {
 		outR.Close()
 		errOutR.Close()
+		p.cg.remove()
 		return fmt.Errorf("start container init: %w", startErr)
 	}
 	p.cmd = cmd
@@ -262,6 +333,7 @@ func (p *Process) start(ctx context.Context) error {
 		_ = cmd.Wait()
 		outR.Close()
 		errOutR.Close()
+		p.cg.remove()
 		return &StartError{Msg: string(msg)}
 	}
 	p.log.copyStreams(outR, errOutR)
@@ -291,6 +363,8 @@ func (p *Process) wait() {
 	// Output still buffered in the pipes belongs to the log; a background process
 	// that escaped the group may hold them open, so do not wait for it forever.
 	p.log.drain(2 * time.Second)
+	res.OOMKilled = p.cg.oomKilled()
+	p.cg.remove()
 	p.result = res
 	close(p.done)
 }

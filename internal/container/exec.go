@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,13 +35,12 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 		cfg.NSEnter, _ = exec.LookPath("nsenter") // the child reports a missing one
 	}
 	if p.spec.Rootfs != nil {
-		// nsenter opens --wd before it enters the namespaces: name the directory
-		// through the container's root.
-		dir := p.spec.WorkingDir
-		if dir == "" {
-			dir = "/"
+		// Confined as the container is; the init enters its mount namespace
+		// itself, in the working directory.
+		cfg.Confined, cfg.Security = true, p.spec.Security
+		if p.cg != nil {
+			cfg.Cgroups = p.cg.dirs
 		}
-		cfg.Dir = filepath.Join("/proc", strconv.Itoa(p.pid), "root", dir)
 	}
 	cfgEnv, err := cfg.encode()
 	if err != nil {

@@ -34,6 +34,19 @@ type initConfig struct {
 	// NSEnter is the node's nsenter, found in the node's PATH: the exec'd child
 	// has the container's environment, whose PATH is the image's.
 	NSEnter string `json:"nsenter,omitempty"`
+	// Security confines a container of an image (Rootfs set, or Confined for an
+	// exec'd command).
+	Security Security `json:"security,omitempty"`
+	// Confined marks a command exec'd into a container of an image: nsenter
+	// (PID, network, UTS namespaces) runs the init again, which enters the
+	// mount namespace itself (EnterMount) and confines the command as the
+	// container's PID 1 is confined.
+	Confined bool `json:"confined,omitempty"`
+	// EnterMount is set for that second init: the host PID whose mount
+	// namespace it enters.
+	EnterMount int `json:"enterMount,omitempty"`
+	// Cgroups are the container's cgroup directories, joined first.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 func (c initConfig) encode() (string, error) {

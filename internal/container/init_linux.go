@@ -66,6 +66,15 @@ func runInit(cfg initConfig) error {
 	if len(cfg.Argv) == 0 {
 		return errors.New("no command to run")
 	}
+	// Capabilities, no_new_privs and a mount namespace entered with setns
+	// belong to a thread: the one that execs the command.
+	runtime.LockOSThread()
+	if err := joinCgroups(cfg.Cgroups); err != nil {
+		return err
+	}
+	if cfg.EnterMount != 0 {
+		return enterMountAndExec(cfg)
+	}
 	if cfg.Join != 0 {
 		return joinAndExec(cfg)
 	}
@@ -147,10 +156,12 @@ func enterRootfs(cfg initConfig) error {
 	}
 	// Optional extras: a kernel without them still runs most commands.
 	_ = mkdirMount("devpts", filepath.Join(dev, "pts"), "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-	if sys, err := in("/sys"); err == nil {
-		if mkdirMount("/sys", sys, "", syscall.MS_BIND|syscall.MS_REC, "") == nil {
-			_ = syscall.Mount("", sys, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, "")
-		}
+	sys, err := in("/sys")
+	if err != nil {
+		return err
+	}
+	if err := mountSys(sys, cfg.Security.Privileged); err != nil {
+		return err
 	}
 	if err := mountVolumes(root, cfg.Mounts); err != nil {
 		return err
@@ -166,7 +177,13 @@ func enterRootfs(cfg initConfig) error {
 	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach the host's root: %w", err)
 	}
-	return os.Chdir("/")
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	if cfg.Security.Privileged {
+		return nil
+	}
+	return confineMounts()
 }
 
 func mkdirMount(source, target, fstype string, flags uintptr, data string) error {
@@ -213,8 +230,39 @@ func chdirAndExec(cfg initConfig) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create working directory: %w", err)
 	}
+	if cfg.Rootfs != nil && cfg.Security.ReadOnlyRootFilesystem {
+		if err := syscall.Mount("", "/", "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("make the root file system read-only: %w", err)
+		}
+	}
+	return confineAndExec(cfg, dir, cfg.Rootfs != nil)
+}
+
+// confineAndExec switches to the container's user, in dir, confined when
+// confine is set (a container of an image, see Security), and execs the command.
+func confineAndExec(cfg initConfig, dir string, confine bool) error {
+	var keep uint64
+	if confine {
+		var err error
+		if keep, err = capsOf(cfg.Security); err != nil {
+			return err
+		}
+		if err := dropBoundingSet(keep); err != nil {
+			return err
+		}
+		if cfg.Security.NoNewPrivileges {
+			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				return fmt.Errorf("set no_new_privs: %w", err)
+			}
+		}
+	}
 	if err := setUser(cfg.User); err != nil {
 		return err
+	}
+	if confine && (cfg.User == nil || cfg.User.UID == 0) {
+		if err := setCapabilities(keep); err != nil {
+			return err
+		}
 	}
 	if err := os.Chdir(dir); err != nil {
 		return fmt.Errorf("chdir to working directory %q: %w", dir, err)
@@ -392,6 +440,41 @@ func moveBind(src, target *os.File, m Mount) error {
 	return nil
 }
 
+// capsOf is the capability set a confined container keeps.
+func capsOf(sec Security) (uint64, error) {
+	switch {
+	case sec.Privileged:
+		return capMask(CapabilityNames())
+	case sec.Capabilities != nil:
+		return capMask(sec.Capabilities)
+	default:
+		return capMask(DefaultCapabilities)
+	}
+}
+
+// enterMountAndExec is the second init of a command exec'd into a container
+// of an image: nsenter put it in the container's PID, network and UTS
+// namespaces; it enters the mount namespace itself (a thread that shares no
+// file system attributes may), then is confined as the container is.
+func enterMountAndExec(cfg initConfig) error {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", cfg.EnterMount))
+	if err != nil {
+		return fmt.Errorf("open the container's mount namespace: %w", err)
+	}
+	defer ns.Close()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare file system attributes: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil { //nolint:gosec // a file descriptor fits in int
+		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	return confineAndExec(cfg, dir, true)
+}
+
 // joinAndExec enters the mount and PID namespaces of a running container through
 // nsenter (setns into a mount namespace is not possible from a multi-threaded Go
 // process, and joining a PID namespace only affects children).
@@ -404,12 +487,33 @@ func joinAndExec(cfg initConfig) error {
 	if dir == "" {
 		dir = "/"
 	}
-	argv := []string{"nsenter", "--target", strconv.Itoa(cfg.Join), "--mount", "--pid", "--wd=" + dir}
+	argv := []string{"nsenter", "--target", strconv.Itoa(cfg.Join), "--pid"}
+	if !cfg.Confined {
+		argv = append(argv, "--mount", "--wd="+dir)
+	}
 	if cfg.JoinNet {
 		argv = append(argv, "--net")
 	}
 	if cfg.JoinUTS {
 		argv = append(argv, "--uts")
+	}
+	if cfg.Confined {
+		// The node's binary again, by a descriptor nsenter inherits: it enters
+		// the mount namespace and confines the command (enterMountAndExec).
+		self, err := unix.Open(selfExe, unix.O_RDONLY, 0) // inherited: no O_CLOEXEC
+		if err != nil {
+			return fmt.Errorf("open the node's binary: %w", err)
+		}
+		next := cfg
+		next.Join, next.EnterMount, next.NSEnter = 0, cfg.Join, ""
+		next.Cgroups = nil // joined already
+		env, err := next.encode()
+		if err != nil {
+			return err
+		}
+		argv = append(argv, "--", fmt.Sprintf("/proc/self/fd/%d", self))
+		syscall.CloseOnExec(3)
+		return syscall.Exec(nsenter, argv, append(os.Environ(), env))
 	}
 	if u := cfg.User; u != nil {
 		// nsenter sets no supplementary groups of its own: the exec'd command gets

@@ -24,3 +24,10 @@ func runInit(initConfig) error { return errors.New("container init is only suppo
 func enterNetNS(*os.File) (func() error, error) {
 	return nil, errors.New("network namespaces need Linux")
 }
+
+// cgroup is Linux's; elsewhere no container has one.
+type cgroup struct{ dirs []string }
+
+func newCgroup(Limits) (*cgroup, error) { return nil, errors.New("cgroups need Linux") }
+func (c *cgroup) oomKilled() bool       { return false }
+func (c *cgroup) remove()               {}

@@ -244,3 +244,62 @@ func podHostname(pod *corev1.Pod) string {
 	}
 	return h
 }
+
+// containerSecurity is how a container of a loaded image is confined, as
+// containerd turns its securityContext into an OCI spec: the default
+// capabilities with the container's drops (ALL drops every one) and adds
+// (names without the CAP_ prefix, as in Kubernetes), no_new_privs from
+// allowPrivilegeEscalation: false, readOnlyRootFilesystem, privileged.
+func containerSecurity(c *corev1.Container) container.Security {
+	sc := c.SecurityContext
+	if sc == nil {
+		return container.Security{}
+	}
+	sec := container.Security{
+		Privileged:             sc.Privileged != nil && *sc.Privileged,
+		NoNewPrivileges:        sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation,
+		ReadOnlyRootFilesystem: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem,
+	}
+	if sc.Capabilities == nil {
+		return sec
+	}
+	caps := slices.Clone(container.DefaultCapabilities)
+	capName := func(c corev1.Capability) string {
+		n := strings.ToUpper(string(c))
+		if !strings.HasPrefix(n, "CAP_") {
+			n = "CAP_" + n
+		}
+		return n
+	}
+	for _, d := range sc.Capabilities.Drop {
+		if strings.EqualFold(string(d), "ALL") {
+			caps = []string{}
+			break
+		}
+		caps = slices.DeleteFunc(caps, func(c string) bool { return c == capName(d) })
+	}
+	for _, a := range sc.Capabilities.Add {
+		if strings.EqualFold(string(a), "ALL") {
+			caps = container.CapabilityNames()
+			break
+		}
+		if n := capName(a); !slices.Contains(caps, n) {
+			caps = append(caps, n)
+		}
+	}
+	sec.Capabilities = caps
+	return sec
+}
+
+// containerLimits are the container's resources.limits the node holds with a
+// cgroup (memory and CPU).
+func containerLimits(c *corev1.Container) container.Limits {
+	var l container.Limits
+	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		l.MemoryBytes = q.Value()
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		l.MilliCPU = q.MilliValue()
+	}
+	return l
+}

@@ -732,6 +732,7 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		spec.Command, spec.Env, spec.WorkingDir, spec.User = run.argv, run.env, run.dir, &u
 		spec.Rootfs = &container.Rootfs{Image: img.Rootfs, State: filepath.Join(instDir, "rootfs")}
 		spec.Hostname = podHostname(w.pod)
+		spec.Security, spec.Limits = containerSecurity(&c.spec), containerLimits(&c.spec)
 		c.imageID = img.ID
 	}
 	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)

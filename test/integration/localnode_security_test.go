@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -145,5 +148,105 @@ func TestLocalClusterEtcdRefusesClientsWithoutCertificate(t *testing.T) {
 		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "revision") {
 			t.Errorf("etcd accepted a write over %s without a client certificate", scheme)
 		}
+	}
+}
+
+// loadAttackImage loads an image with the probe at /bin/probe, a set-user-ID
+// root copy at /bin/suprobe and a root-only directory /rootonly: what a
+// malicious image brings.
+func loadAttackImage(t *testing.T, ref string) {
+	t.Helper()
+	c := clustertest.Cluster()
+	tmp := t.TempDir()
+	probe := imagetest.Binary(t, imagetest.Probe(t, tmp))
+	suid := probe
+	suid.Mode = 0o4755
+	img := imagetest.Image(t, v1.Config{Entrypoint: []string{"/bin/probe"}, Env: []string{"PATH=/bin"}},
+		imagetest.Layer(t, map[string]imagetest.Entry{
+			"bin/probe":   probe,
+			"bin/suprobe": suid,
+			"rootonly/":   {Mode: 0o700},
+		}))
+	archive := filepath.Join(tmp, "attack.tar")
+	imagetest.WriteTar(t, archive, ref, img)
+	if out, err := exec.Command(c.KubetaskBinary(), "cluster", "load-image", "--state-dir", c.Dir(), archive).CombinedOutput(); err != nil {
+		t.Fatalf("kubetask cluster load-image: %v: %s", err, out)
+	}
+}
+
+// corePattern is the host's kernel.core_pattern (not namespaced): what the
+// attack tests try to write, so that a write that wrongly succeeds changes
+// nothing on the host.
+func corePattern(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// procStatus returns a field (CapEff, Uid, ...) of a /proc/<pid>/status.
+func procStatus(status, field string) string {
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// TestLocalNodeImageContainerIsConfined: pods of a malicious image, through
+// the API server. As root: only containerd's default capabilities (CapEff
+// 00000000a80425fb), no write to /proc/sys or /sys. As runAsUser 1234 with
+// allowPrivilegeEscalation: false: the image's set-user-ID root file runs as
+// 1234, with no capability. A memory hog over its limit ends OOMKilled.
+func TestLocalNodeImageContainerIsConfined(t *testing.T) {
+	e := sharedNodeEnv(t, "running images needs root (namespaces, overlay)")
+	loadAttackImage(t, "kubetask.test/attack:v1")
+	const defaultCaps = "00000000a80425fb"
+
+	e.create(e.pod("as-root", corev1.Container{
+		Name: "main", Image: "kubetask.test/attack:v1",
+		Args: []string{"/proc/self/status", "/proc/sys/kernel/core_pattern=" + corePattern(t), "/sys/kernel/uevent_helper=",
+			"/proc/sysrq-trigger="},
+	}))
+	e.waitPod("as-root", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+	r := imagetest.ParseReport(t, e.logs("as-root", &corev1.PodLogOptions{Container: "main"}))
+	if got := procStatus(r.Files["/proc/self/status"], "CapEff"); got != defaultCaps {
+		t.Errorf("root container: CapEff %s, want containerd's default %s", got, defaultCaps)
+	}
+	for _, f := range []string{"/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper", "/proc/sysrq-trigger"} {
+		if r.Files[f] == "ok" {
+			t.Errorf("root container wrote %s", f)
+		}
+	}
+
+	p := e.pod("setuid", corev1.Container{
+		Name: "main", Image: "kubetask.test/attack:v1", Command: []string{"/bin/suprobe"},
+		Args: []string{"/rootonly/x=pwned", "/proc/self/status"},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: ptr(int64(1234)), RunAsGroup: ptr(int64(1234)), AllowPrivilegeEscalation: ptr(false),
+		},
+	})
+	e.create(p)
+	e.waitPod("setuid", "Succeeded", time.Minute, phaseIs(corev1.PodSucceeded))
+	r = imagetest.ParseReport(t, e.logs("setuid", &corev1.PodLogOptions{Container: "main"}))
+	if r.Files["/rootonly/x"] == "ok" || procStatus(r.Files["/proc/self/status"], "CapEff") != "0000000000000000" {
+		t.Errorf("runAsUser 1234 became root through a set-user-ID file: wrote %q, status Uid %s CapEff %s",
+			r.Files["/rootonly/x"], procStatus(r.Files["/proc/self/status"], "Uid"), procStatus(r.Files["/proc/self/status"], "CapEff"))
+	}
+
+	hog := e.pod("hog", corev1.Container{
+		Name: "main", Image: "kubetask.test/attack:v1",
+		Env: []corev1.EnvVar{{Name: "PROBE_ALLOC_MIB", Value: "256"}},
+		Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+		},
+	})
+	e.create(hog)
+	done := e.waitPod("hog", "Failed", time.Minute, phaseIs(corev1.PodFailed))
+	if term := terminated(done, "main"); term == nil || term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Errorf("memory hog over its 32Mi limit: %+v, want OOMKilled, exit code 137", term)
 	}
 }

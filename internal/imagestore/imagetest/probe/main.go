@@ -2,7 +2,8 @@
 // PID, user, groups, working directory, environment, arguments and the content
 // of the files named by its arguments; an argument PATH=TEXT writes TEXT to PATH
 // instead (the outcome, "ok" or the error, is reported as the file's). With -wait as its first argument it then
-// waits for SIGTERM; it exits with the code in PROBE_EXIT. Tests of the local node's image
+// waits for SIGTERM; it exits with the code in PROBE_EXIT. PROBE_ALLOC_MIB=n makes it touch n MiB
+// of memory after its report (a memory hog). Tests of the local node's image
 // mode put it, built static, into an image (imagetest.Probe).
 package main
 
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 )
+
+// hog holds what PROBE_ALLOC_MIB allocates, so that it stays allocated.
+var hog [][]byte
 
 // Report is what probe prints.
 type Report struct {
@@ -52,6 +56,16 @@ func main() {
 		r.Files[a] = string(b)
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(r)
+	// PROBE_ALLOC_MIB=n touches n MiB of memory, then goes on (a memory hog).
+	if n, _ := strconv.Atoi(os.Getenv("PROBE_ALLOC_MIB")); n > 0 {
+		hog = make([][]byte, n)
+		for i := range hog {
+			hog[i] = make([]byte, 1<<20)
+			for j := 0; j < len(hog[i]); j += 4096 {
+				hog[i][j] = 1
+			}
+		}
+	}
 	if wait {
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGTERM)
