@@ -462,14 +462,43 @@ func (e *Executor) adopt(ctx context.Context) error {
 			return fmt.Errorf("listing tasks of %s: %w", from, err)
 		}
 		for _, r := range recs {
-			r.Executor = e.cfg.InstanceID
-			if _, err := e.update(ctx, r); err != nil && !errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("adopting task %s: %w", r.ID, err)
+			if err := e.adoptOne(ctx, from, r); err != nil {
+				return err
 			}
 		}
 		e.cfg.Logger.Info("adopted tasks", "from", from, "count", len(recs))
 	}
 	return nil
+}
+
+// adoptOne moves task r, unfinished and of instance from when listed, to
+// this instance. A conflict (the record changed since the list: a user's
+// cancellation, a write of from's last process) is not the end of it: the
+// record is read again and moved while it is still from's and unfinished,
+// since no other process will ever run a task left to a gone instance (the
+// simulator's seed 1323: a task cancelled as it was adopted stayed with the
+// gone instance, never finished).
+func (e *Executor) adoptOne(ctx context.Context, from string, r store.Record) error {
+	for {
+		r.Executor = e.cfg.InstanceID
+		_, err := e.update(ctx, r)
+		if !errors.Is(err, store.ErrConflict) {
+			if err != nil {
+				return fmt.Errorf("adopting task %s: %w", r.ID, err)
+			}
+			return nil
+		}
+		cur, err := e.store.Get(ctx, r.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("adopting task %s: %w", r.ID, err)
+		case cur.Executor != from || cur.Terminal:
+			return nil
+		}
+		r = cur
+	}
 }
 
 func (e *Executor) processNext(ctx context.Context) bool {

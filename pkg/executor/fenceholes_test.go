@@ -320,3 +320,42 @@ func TestAdoptedInstancesFinishedTaskHasItsPodReleased(t *testing.T) {
 		t.Errorf("the record was written: executor %s, %s", r.Executor, r.Phase)
 	}
 }
+
+// beforeUpdateStore runs beforeUpdate once, just before the next Update.
+type beforeUpdateStore struct {
+	store.Store
+	once         sync.Once
+	beforeUpdate func()
+}
+
+func (s *beforeUpdateStore) Update(ctx context.Context, rec store.Record) (store.Record, error) {
+	s.once.Do(s.beforeUpdate)
+	return s.Store.Update(ctx, rec)
+}
+
+// A task of an instance this one adopts from that is cancelled between the
+// adoption's list and its write is adopted all the same (the write's
+// conflict is read again, not skipped): a task left to a gone instance is
+// never run by anyone (the simulator's seed 1323 left one Pending for
+// good).
+func TestAdoptionRacingACancellationAdoptsTheTask(t *testing.T) {
+	st := &beforeUpdateStore{}
+	f := newFx(t, func(c *Config) { c.AdoptFrom = []string{"old"}; st.Store = c.Store; c.Store = st })
+	old := newFx(t, func(c *Config) { c.InstanceID = "old"; c.RecordOnly = true; c.Store = st.Store })
+	old.submit("x", newTask())
+	st.beforeUpdate = func() {
+		if err := old.ex.Cancel(f.ctx, "x"); err != nil {
+			t.Errorf("cancel: %v", err)
+		}
+	}
+	if err := f.ex.adopt(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := f.record("x")
+	if r.Executor != "ex" || r.CancelledAt.IsZero() {
+		t.Errorf("record after the adoption: executor %s, cancelled %v; want ex, cancelled", r.Executor, !r.CancelledAt.IsZero())
+	}
+	if _, _, err := f.sync("x"); err != nil || f.state("x") != "Failed/Cancelled" {
+		t.Errorf("after a sync: %v %s, want Failed/Cancelled", err, f.state("x"))
+	}
+}
