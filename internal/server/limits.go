@@ -145,13 +145,14 @@ func (f *refusals) blocked(addr string) (time.Duration, bool) {
 // further off than maxWait.
 func (f *refusals) turn(addr string, maxWait time.Duration) (time.Duration, bool) {
 	now := f.now()
-	r := f.limiter(addr).ReserveN(now, 1)
-	d := r.DelayFrom(now)
-	if !r.OK() || d > maxWait {
-		r.CancelAt(now)
+	l := f.limiter(addr)
+	// Nothing is reserved for a refusal (a cancelled reservation may give
+	// back more than it took while others are outstanding).
+	if d := time.Duration((1 - l.TokensAt(now)) / float64(f.rate) * float64(time.Second)); d > maxWait {
 		return d, false
 	}
-	return d, true
+	r := l.ReserveN(now, 1)
+	return r.DelayFrom(now), r.OK()
 }
 
 // refused counts one refusal of addr.
