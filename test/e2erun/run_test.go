@@ -482,3 +482,54 @@ func TestRunDeletedExternally(t *testing.T) {
 		})
 	}
 }
+
+// TestRunPinnedToANode: a task whose template names its node (spec.nodeName)
+// runs there, behind the fence's gate like every other: kube-apiserver
+// refuses nodeName on a gated pod, so kubetask pins the pod with a required
+// node affinity on the node's name instead (docs/task-format.md), and the
+// real scheduler binds it to that node once the gate is removed. At 016ccbf
+// this exited 68 (ConfigError).
+func TestRunPinnedToANode(t *testing.T) {
+	env := clustertest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("listing nodes: %v (%d nodes)", err, len(nodes.Items))
+	}
+	node := ""
+	for _, n := range nodes.Items {
+		if len(n.Spec.Taints) == 0 { // the local process node (localPlacement)
+			node = n.Name
+		}
+	}
+	if node == "" {
+		t.Fatalf("no untainted node among %d", len(nodes.Items))
+	}
+	f := taskFile(t, "pinned", "", fmt.Sprintf(`      nodeName: %s
+      containers:
+        - {name: base, image: busybox, command: [sh, -c, 'echo pinned-done']}`, node))
+	p := run(t, env, "run", "-f", f, "--cleanup", "Keep")
+	if p.code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr:\n%s", p.code, p.stderr)
+	}
+	if !strings.Contains(p.stdout.String(), "pinned-done") {
+		t.Errorf("stdout %q lacks the main container's log", p.stdout)
+	}
+	ps := pods(t, env)
+	if len(ps) != 1 {
+		t.Fatalf("%d pods kept, want 1", len(ps))
+	}
+	pod := ps[0]
+	if pod.Spec.NodeName != node {
+		t.Errorf("the pod ran on %q, want %q", pod.Spec.NodeName, node)
+	}
+	aff := pod.Spec.Affinity
+	if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("the pod has no required node affinity: %+v", aff)
+	}
+	terms := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchFields) != 1 || !slices.Equal(terms[0].MatchFields[0].Values, []string{node}) {
+		t.Errorf("the pod's affinity does not pin it to %s: %+v", node, terms)
+	}
+}
