@@ -166,6 +166,9 @@ type Config struct {
 	// RefusedTokenRate counts by: the last address of the header that is
 	// not itself a trusted proxy. Without them, the peer's address.
 	TrustedProxies []netip.Prefix
+	// Quotas, when set, caps the tasks of each namespace (429 or 403
+	// naming the cap).
+	Quotas *Quotas
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
 	// once its context ends. Default 10s.
 	ShutdownTimeout time.Duration
@@ -300,6 +303,7 @@ type Server struct {
 	logWake *wakers
 	// podEventsCache keeps the pods' events podEvents listed.
 	podEventsCache *ttlCache
+	quotas         *quotas
 
 	requests *slots    // requests being served
 	streams  *slots    // watches and log follows open
@@ -319,6 +323,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
+	q, err := newQuotas(cfg.Quotas, cfg.Clock.Now)
+	if err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("server metrics: %w", err)
@@ -333,6 +341,7 @@ func New(cfg Config) (*Server, error) {
 		pods:           pods,
 		logWake:        newWakers(),
 		podEventsCache: newTTLCache(cfg.Clock, cfg.PodEventsTTL, 1000),
+		quotas:         q,
 		requests:       newSlots(cfg.MaxRequests, cfg.MaxRequestsPerCaller, cfg.MaxRequestsPerNamespace),
 		streams:        newSlots(cfg.MaxStreams, cfg.MaxStreamsPerCaller, cfg.MaxStreamsPerNamespace),
 		refusals:       newRefusals(cfg.RefusedTokenRate, cfg.RefusedTokenBurst, 10000, cfg.Clock.Now),

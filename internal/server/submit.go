@@ -283,9 +283,16 @@ func (s *Server) submitTask(ctx context.Context, id string, t *task.Task, origin
 	if origin != "" {
 		opts = append(opts, executor.Origin(origin))
 	}
+	giveBack, err := s.quotas.take(ctx, t.Namespace)
+	if err != nil {
+		return nil, err
+	}
 	cursor := s.ring.headCursor()
 	start := time.Now()
 	rec, created, err := s.cfg.Executor.SubmitCreated(ctx, id, t, opts...)
+	if err != nil || !created {
+		giveBack()
+	}
 	s.metrics.submitSteps.WithLabelValues("store").Observe(time.Since(start).Seconds())
 	if errors.Is(err, executor.ErrInvalidTask) {
 		var inv *task.InvalidError

@@ -100,6 +100,12 @@ type Config struct {
 	// names, else its caller's). Defaults: half of each; -1: none.
 	MaxRequestsPerNamespace int `json:"maxRequestsPerNamespace,omitempty"`
 	MaxStreamsPerNamespace  int `json:"maxStreamsPerNamespace,omitempty"`
+	// MaxUnfinishedTasksPerNamespace caps the tasks of one namespace not
+	// finished yet (a submission beyond: 429), and MaxTasksPerNamespace
+	// those it keeps, finished ones included until retention deletes them
+	// (beyond: 403). Default 0: no cap.
+	MaxUnfinishedTasksPerNamespace int64 `json:"maxUnfinishedTasksPerNamespace,omitempty"`
+	MaxTasksPerNamespace           int64 `json:"maxTasksPerNamespace,omitempty"`
 	// TrustedProxies are the reverse proxies (an Ingress controller, a
 	// mesh sidecar: addresses or CIDRs) whose X-Forwarded-For names the
 	// client address that refused tokens are counted by. Default none: the
@@ -331,6 +337,10 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("leaseNamespace %q: %s (--lease-namespace)", c.LeaseNamespace, msg))
 	}
 	errs = append(errs, c.validatePodPolicy()...)
+	if c.MaxUnfinishedTasksPerNamespace < 0 || c.MaxTasksPerNamespace < 0 {
+		errs = append(errs, fmt.Errorf("maxUnfinishedTasksPerNamespace and maxTasksPerNamespace must not be negative (0: no cap), got %d and %d (--max-unfinished-tasks-per-namespace, --max-tasks-per-namespace)",
+			c.MaxUnfinishedTasksPerNamespace, c.MaxTasksPerNamespace))
+	}
 	if _, err := c.TrustedProxyPrefixes(); err != nil {
 		errs = append(errs, err)
 	}

@@ -183,6 +183,14 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	if err != nil {
 		return err
 	}
+	var quotas *server.Quotas
+	if cfg.MaxUnfinishedTasksPerNamespace > 0 || cfg.MaxTasksPerNamespace > 0 {
+		counter, ok := st.(store.NamespaceCounter)
+		if !ok {
+			return fmt.Errorf("maxUnfinishedTasksPerNamespace, maxTasksPerNamespace: the store %s cannot count a namespace's tasks", storeDesc)
+		}
+		quotas = &server.Quotas{Counter: counter, MaxUnfinished: cfg.MaxUnfinishedTasksPerNamespace, MaxTotal: cfg.MaxTasksPerNamespace}
+	}
 	s, err := server.New(server.Config{
 		Executor: run.api, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
 		Namespaces: cfg.Namespaces,
@@ -204,8 +212,8 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		MaxRequests: cfg.MaxRequests, MaxRequestsPerCaller: cfg.MaxRequestsPerCaller,
 		MaxStreams: cfg.MaxStreams, MaxStreamsPerCaller: cfg.MaxStreamsPerCaller,
 		MaxRequestsPerNamespace: cfg.MaxRequestsPerNamespace, MaxStreamsPerNamespace: cfg.MaxStreamsPerNamespace,
-		TrustedProxies: proxies,
-		BodyTimeout:    cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
+		TrustedProxies: proxies, Quotas: quotas,
+		BodyTimeout: cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
 		UI: web.Handler(),
 	})
 	if err != nil {
