@@ -275,7 +275,7 @@ func (in *injector) sigstop(ctx context.Context, fence *stopFence) (string, erro
 		}
 		return rerr
 	})
-	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s, once its shards' %d tasks were finished and their pods gone; its log from then: %s",
+	return fmt.Sprintf("%s (%d of %d shards; %d of the burst's %d tasks, %d with a pod at SIGSTOP): the others held its shards %s later; SIGCONT after %s, once its shards' %d tasks were finished and their pods gone; its log from then, at the first refusal: %s",
 		victim, len(executors), in.g.shards, len(mine), len(burst), had, secs(takeover), secs(paused), len(theirs), fence.log), err
 }
 
