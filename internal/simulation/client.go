@@ -5,6 +5,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -72,7 +73,17 @@ func (p *simPods) pod(ctx context.Context, a k8stesting.Action) (*corev1.Pod, er
 }
 
 func (p *simPods) Create(ctx context.Context, pod *corev1.Pod, opts metav1.CreateOptions) (*corev1.Pod, error) {
-	return p.pod(ctx, k8stesting.NewCreateActionWithOptions(podsResource, p.ns, pod.DeepCopy(), opts))
+	// kube-apiserver takes the namespace from the request's path, and
+	// refuses an object that names another.
+	pod = pod.DeepCopy()
+	switch pod.Namespace {
+	case "":
+		pod.Namespace = p.ns
+	case p.ns:
+	default:
+		return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return p.pod(ctx, k8stesting.NewCreateActionWithOptions(podsResource, p.ns, pod, opts))
 }
 
 func (p *simPods) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error) {
