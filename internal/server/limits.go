@@ -116,28 +116,66 @@ func newRefusals(r float64, burst, size int, now func() time.Time) *refusals {
 	return &refusals{rate: rate.Limit(r), burst: burst, now: now, cache: lru.New(size)}
 }
 
-func (f *refusals) limiter(addr string) *rate.Limiter {
-	if v, ok := f.cache.Get(addr); ok {
-		return v.(*rate.Limiter)
-	}
-	l := rate.NewLimiter(f.rate, f.burst)
-	f.cache.Add(addr, l)
-	return l
+// addrState is one address's limiter of refusals and its checks under
+// way that may yet be refused (counted against what the limiter allows, so
+// that concurrent requests cannot all pass a limiter with one token left).
+type addrState struct {
+	l        *rate.Limiter
+	mu       sync.Mutex
+	checking int
 }
 
-// blocked reports whether addr has used its refusals up, and when it may
-// try again.
+func (f *refusals) state(addr string) *addrState {
+	if v, ok := f.cache.Get(addr); ok {
+		return v.(*addrState)
+	}
+	st := &addrState{l: rate.NewLimiter(f.rate, f.burst)}
+	f.cache.Add(addr, st)
+	return st
+}
+
+func (f *refusals) limiter(addr string) *rate.Limiter { return f.state(addr).l }
+
+// blocked reports whether addr has used its refusals up (those under way
+// included), and when it may try again.
 func (f *refusals) blocked(addr string) (time.Duration, bool) {
 	if f == nil || f.rate <= 0 {
 		return 0, false
 	}
-	l := f.limiter(addr)
-	now := f.now()
-	if l.TokensAt(now) >= 1 {
+	st := f.state(addr)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return f.blockedLocked(st)
+}
+
+func (f *refusals) blockedLocked(st *addrState) (time.Duration, bool) {
+	left := st.l.TokensAt(f.now()) - float64(st.checking)
+	if left >= 1 {
 		return 0, false
 	}
-	wait := time.Duration((1 - l.TokensAt(now)) / float64(f.rate) * float64(time.Second))
+	wait := time.Duration((1 - left) / float64(f.rate) * float64(time.Second))
 	return max(wait, time.Second), true
+}
+
+// begin starts a check of a token from addr unless addr is blocked: end,
+// called once the check is over (after refused, if it was refused), gives
+// the place back.
+func (f *refusals) begin(addr string) (end func(), wait time.Duration, blocked bool) {
+	if f == nil || f.rate <= 0 {
+		return func() {}, 0, false
+	}
+	st := f.state(addr)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if wait, blocked := f.blockedLocked(st); blocked {
+		return nil, wait, true
+	}
+	st.checking++
+	return func() {
+		st.mu.Lock()
+		st.checking--
+		st.mu.Unlock()
+	}, 0, false
 }
 
 // turn reserves addr's next check of a token while addr is blocked: the
@@ -145,14 +183,19 @@ func (f *refusals) blocked(addr string) (time.Duration, bool) {
 // further off than maxWait.
 func (f *refusals) turn(addr string, maxWait time.Duration) (time.Duration, bool) {
 	now := f.now()
-	l := f.limiter(addr)
+	st := f.state(addr)
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	// Nothing is reserved for a refusal (a cancelled reservation may give
-	// back more than it took while others are outstanding).
-	if d := time.Duration((1 - l.TokensAt(now)) / float64(f.rate) * float64(time.Second)); d > maxWait {
+	// back more than it took while others are outstanding), and the
+	// checks under way count as taken.
+	left := st.l.TokensAt(now) - float64(st.checking)
+	d := max(time.Duration((1-left)/float64(f.rate)*float64(time.Second)), 0)
+	if d > maxWait {
 		return d, false
 	}
-	r := l.ReserveN(now, 1)
-	return r.DelayFrom(now), r.OK()
+	r := st.l.ReserveN(now, 1)
+	return max(r.DelayFrom(now), d), r.OK()
 }
 
 // refused counts one refusal of addr.

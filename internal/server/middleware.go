@@ -210,8 +210,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		addr := clientAddr(r, s.cfg.TrustedProxies)
 		var c Caller
 		var err error
-		paced := false
-		if wait, blocked := s.refusals.blocked(addr); blocked {
+		end, wait, blocked := s.refusals.begin(addr)
+		if blocked {
 			// This client address had too many tokens refused: a token
 			// known already is served without asking anyone; another
 			// is checked in the address's turn, at RefusedTokenRate,
@@ -233,17 +233,18 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				if !s.sleep(r.Context(), due) {
 					return // the client left
 				}
-				paced = true
 				c, err = s.cfg.Auth.Authenticate(r.Context(), tok)
 			}
 		} else {
 			c, err = s.cfg.Auth.Authenticate(r.Context(), tok)
+			if errors.Is(err, ErrUnauthenticated) {
+				s.refusals.refused(addr)
+			}
+			end()
 		}
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
-			if !paced { // a paced check was counted when reserved
-				s.refusals.refused(addr)
-			}
+			// (A paced check was counted when its turn was reserved.)
 			s.log.Info("refused a bearer token", "remote", r.RemoteAddr, "err", err)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kubetask", error="invalid_token"`)
 			writeProblem(w, http.StatusUnauthorized, "unknown or expired bearer token: send a token the server knows (its token file, or a valid Kubernetes token)")
