@@ -100,14 +100,6 @@ func describe(a k8stesting.Action) string {
 	return a.GetVerb() + " " + r + " " + name
 }
 
-func mutating(verb string) bool {
-	switch verb {
-	case "create", "update", "patch", "delete":
-		return true
-	}
-	return false
-}
-
 // errInjected marks the errors the world injects into a step.
 var errInjected = errors.New("injected")
 
@@ -122,7 +114,9 @@ func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Acti
 	s.mu.Lock()
 	obj, err := s.apply(a)
 	s.mu.Unlock()
-	if mutating(a.GetVerb()) && a.GetResource().Resource != "events" {
+	// The answer is a step of its own, a read's too: the caller may be
+	// descheduled between the server's answer and its use of it.
+	if a.GetResource().Resource != "events" {
 		if werr := s.steps.wait(ctx, actor, actor+" api< "+d); werr != nil {
 			return nil, apierrors.NewTimeoutError("simulated: the answer to "+d+" was lost", 0)
 		}
@@ -234,6 +228,9 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 	note := "gated"
 	if len(p.Spec.SchedulingGates) == 0 {
 		note = "ungated"
+	}
+	if e := p.Annotations[task.AnnotationEpoch]; e != "" {
+		note += fmt.Sprintf(", epoch %s of %s", e, p.Labels[task.LabelExecutor])
 	}
 	s.hist.add(Event{Kind: KCreate, Task: t, Attempt: n, UID: string(p.UID), Note: note})
 	if p.Spec.NodeName != "" {

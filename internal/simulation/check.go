@@ -3,6 +3,7 @@ package simulation
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // The invariants, as the checker names them.
@@ -15,6 +16,7 @@ const (
 	InvLiveness   = "6 liveness: every task ends once the faults stop"
 	InvValid      = "7 a valid task is not refused"
 	InvOwnPod     = "8 kubetask never deletes a running attempt's pod before its outcome"
+	InvBlame      = "9 an outcome blames someone else's deletion only after one"
 )
 
 // Violation is one broken invariant, with the history event (Seq) that
@@ -40,7 +42,8 @@ type podLife struct {
 	exit     *int32
 	exitSeq  int
 	deleting bool
-	released int // seq it was created ungated or its gate was removed
+	released int      // seq it was created ungated or its gate was removed
+	deleters []string // who asked for its deletion (KDelete's Note), in order
 }
 
 // Check judges a history: it returns every violation of the invariants
@@ -59,6 +62,8 @@ func Check(events []Event, valid map[string]bool) []Violation {
 	outcome := map[ta]int{}        // seq of the attempt's recorded outcome
 	final := map[string]int{}      // seq of the task's final outcome
 	cancelled := map[string]int{}  // seq of the first cancellation
+	cancelRec := map[string]int{}  // seq of the store's record of it
+	recorded := map[ta]string{}    // the attempt's recorded pod
 	submitted := map[string]bool{} // tasks a user submitted
 	ran := map[ta][]string{}       // UIDs of the attempt's pods that ran
 	for _, e := range events {
@@ -71,9 +76,15 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			if cancelled[e.Task] == 0 {
 				cancelled[e.Task] = e.Seq
 			}
+		case KCancelled:
+			if cancelRec[e.Task] == 0 {
+				cancelRec[e.Task] = e.Seq
+			}
+		case KRecord:
+			recorded[k] = e.UID
 		case KCreate:
 			pods[e.UID] = &podLife{uid: e.UID, task: e.Task, attempt: e.Attempt}
-			if e.Note != "gated" {
+			if !strings.HasPrefix(e.Note, "gated") {
 				pods[e.UID].released = e.Seq
 			}
 		case KUngate:
@@ -91,11 +102,15 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 			// kubetask's part in a run is the creation of an ungated pod
 			// or the removal of its gate: neither may come after the
-			// outcome (the scheduler may bind a pod released before).
+			// outcome, nor after the task's cancellation was recorded when
+			// the pod runs after the outcome (the scheduler may bind a pod
+			// released before).
 			if s := outcome[k]; s != 0 && p.released > s {
 				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the attempt's outcome was recorded (event %d)", e.UID, p.released, s)
 			} else if s := final[e.Task]; s != 0 && p.released > s {
 				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the task's final outcome was recorded (event %d)", e.UID, p.released, s)
+			} else if s, c := max(outcome[k], final[e.Task]), cancelRec[e.Task]; s != 0 && c != 0 && p.released > c {
+				add(InvAfter, e, "pod %s runs after the outcome (event %d): it was released to the scheduler (event %d) after the task's cancellation was recorded (event %d)", e.UID, s, p.released, c)
 			}
 			for _, o := range pods {
 				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {
@@ -118,6 +133,7 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				add(InvOwnPod, e, "kubetask deleted pod %s, which runs attempt %d, before the attempt's outcome was recorded", e.UID, e.Attempt)
 			}
 			p.deleting = true
+			p.deleters = append(p.deleters, e.Note)
 		case KOutcome:
 			if s := outcome[k]; s != 0 {
 				add(InvOutcome, e, "a second outcome %s/%s for the attempt (the first at event %d)", e.Phase, e.Reason, s)
@@ -146,6 +162,16 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 			if e.Phase == "Succeeded" && (code == nil || *code != 0) {
 				add(InvOutcome, e, "Succeeded without a reported exit 0 of the main container")
+			}
+			// DeletedExternally says someone else deleted the pod: a pod
+			// only kubetask deleted was its own decision, taken on a
+			// record that did not take the pod.
+			uid := e.UID
+			if uid == "" {
+				uid = recorded[k]
+			}
+			if dp := pods[uid]; e.Reason == "DeletedExternally" && dp != nil && len(dp.deleters) > 0 && dp.deleters[0] == "client" {
+				add(InvBlame, e, "the outcome %s/%s, but kubetask deleted pod %s first (deletions by %v)", e.Phase, e.Reason, uid, dp.deleters)
 			}
 		case KFinal:
 			if s := final[e.Task]; s != 0 {

@@ -11,25 +11,26 @@ import (
 // (what happened, as the cluster saw it); the store wrapper writes the
 // records' milestones; the users and the world write theirs.
 const (
-	KSubmit  = "submit"  // a user submitted Task
-	KCancel  = "cancel"  // a user cancelled Task
-	KCreate  = "create"  // a pod of Task/Attempt was created (UID; Note "gated" or "node")
-	KRefused = "refused" // the API server refused a pod's creation (Note: why)
-	KBind    = "bind"    // the pod was bound to a node: from here it runs
-	KStart   = "start"   // the kubelet started its containers
-	KExit    = "exit"    // the kubelet reported the main container's exit (Code)
-	KStopped = "stopped" // no container of the pod runs any more (reported, or a grace-0 delete)
-	KUngate  = "ungate"  // the fence's gate was removed
-	KDelete  = "delete"  // a deletion was requested (Grace; Note who)
-	KGone    = "gone"    // the pod object was removed
-	KRecord  = "record"  // the store recorded the pod (UID) as the attempt's
-	KOutcome = "outcome" // the store recorded the attempt's outcome (Phase, Reason, Code, UID)
-	KFinal   = "final"   // the store recorded the task's final outcome
-	KFault   = "fault"   // the world injected a fault (Note)
-	KProcess = "process" // a process started, crashed, paused (Note)
-	KEnd     = "end"     // the run ended (Note: why); what follows describes the end state
-	KLeft    = "left"    // at the end: a pod is left (Note: finalizer, running)
-	KOpen    = "open"    // at the end: a task has no final outcome
+	KSubmit    = "submit"    // a user submitted Task
+	KCancel    = "cancel"    // a user cancelled Task (sent the request)
+	KCancelled = "cancelled" // the store recorded Task's cancellation
+	KCreate    = "create"    // a pod of Task/Attempt was created (UID; Note "gated" or "node")
+	KRefused   = "refused"   // the API server refused a pod's creation (Note: why)
+	KBind      = "bind"      // the pod was bound to a node: from here it runs
+	KStart     = "start"     // the kubelet started its containers
+	KExit      = "exit"      // the kubelet reported the main container's exit (Code)
+	KStopped   = "stopped"   // no container of the pod runs any more (reported, or a grace-0 delete)
+	KUngate    = "ungate"    // the fence's gate was removed
+	KDelete    = "delete"    // a deletion was requested (Grace; Note who)
+	KGone      = "gone"      // the pod object was removed
+	KRecord    = "record"    // the store recorded the pod (UID) as the attempt's
+	KOutcome   = "outcome"   // the store recorded the attempt's outcome (Phase, Reason, Code, UID)
+	KFinal     = "final"     // the store recorded the task's final outcome
+	KFault     = "fault"     // the world injected a fault (Note)
+	KProcess   = "process"   // a process started, crashed, paused (Note)
+	KEnd       = "end"       // the run ended (Note: why); what follows describes the end state
+	KLeft      = "left"      // at the end: a pod is left (Note: finalizer, running)
+	KOpen      = "open"      // at the end: a task has no final outcome
 )
 
 // Event is one line of a run's history.

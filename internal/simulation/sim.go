@@ -29,7 +29,10 @@ import (
 )
 
 // Options shape one run. The zero value of each field takes a value drawn
-// from the seed; the shrinker sets them smaller.
+// from the seed; the shrinker sets them smaller. The seed's draws do not
+// depend on the options (a value an option overrides is drawn all the
+// same), so that a run with options differs from the seed's own run only
+// where the options say.
 type Options struct {
 	Seed int64
 	// Tasks is how many tasks the users submit (0: 3-8 from the seed).
@@ -44,7 +47,12 @@ type Options struct {
 
 // Result is a run's history and the checker's verdict on it.
 type Result struct {
-	Options    Options
+	// Options are the run's options as given: with its seed they replay
+	// it.
+	Options Options
+	// Level is the fault level the run had (Options.FaultLevel, or the
+	// seed's when that was -1).
+	Level      int
 	History    *History
 	Violations []Violation
 	Steps      int
@@ -151,12 +159,13 @@ func run(opt Options) *Result {
 	w.mem = store.NewMemory()
 	ctx, cancel := context.WithCancel(context.Background())
 	w.ctx = ctx
-	w.level = opt.FaultLevel
-	if w.level < 0 {
-		w.level = 1 + w.rng.IntN(3)
+	w.level = 1 + w.rng.IntN(3)
+	if opt.FaultLevel >= 0 {
+		w.level = opt.FaultLevel
 	}
-	w.adopt = !opt.NoAdoption && w.rng.IntN(3) == 0
+	w.adopt = w.rng.IntN(3) == 0 && !opt.NoAdoption
 	w.oldGone = time.Duration(4+w.rng.IntN(10)) * time.Second
+	w.priorTerms()
 	w.plan()
 	if w.adopt {
 		w.startProcess("old", nil)
@@ -177,8 +186,7 @@ func run(opt Options) *Result {
 		<-p.done
 	}
 	w.userWG.Wait()
-	res := &Result{Options: opt, History: w.hist, Steps: w.stepsN}
-	res.Options.FaultLevel = w.level
+	res := &Result{Options: opt, Level: w.level, History: w.hist, Steps: w.stepsN}
 	var logs strings.Builder
 	for _, p := range w.procs {
 		fmt.Fprintf(&logs, "=== %s (%s)\n%s", p.name, p.instance, p.logs.String())
@@ -199,10 +207,29 @@ func (w *world) validTasks() map[string]bool {
 
 func (w *world) now() time.Duration { return time.Since(w.start) }
 
+// priorTerms gives each instance the terms it had before the run began:
+// an instance that has run for a while had restarts and lost Leases, and
+// the instance an adopter takes over may have had more terms than the
+// adopter (its pods carry epochs of their own sequence).
+func (w *world) priorTerms() {
+	for _, inst := range []string{"old", "sim"} {
+		k := w.rng.IntN(4)
+		if inst == "old" && !w.adopt || k == 0 {
+			continue
+		}
+		for range k {
+			if _, err := w.mem.BeginTerm(context.Background(), inst); err != nil {
+				panic(err)
+			}
+		}
+		w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("instance %s had %d terms before the run", inst, k)})
+	}
+}
+
 func (w *world) plan() {
-	n := w.opt.Tasks
-	if n == 0 {
-		n = 3 + w.rng.IntN(6)
+	n := 3 + w.rng.IntN(6)
+	if w.opt.Tasks > 0 {
+		n = w.opt.Tasks
 	}
 	for i := range n {
 		p := &plan{id: fmt.Sprintf("t%d", i), instance: "sim",
@@ -343,7 +370,8 @@ func (w *world) loop() string {
 		}
 		w.housekeeping(now)
 		var cs []choice
-		for _, st := range w.steps.snapshot() {
+		pending := w.steps.snapshot()
+		for _, st := range pending {
 			p := w.proc(st.actor)
 			if p != nil && (p.dead || now.Before(p.paused)) || now.Before(w.held[st]) {
 				continue
@@ -369,7 +397,7 @@ func (w *world) loop() string {
 		cs = append(cs, w.clusterChoices(now)...)
 		cs = append(cs, w.userChoices()...)
 		if w.faulty() && w.faults < 4*w.level {
-			for _, c := range w.faultChoices(now) {
+			for _, c := range w.faultChoices(now, pending) {
 				do := c.do
 				cs = append(cs, choice{c.weight, func() { w.faults++; do() }})
 			}
@@ -683,8 +711,26 @@ func (w *world) terminate(p *corev1.Pod, key string, pl *plan, all bool, reason 
 	}
 }
 
-// faultChoices are the faults the world may inject now.
-func (w *world) faultChoices(now time.Time) []choice {
+// writeStep: st is a write that changes the store or the cluster, or a
+// write's answer: a process that dies there leaves the write undone, or
+// done without knowing it.
+func writeStep(st *step) bool {
+	for _, k := range []string{" store> ", " store< "} {
+		if i := strings.Index(st.key, k); i >= 0 {
+			op := st.key[i+len(k):]
+			return strings.HasPrefix(op, "create ") || strings.HasPrefix(op, "update ") || strings.HasPrefix(op, "beginterm ")
+		}
+	}
+	if i := strings.Index(st.key, " api< "); i >= 0 {
+		op := st.key[i+len(" api< "):]
+		return !strings.HasPrefix(op, "get ") && !strings.HasPrefix(op, "list ")
+	}
+	return false
+}
+
+// faultChoices are the faults the world may inject now; pending are the
+// steps that wait.
+func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 	l := w.level
 	var cs []choice
 	w.srv.mu.Lock()
@@ -759,6 +805,18 @@ func (w *world) faultChoices(now time.Time) []choice {
 			w.crash(p, "killed")
 			w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance})
 		}})
+		// A process killed while one of its writes waits: the write is
+		// lost, or applied without its answer (between a pod's creation
+		// and its record, say).
+		for _, st := range pending {
+			if st.actor == p.name && writeStep(st) {
+				cs = append(cs, choice{l, func() {
+					w.crash(p, "killed with a step pending: "+st.key)
+					w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance})
+				}})
+				break
+			}
+		}
 	}
 	return cs
 }

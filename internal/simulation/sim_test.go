@@ -27,6 +27,8 @@ func runSeed(t *testing.T, opt Options) *Result {
 	return Run(t, opt)
 }
 
+// replayLine is the command that replays a run of opt: the options as the
+// run was given them.
 func replayLine(opt Options) string {
 	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
 		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption)
@@ -96,50 +98,71 @@ func TestSimulation(t *testing.T) {
 }
 
 // shrink looks for a smaller run of the same seed that still breaks the
-// same invariant: fewer tasks, fewer faults, no adoption.
+// same invariant: no adoption, then fewer tasks, then fewer faults, each
+// step kept only when it still breaks it. It returns the last run that did,
+// whose Options replay it; it runs those once more to check that they do.
 func shrink(t *testing.T, res *Result) *Result {
-	inv := res.Violations
-	if len(inv) == 0 {
+	if len(res.Violations) == 0 {
 		return res
 	}
-	want := inv[0].Invariant
+	want := res.Violations[0].Invariant
 	best := res
-	still := func(opt Options) bool {
+	try := func(opt Options) bool {
 		r := runSeed(t, opt)
-		for _, v := range r.Violations {
-			if v.Invariant == want {
-				if len(r.History.Events) < len(best.History.Events) {
-					best = r
-				}
-				return true
-			}
+		if breaks(r, want) {
+			best = r
+			return true
 		}
 		return false
 	}
-	opt := best.Options
+	opt := res.Options
 	if !opt.NoAdoption {
 		o := opt
 		o.NoAdoption = true
-		if still(o) {
+		if try(o) {
 			opt = o
 		}
 	}
-	for n := 1; n < 8; n++ {
+	for n := 1; n < submitted(best); n++ {
 		o := opt
 		o.Tasks = n
-		if still(o) {
+		if try(o) {
 			opt = o
 			break
 		}
 	}
-	for l := 0; l < opt.FaultLevel; l++ {
+	for l := 0; l < best.Level; l++ {
 		o := opt
 		o.FaultLevel = l
-		if still(o) {
+		if try(o) {
 			break
 		}
 	}
+	if again := runSeed(t, best.Options); again.History.String() != best.History.String() {
+		t.Errorf("seed %d: the shrunk run does not replay: two runs of %+v wrote different histories", best.Options.Seed, best.Options)
+	}
 	return best
+}
+
+// breaks reports whether res breaks invariant inv.
+func breaks(res *Result, inv string) bool {
+	for _, v := range res.Violations {
+		if v.Invariant == inv {
+			return true
+		}
+	}
+	return false
+}
+
+// submitted is how many tasks the run planned.
+func submitted(res *Result) int {
+	n := 0
+	for _, e := range res.History.Events {
+		if e.Kind == KSubmit || e.Kind == KOpen && e.Note == "never submitted" {
+			n++
+		}
+	}
+	return n
 }
 
 // report fails t with res's violations, its replay command and the trace of
@@ -160,7 +183,7 @@ func report(t *testing.T, res *Result) {
 		}
 		b.WriteString(v.String() + "\n")
 	}
-	fmt.Fprintf(&b, "replay: %s\ntrace of %s:\n%s", replayLine(res.Options), res.Violations[0].Task, trace(res, res.Violations[0].Task))
+	fmt.Fprintf(&b, "fault level %d\nreplay: %s\ntrace of %s:\n%s", res.Level, replayLine(res.Options), res.Violations[0].Task, trace(res, res.Violations[0].Task))
 	t.Errorf("seed %d: %d violations:\n%s", res.Options.Seed, len(res.Violations), b.String())
 }
 
@@ -177,12 +200,18 @@ func trace(res *Result, taskID string) string {
 }
 
 // TestSameSeedSameHistory: a seed decides everything; two runs of one seed
-// write the same history, byte for byte.
+// write the same history, byte for byte: 20 seeds as they come (a third
+// of them adopt) and 20 without adoption.
 func TestSameSeedSameHistory(t *testing.T) {
-	for _, seed := range []int64{1, 2, 3} {
-		opt := Options{Seed: seed, FaultLevel: -1}
+	adopting := 0
+	for i := range 40 {
+		seed := int64(1 + i)
+		opt := Options{Seed: seed, FaultLevel: -1, NoAdoption: i >= 20}
 		a := runSeed(t, opt).History.String()
 		b := runSeed(t, opt).History.String()
+		if strings.Contains(a, "adopting") {
+			adopting++
+		}
 		if a != b {
 			al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
 			for i := range min(len(al), len(bl)) {
@@ -195,6 +224,9 @@ func TestSameSeedSameHistory(t *testing.T) {
 				t.Errorf("seed %d: %d lines, then %d", seed, len(al), len(bl))
 			}
 		}
+	}
+	if adopting < 3 {
+		t.Errorf("only %d of the seeds ran the adoption scenario", adopting)
 	}
 }
 
@@ -214,31 +246,92 @@ func TestHunt(t *testing.T) {
 		msg   string
 	}
 	found := map[string]*tally{}
+	count := func(key string, i int, seed int64, v Violation) {
+		f := found[key]
+		if f == nil {
+			f = &tally{first: i + 1, seed: seed, msg: v.String()}
+			found[key] = f
+		}
+		f.seeds++
+	}
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
 		res := runSeed(t, Options{Seed: seed, FaultLevel: -1})
 		seen := map[string]bool{}
 		for _, v := range res.Violations {
-			if seen[v.Invariant] {
-				continue
+			if !seen[v.Invariant] {
+				seen[v.Invariant] = true
+				count(v.Invariant, i, seed, v)
 			}
-			seen[v.Invariant] = true
-			f := found[v.Invariant]
-			if f == nil {
-				f = &tally{first: i + 1, seed: seed, msg: v.String()}
-				found[v.Invariant] = f
+			for _, d := range defects {
+				if !seen[d.name] && d.is(res, v) {
+					seen[d.name] = true
+					count(d.name, i, seed, v)
+				}
 			}
-			f.seeds++
 		}
 	}
 	el := time.Since(start)
 	t.Logf("%d seeds from %d in %s (%.1f seeds/s)", n, base, el.Round(time.Millisecond), float64(n)/el.Seconds())
-	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod} {
+	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame} {
 		if f := found[inv]; f != nil {
 			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)
 		} else {
 			t.Logf("%-60s    0 seeds", inv)
 		}
 	}
+	t.Log("by defect (the fence defects of issue 31, as their violations look):")
+	for _, d := range defects {
+		if f := found[d.name]; f != nil {
+			t.Logf("%-75s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d)", d.name, f.seeds, f.first, f.seed)
+		} else {
+			t.Logf("%-75s    0 seeds", d.name)
+		}
+	}
+}
+
+// The fence defects of issue 31 (docs/simulation.md "What it finds"), each
+// with what its violations look like in a history, so that a hunt on the
+// code before the fixes counts the seeds that found each one.
+var defects = []struct {
+	name string
+	is   func(res *Result, v Violation) bool
+}{
+	{"1: a sync discards its own term's recorded pod", func(_ *Result, v Violation) bool {
+		return v.Invariant == InvOwnPod || v.Invariant == InvBlame
+	}},
+	{"2: a cancelled task's gated pod runs after the outcome", func(res *Result, v Violation) bool {
+		return v.Invariant == InvAfter && hasEvent(res, func(e Event) bool { return e.Kind == KCancel && e.Task == v.Task })
+	}},
+	{"3: a task with spec.nodeName fails ConfigError", func(_ *Result, v Violation) bool { return v.Invariant == InvValid }},
+	{"4: an adopted task with the old instance's unrecorded gated pod is stuck", func(res *Result, v Violation) bool {
+		if v.Invariant != InvLiveness && v.Invariant != InvLeft {
+			return false
+		}
+		// A pod of instance old, created gated, never recorded nor
+		// ungated, left at the end.
+		for _, c := range res.History.Events {
+			if c.Kind != KCreate || c.Task != v.Task || !strings.HasPrefix(c.Note, "gated") || !strings.HasSuffix(c.Note, " of old") {
+				continue
+			}
+			if !hasEvent(res, func(e Event) bool { return e.UID == c.UID && (e.Kind == KRecord || e.Kind == KUngate) }) &&
+				hasEvent(res, func(e Event) bool { return e.UID == c.UID && e.Kind == KLeft }) {
+				return true
+			}
+		}
+		return false
+	}},
+	{"7: a grace-0 deletion's reported exit is left out of the outcome", func(_ *Result, v Violation) bool {
+		return v.Invariant == InvOutcome && strings.Contains(v.Msg, "exited 143")
+	}},
+}
+
+func hasEvent(res *Result, f func(Event) bool) bool {
+	for _, e := range res.History.Events {
+		if f(e) {
+			return true
+		}
+	}
+	return false
 }

@@ -23,8 +23,10 @@ func actorOf(ctx context.Context, def string) string {
 }
 
 // simStore is a process's view of the shared store: every call is a step
-// (and a write's answer a second one), which the world may delay or fail.
-// It writes the records' milestones into the history.
+// (the request), and its answer a second one (reads too: a caller may be
+// descheduled after the store read its record and before it looks at it),
+// which the world may delay or fail. It writes the records' milestones into
+// the history.
 type simStore struct {
 	inner store.Store
 	steps *steps
@@ -35,13 +37,14 @@ type simStore struct {
 
 // seenRecords is what the history already holds of each record.
 type seenRecords struct {
-	attempts map[string]int
-	podUID   map[string]string
-	terminal map[string]bool
+	attempts  map[string]int
+	podUID    map[string]string
+	terminal  map[string]bool
+	cancelled map[string]bool
 }
 
 func newSeen() *seenRecords {
-	return &seenRecords{attempts: map[string]int{}, podUID: map[string]string{}, terminal: map[string]bool{}}
+	return &seenRecords{attempts: map[string]int{}, podUID: map[string]string{}, terminal: map[string]bool{}, cancelled: map[string]bool{}}
 }
 
 var _ store.Store = (*simStore)(nil)
@@ -57,13 +60,15 @@ func (s *simStore) before(ctx context.Context, what string) error {
 	return nil
 }
 
+// after is the answer's step: the call was applied (a write) or read (a
+// read); its caller learns the result only once the world releases it.
 func (s *simStore) after(ctx context.Context, what string) error {
 	a := actorOf(ctx, s.actor)
 	if err := s.steps.wait(ctx, a, a+" store< "+what); err != nil {
 		if errors.Is(err, errInjected) || errors.Is(err, errShutdown) {
 			return fmt.Errorf("simulated: the answer was lost: %w", store.ErrUnavailable)
 		}
-		// ctx ended while the answer was on its way: the write was applied.
+		// ctx ended while the answer was on its way: a write was applied.
 		return fmt.Errorf("simulated: the answer was lost (%v): %w", err, store.ErrUnavailable)
 	}
 	return nil
@@ -87,7 +92,11 @@ func (s *simStore) Get(ctx context.Context, id string) (store.Record, error) {
 	if err := s.before(ctx, "get "+id); err != nil {
 		return store.Record{}, err
 	}
-	return s.inner.Get(context.Background(), id)
+	rec, err := s.inner.Get(context.Background(), id)
+	if aerr := s.after(ctx, "get "+id); aerr != nil {
+		return store.Record{}, aerr
+	}
+	return rec, err
 }
 
 func (s *simStore) Update(ctx context.Context, rec store.Record) (store.Record, error) {
@@ -122,14 +131,22 @@ func (s *simStore) Epoch(ctx context.Context, instance string) (int64, error) {
 	if err := s.before(ctx, "epoch "+instance); err != nil {
 		return 0, err
 	}
-	return s.inner.Epoch(context.Background(), instance)
+	e, err := s.inner.Epoch(context.Background(), instance)
+	if aerr := s.after(ctx, "epoch "+instance); aerr != nil {
+		return 0, aerr
+	}
+	return e, err
 }
 
 func (s *simStore) List(ctx context.Context, opts store.ListOptions) ([]store.Record, error) {
 	if err := s.before(ctx, "list "+opts.Executor); err != nil {
 		return nil, err
 	}
-	return s.inner.List(context.Background(), opts)
+	recs, err := s.inner.List(context.Background(), opts)
+	if aerr := s.after(ctx, "list "+opts.Executor); aerr != nil {
+		return nil, aerr
+	}
+	return recs, err
 }
 
 func (s *simStore) Close() error { return nil }
@@ -148,6 +165,10 @@ func (s *simStore) note(rec store.Record) {
 		s.hist.add(Event{Kind: KOutcome, Task: rec.ID, Attempt: a.Attempt, UID: a.PodUID, Phase: a.Phase, Reason: a.Reason, Code: a.ExitCode})
 	}
 	seen.attempts[rec.ID] = len(rec.Attempts)
+	if !rec.CancelledAt.IsZero() && !seen.cancelled[rec.ID] {
+		seen.cancelled[rec.ID] = true
+		s.hist.add(Event{Kind: KCancelled, Task: rec.ID, Attempt: rec.Attempt})
+	}
 	if rec.Terminal && !seen.terminal[rec.ID] {
 		seen.terminal[rec.ID] = true
 		s.hist.add(Event{Kind: KFinal, Task: rec.ID, Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Code: rec.ExitCode})
