@@ -44,6 +44,8 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -74,6 +76,11 @@ func UnreadableMarker(after time.Duration) string {
 // NoAddressMarker is the line appended to a log whose node has no address
 // the API server could read it from (a simulated node, say).
 const NoAddressMarker = "[kubetask: the pod's node has no address to read logs from; the rest of the log is not archived]\n"
+
+// NodeGoneMarker is the line appended to a log whose pod's node object was
+// deleted once its container ended, when the rest was still unread: nobody
+// can serve it any more.
+const NodeGoneMarker = "[kubetask: the pod's node is gone; the rest of the log is not archived]\n"
 
 // BadCursorMarker is the line appended to a log whose saved resume position
 // this version cannot read (an archive written by an incompatible version):
@@ -183,13 +190,14 @@ func Run(ctx context.Context, cfg Config) error {
 		OnStreamError: func(err error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if !nodeHasNoAddress(err) {
+			marker := nodeUnreachable(err)
+			if marker == "" {
 				c.noAddr = 0
 				return
 			}
 			c.noAddr++
 			if c.noAddr >= noAddressAnswers && ended(cfg.Progress()) && c.gaveUp == "" {
-				c.gaveUp = NoAddressMarker
+				c.gaveUp = marker
 				stop()
 			}
 		},
@@ -285,12 +293,26 @@ func Run(ctx context.Context, cfg Config) error {
 // up on the log.
 const noAddressAnswers = 3
 
-// nodeHasNoAddress reports whether err is the API server's answer for a pod
-// whose node has no address it can reach the kubelet at
+// nodeUnreachable returns the marker to end a log with when err is the API
+// server's answer for a pod whose node it cannot ask for the log, which no
+// retry changes: the node has no address it can reach the kubelet at
 // (nodeutil.NoMatchError: "no preferred addresses found; known addresses:
-// ..."), which no retry changes.
-func nodeHasNoAddress(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no preferred addresses found")
+// ..."), or the node object is gone (the node getter's NotFound, details
+// kind "nodes": a deleted node, whose pods the pod garbage collector
+// deletes). "" for any other answer.
+func nodeUnreachable(err error) string {
+	if err == nil {
+		return ""
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Reason == metav1.StatusReasonNotFound &&
+		st.Status().Details != nil && st.Status().Details.Kind == "nodes" {
+		return NodeGoneMarker
+	}
+	if strings.Contains(err.Error(), "no preferred addresses found") {
+		return NoAddressMarker
+	}
+	return ""
 }
 
 // ended reports whether no instance of the container will write more: it

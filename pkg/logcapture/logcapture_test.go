@@ -296,6 +296,24 @@ func TestGivesUpOnAnUnreadableLog(t *testing.T) {
 	}
 }
 
+// A container whose node was deleted (the API server answers 404 for the
+// node): once it ended, a few such answers end the log with a marker at
+// once, not after GiveUpAfter (TestChaosTiny's node fault held a pod's
+// finalizer for the whole 5 minutes).
+func TestGivesUpOnAGoneNode(t *testing.T) {
+	f := newFixture(t, store.Options{})
+	f.k.Start()
+	f.k.Terminate()
+	f.k.NodeGone()
+	if err := logcapture.Run(f.ctx, f.config()); err != nil {
+		t.Fatal(err)
+	}
+	b, info := f.archived()
+	if string(b) != logcapture.NodeGoneMarker || !info.Complete {
+		t.Errorf("archived %q (%+v), want the marker, complete", b, info)
+	}
+}
+
 // A container on a node without an address (a kwok node: the API server
 // answers "no preferred addresses found"): once it ended, a few such answers
 // end the log with a marker at once, without waiting for GiveUpAfter; while

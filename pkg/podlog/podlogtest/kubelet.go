@@ -47,7 +47,9 @@ type Kubelet struct {
 	// unreachable: log requests fail with this message (500), as when the
 	// API server cannot reach the node's kubelet; "" when they do not.
 	unreachable string
-	cuts        map[int]Cut
+	// nodeGone: log requests fail as for a pod whose node object is gone.
+	nodeGone bool
+	cuts     map[int]Cut
 	onOpen      func(n int)
 	opens       int
 	requests    []string
@@ -161,6 +163,16 @@ func (k *Kubelet) NoNodeAddress() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.unreachable = "no preferred addresses found; known addresses: []"
+	k.changeLocked()
+}
+
+// NodeGone makes log requests fail as the API server answers for a pod
+// whose node object was deleted: 404, nodes "node" not found (the node
+// getter's NotFound, details kind "nodes"); the pod stays readable.
+func (k *Kubelet) NodeGone() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.nodeGone = true
 	k.changeLocked()
 }
 
@@ -278,6 +290,17 @@ func (k *Kubelet) serveLog(w http.ResponseWriter, r *http.Request) {
 	if msg := k.unreachable; msg != "" {
 		k.mu.Unlock()
 		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, msg)
+		return
+	}
+	if k.nodeGone {
+		k.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(&metav1.Status{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+			Status:   metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+			Message: `nodes "node" not found`, Details: &metav1.StatusDetails{Name: "node", Kind: "nodes"},
+		})
 		return
 	}
 	if previous {
