@@ -50,9 +50,9 @@ type Kubelet struct {
 	// nodeGone: log requests fail as for a pod whose node object is gone.
 	nodeGone bool
 	cuts     map[int]Cut
-	onOpen      func(n int)
-	opens       int
-	requests    []string
+	onOpen   func(n int)
+	opens    int
+	requests []string
 	// wake is closed (and replaced) at every change, for open streams.
 	wake    chan struct{}
 	changed chan struct{}
