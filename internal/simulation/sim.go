@@ -244,7 +244,10 @@ func (w *world) plan() {
 		}
 		p.retryExit = p.retries > 0 && w.rng.IntN(2) == 0
 		if w.rng.IntN(5) == 0 {
-			p.cancelAt = p.submitAt + time.Duration(w.rng.IntN(6000))*time.Millisecond
+			// Users cancel within moments of the submission (a mistake
+			// seen at once) as often as later on.
+			within := []int{300, 2000, 6000}[w.rng.IntN(3)]
+			p.cancelAt = p.submitAt + time.Duration(1+w.rng.IntN(within))*time.Millisecond
 		}
 		if w.adopt && p.submitAt < w.oldGone {
 			p.instance = "old"
@@ -412,10 +415,69 @@ func (w *world) loop() string {
 		}
 		cs = append(cs, choice{adv, func() {
 			d := []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(5)]
+			// Never past what is due before: a held step's end and a
+			// user's cancellation keep their order.
+			if due := w.nextDue(now, pending); !due.IsZero() && due.Sub(now) < d {
+				d = due.Sub(now)
+			}
 			time.Sleep(d)
 		}})
 		w.pick(cs)
 	}
+}
+
+// nextDue is the earliest moment after now at which something the world
+// does becomes due (zero: none): a held step's end, a pause's end, a
+// restart, a user's submission or cancellation, the end of refused
+// creations, of the faults, of the old instance, a container's exit or
+// deadline.
+func (w *world) nextDue(now time.Time, pending []*step) time.Time {
+	var due time.Time
+	at := func(t time.Time) {
+		if t.After(now) && (due.IsZero() || t.Before(due)) {
+			due = t
+		}
+	}
+	for _, st := range pending {
+		at(w.held[st])
+	}
+	for _, p := range w.procs {
+		if !p.dead {
+			at(p.paused)
+		}
+	}
+	for _, r := range w.restarts {
+		at(r.at)
+	}
+	for _, p := range w.plans {
+		if !p.submitted {
+			at(w.start.Add(p.submitAt))
+		}
+		if p.cancelAt > 0 && !p.cancelled {
+			at(w.start.Add(p.cancelAt))
+		}
+	}
+	if !w.refuseTo.IsZero() {
+		at(w.refuseTo)
+	}
+	at(w.start.Add(faultsFor))
+	if w.adopt {
+		at(w.start.Add(w.oldGone))
+	}
+	w.srv.mu.Lock()
+	for _, pod := range w.srv.pods {
+		if pod.Status.StartTime == nil || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		if pl := w.planOf(pod); pl != nil {
+			at(pod.Status.StartTime.Add(pl.run))
+		}
+		if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil {
+			at(pod.Status.StartTime.Add(time.Duration(*ads) * time.Second))
+		}
+	}
+	w.srv.mu.Unlock()
+	return due
 }
 
 // housekeeping does what is due whatever the seed: restarts, the end of
