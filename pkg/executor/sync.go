@@ -95,7 +95,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if err != nil {
 		return 0, fmt.Errorf("reading task %s: %w", id, err)
 	}
-	if rec.Executor != e.cfg.InstanceID && !(rec.Terminal && slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
+	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
 		return 0, nil // another instance's task
 	}
 	// A finished task of an instance this one adopts from is not adopted

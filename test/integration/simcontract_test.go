@@ -208,12 +208,12 @@ func TestSimulatedAPIServerKeepsTheContract(t *testing.T) {
 			defer cancel()
 			prefix := fmt.Sprintf("c%x", len(title)+int(time.Now().UnixNano()%4096))
 			name := func(s string) string { return strings.ToLower(prefix + "-" + s) }
-			real := sc(ctx, env.Client.CoreV1().Pods(env.Namespace), name, restart)
+			kube := sc(ctx, env.Client.CoreV1().Pods(env.Namespace), name, restart)
 			simulated := sc(ctx, sim.CoreV1().Pods(env.Namespace), name, compact)
-			if d := cmp.Diff(real, simulated); d != "" {
+			if d := cmp.Diff(kube, simulated); d != "" {
 				t.Errorf("the simulated API server answers otherwise than kube-apiserver (-real +simulated):\n%s", d)
 			}
-			t.Logf("both: %q", real)
+			t.Logf("both: %q", kube)
 		})
 	}
 }
