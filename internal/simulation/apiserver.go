@@ -104,6 +104,7 @@ func describe(a k8stesting.Action) string {
 var errInjected = errors.New("injected")
 
 func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Action) (runtime.Object, error) {
+	actor = actorOf(ctx, actor) // a user's request served by the process
 	d := describe(a)
 	if err := s.steps.wait(ctx, actor, actor+" api> "+d); err != nil {
 		if errors.Is(err, errInjected) {

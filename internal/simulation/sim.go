@@ -81,8 +81,20 @@ type plan struct {
 	retries   int32
 	retryExit bool
 	keep      bool
-	submitted bool
-	cancelled bool
+	submitted bool // the user sent the submission (once at least)
+	cancelled bool // the user sent the cancellation (once at least)
+	submit    request
+	cancel    request
+}
+
+// request is a user's request (a submission, a cancellation), sent to a
+// process of the task's instance; the user sends it again after a failure,
+// to a process that lives then. Its fields are the world's and the user's
+// goroutine's: under world.umu.
+type request struct {
+	busy  bool      // sent, no answer yet
+	done  bool      // answered: accepted
+	retry time.Time // a failure's answer came: the user tries again then
 }
 
 type process struct {
@@ -115,6 +127,7 @@ type world struct {
 	oldGone  time.Duration // when instance "old" is given up (adoption)
 	level    int
 	userWG   sync.WaitGroup
+	umu      sync.Mutex // the plans' requests
 	ctx      context.Context
 	stepsN   int
 	faults   int                 // faults injected (other than step errors)
@@ -374,8 +387,16 @@ func (w *world) loop() string {
 		w.housekeeping(now)
 		var cs []choice
 		pending := w.steps.snapshot()
+		if st := w.brokenRequest(pending); st != nil {
+			// A user's request to a process that crashed: the user's
+			// connection breaks (a write not sent is lost; one sent was
+			// applied, its answer lost).
+			w.hist.add(Event{Kind: KFault, Note: "the process is gone: " + st.key})
+			w.steps.take(st, errInjected)
+			continue
+		}
 		for _, st := range pending {
-			p := w.proc(st.actor)
+			p := w.proc(owner(st.actor))
 			if p != nil && (p.dead || now.Before(p.paused)) || now.Before(w.held[st]) {
 				continue
 			}
@@ -398,7 +419,7 @@ func (w *world) loop() string {
 			}
 		}
 		cs = append(cs, w.clusterChoices(now)...)
-		cs = append(cs, w.userChoices()...)
+		cs = append(cs, w.userChoices(now)...)
 		if w.faulty() && w.faults < 4*w.level {
 			for _, c := range w.faultChoices(now, pending) {
 				do := c.do
@@ -449,6 +470,7 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 	for _, r := range w.restarts {
 		at(r.at)
 	}
+	w.umu.Lock()
 	for _, p := range w.plans {
 		if !p.submitted {
 			at(w.start.Add(p.submitAt))
@@ -456,7 +478,13 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 		if p.cancelAt > 0 && !p.cancelled {
 			at(w.start.Add(p.cancelAt))
 		}
+		for _, r := range []*request{&p.submit, &p.cancel} {
+			if !r.busy && !r.done {
+				at(r.retry)
+			}
+		}
 	}
+	w.umu.Unlock()
 	if !w.refuseTo.IsZero() {
 		at(w.refuseTo)
 	}
@@ -478,6 +506,19 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 	}
 	w.srv.mu.Unlock()
 	return due
+}
+
+// brokenRequest is a pending step of a user's request to a crashed
+// process, if any.
+func (w *world) brokenRequest(pending []*step) *step {
+	for _, st := range pending {
+		if strings.HasPrefix(st.actor, "user@") {
+			if p := w.proc(owner(st.actor)); p != nil && p.dead {
+				return st
+			}
+		}
+	}
+	return nil
 }
 
 // housekeeping does what is due whatever the seed: restarts, the end of
@@ -554,63 +595,81 @@ func (w *world) done() bool {
 	return true
 }
 
-func (w *world) userChoices() []choice {
+// due: r is to be sent now (umu held).
+func (r *request) due(now time.Time) bool {
+	return !r.busy && !r.done && !now.Before(r.retry)
+}
+
+// userChoices are the users' requests due now. A request goes to a live
+// process of the task's instance (the adopter once the old instance is
+// given up); its steps are that process's (a request to a process that
+// crashes fails), and a failed request is sent again 200 ms later.
+func (w *world) userChoices(now time.Time) []choice {
 	var cs []choice
+	w.umu.Lock()
+	defer w.umu.Unlock()
 	for _, p := range w.plans {
 		p := p
-		if !p.submitted && w.now() >= p.submitAt {
-			inst := p.instance
-			if w.adopt && w.now() >= w.oldGone {
-				inst = "sim"
-			}
-			proc := w.live(inst)
-			if proc == nil {
-				continue
-			}
+		inst := p.instance
+		if w.adopt && w.now() >= w.oldGone {
+			inst = "sim"
+		}
+		proc := w.live(inst)
+		if proc == nil {
+			continue
+		}
+		if w.now() >= p.submitAt && p.submit.due(now) {
 			cs = append(cs, choice{10, func() {
+				note := fmt.Sprintf("to %s: exit %d after %s, sidecar %v, nodeName %v, retries %d, retry on exit %v, keep %v, exits 0 on SIGTERM %v",
+					proc.name, p.exit, p.run, p.sidecar, p.nodeName, p.retries, p.retryExit, p.keep, p.sigterm0)
+				if p.submitted {
+					note = "again, to " + proc.name
+				}
 				p.submitted = true
-				w.hist.add(Event{Kind: KSubmit, Task: p.id, Note: fmt.Sprintf("to %s: exit %d after %s, sidecar %v, nodeName %v, retries %d, retry on exit %v, keep %v, exits 0 on SIGTERM %v",
-					proc.name, p.exit, p.run, p.sidecar, p.nodeName, p.retries, p.retryExit, p.keep, p.sigterm0)})
-				w.user(func(ctx context.Context) {
-					for {
-						if _, err := proc.ex.Submit(ctx, p.id, taskOfPlan(p)); err == nil || ctx.Err() != nil || errors.Is(err, errShutdown) {
-							return
-						}
-						time.Sleep(200 * time.Millisecond) // the user tries again
-					}
+				w.hist.add(Event{Kind: KSubmit, Task: p.id, Note: note})
+				w.send(proc, &p.submit, func(ctx context.Context) error {
+					_, err := proc.ex.Submit(ctx, p.id, taskOfPlan(p))
+					return err
 				})
 			}})
 		}
-		if p.submitted && !p.cancelled && p.cancelAt > 0 && w.now() >= p.cancelAt {
-			proc := w.live(p.instance)
-			if w.adopt && w.now() >= w.oldGone {
-				proc = w.live("sim")
-			}
-			if proc == nil {
-				continue
-			}
+		if p.submitted && p.cancelAt > 0 && w.now() >= p.cancelAt && p.cancel.due(now) {
 			cs = append(cs, choice{10, func() {
+				note := "to " + proc.name
+				if p.cancelled {
+					note = "again, " + note
+				}
 				p.cancelled = true
-				w.hist.add(Event{Kind: KCancel, Task: p.id, Note: "to " + proc.name})
-				w.user(func(ctx context.Context) {
-					for {
-						if err := proc.ex.Cancel(ctx, p.id); err == nil || ctx.Err() != nil || errors.Is(err, errShutdown) {
-							return
-						}
-						time.Sleep(200 * time.Millisecond)
-					}
-				})
+				w.hist.add(Event{Kind: KCancel, Task: p.id, Note: note})
+				w.send(proc, &p.cancel, func(ctx context.Context) error { return proc.ex.Cancel(ctx, p.id) })
 			}})
 		}
 	}
 	return cs
 }
 
-func (w *world) user(fn func(context.Context)) {
+// userActor is the actor of a user's request served by process p: its
+// steps are p's (a pause holds them, a crash fails them).
+func userActor(p *process) string { return "user@" + p.name }
+
+// owner is the process an actor's steps belong to.
+func owner(actor string) string { return strings.TrimPrefix(actor, "user@") }
+
+// send sends the user's request r to process p (umu held).
+func (w *world) send(p *process, r *request, call func(context.Context) error) {
+	r.busy = true
 	w.userWG.Add(1)
 	go func() {
 		defer w.userWG.Done()
-		fn(withActor(w.ctx, "user"))
+		err := call(withActor(w.ctx, userActor(p)))
+		w.umu.Lock()
+		defer w.umu.Unlock()
+		r.busy = false
+		if err == nil {
+			r.done = true
+		} else {
+			r.retry = time.Now().Add(200 * time.Millisecond)
+		}
 	}()
 }
 
@@ -908,7 +967,8 @@ func (w *world) endState() {
 		case err != nil:
 			w.hist.add(Event{Kind: KOpen, Task: p.id, Note: "no record"})
 		case !r.Terminal:
-			w.hist.add(Event{Kind: KOpen, Task: p.id, Attempt: r.Attempt, Phase: r.Phase, Reason: r.Reason, Note: r.Message})
+			w.hist.add(Event{Kind: KOpen, Task: p.id, Attempt: r.Attempt, Phase: r.Phase, Reason: r.Reason,
+				Note: fmt.Sprintf("%s; record of %s, version %d, pod recorded %v", r.Message, r.Executor, r.Version, r.PodCreated)})
 		}
 	}
 }
