@@ -43,6 +43,9 @@ type Options struct {
 	// NoAdoption leaves out the scenario of an instance adopting another's
 	// tasks.
 	NoAdoption bool
+	// Debug adds the executors' debug logs and every step the world
+	// released, held or failed to Result.Logs; it changes nothing else.
+	Debug bool
 }
 
 // Result is a run's history and the checker's verdict on it.
@@ -132,6 +135,7 @@ type world struct {
 	stepsN   int
 	faults   int                 // faults injected (other than step errors)
 	held     map[*step]time.Time // steps held until then
+	stepLog  strings.Builder     // Debug: what the world did with each step
 }
 
 type restart struct {
@@ -203,6 +207,9 @@ func run(opt Options) *Result {
 	var logs strings.Builder
 	for _, p := range w.procs {
 		fmt.Fprintf(&logs, "=== %s (%s)\n%s", p.name, p.instance, p.logs.String())
+	}
+	if opt.Debug {
+		fmt.Fprintf(&logs, "=== steps\n%s", w.stepLog.String())
 	}
 	res.Logs = logs.String()
 	res.Unknown = w.srv.unknown
@@ -309,7 +316,7 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	ex, err := executor.New(executor.Config{
 		Client: w.srv.client(name), Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
 		AdoptFrom: adoptFrom, Store: st, Workers: 1, CreateConcurrency: 1, PlainList: true,
-		Logger:        slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger:        slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()})),
 		LeaseHolder:   name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ResyncPeriod: 30 * time.Second,
@@ -324,6 +331,20 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	w.procs = append(w.procs, p)
 	w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0])})
 	return p
+}
+
+func (w *world) logLevel() slog.Level {
+	if w.opt.Debug {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// note writes what the world did with a step into the step log (Debug).
+func (w *world) note(st *step, what string) {
+	if w.opt.Debug {
+		fmt.Fprintf(&w.stepLog, "%s %s: %s\n", since(w.start, time.Now()), what, st.key)
+	}
 }
 
 func (w *world) proc(name string) *process {
@@ -401,18 +422,20 @@ func (w *world) loop() string {
 				continue
 			}
 			st := st
-			cs = append(cs, choice{100, func() { delete(w.held, st); w.steps.take(st, nil) }})
+			cs = append(cs, choice{100, func() { delete(w.held, st); w.note(st, "released"); w.steps.take(st, nil) }})
 			if w.faulty() {
 				// The seed may hold any step for a while: a goroutine
 				// descheduled between two of its steps, a slow answer.
 				cs = append(cs, choice{2 * w.level, func() {
 					d := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second, 3 * time.Second}[w.rng.IntN(4)]
 					w.held[st] = now.Add(d)
+					w.note(st, "held for "+d.String())
 				}})
 				if !strings.Contains(st.key, "watch<") {
 					cs = append(cs, choice{w.level, func() {
 						delete(w.held, st)
 						w.hist.add(Event{Kind: KFault, Note: "error injected: " + st.key})
+						w.note(st, "failed")
 						w.steps.take(st, errInjected)
 					}})
 				}

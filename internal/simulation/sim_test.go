@@ -51,7 +51,7 @@ func TestSimulation(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt := Options{Seed: seed, Tasks: envInt("KUBETASK_SIM_TASKS", 0), FaultLevel: envInt("KUBETASK_SIM_FAULTS", -1),
-			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true"}
+			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
 		res := runSeed(t, opt)
 		t.Logf("seed %d: %d steps, %d events\n%s", seed, res.Steps, len(res.History.Events), res.History.String())
 		if os.Getenv("KUBETASK_SIM_LOGS") != "" {
