@@ -44,11 +44,21 @@ var (
 	binErr  error
 )
 
+// binEnv names a kubetask binary to test instead of building this tree's:
+// an attack test is checked to fail on the code before its fix by running
+// it against that code's binary (go build -o ... ./cmd/kubetask in a
+// worktree of the older commit).
+const binEnv = "KUBETASK_E2E_BIN"
+
 // kubetaskBin builds the binary under test once, beside the shared
-// cluster's directory (removed with it).
+// cluster's directory (removed with it), or takes $KUBETASK_E2E_BIN.
 func kubetaskBin(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
+		if p := os.Getenv(binEnv); p != "" {
+			binPath, binErr = filepath.Abs(p)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		dir := filepath.Join(filepath.Dir(clustertest.Cluster().Dir()), "e2eserve")
