@@ -63,7 +63,7 @@ func newCgroupV2(leaf string, lim Limits) (*cgroup, error) {
 		files["cpu.max"] = fmt.Sprintf("%d 100000", max(lim.MilliCPU*100, 1000))
 	}
 	for f, v := range files {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil && !(f == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644); err != nil && (f != "memory.swap.max" || !errors.Is(err, os.ErrNotExist)) {
 			cg.remove()
 			return nil, fmt.Errorf("set %s: %w", f, err)
 		}
@@ -112,7 +112,7 @@ func newCgroupV1(leaf string, lim Limits) (*cgroup, error) {
 		}
 		for _, s := range w.set {
 			err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0o644)
-			if err != nil && !(s.file == "memory.memsw.limit_in_bytes" && errors.Is(err, os.ErrNotExist)) {
+			if err != nil && (s.file != "memory.memsw.limit_in_bytes" || !errors.Is(err, os.ErrNotExist)) {
 				cg.remove()
 				return nil, fmt.Errorf("set %s: %w", s.file, err)
 			}

@@ -114,7 +114,7 @@ func readOnlyInPlace(path string) error {
 	if err != nil {
 		return fmt.Errorf("make %s read-only: open_tree: %w", path, err)
 	}
-	defer unix.Close(tree)
+	defer func() { _ = unix.Close(tree) }()
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return fmt.Errorf("make %s read-only: %w", path, err)

@@ -427,7 +427,7 @@ func moveBind(src, target *os.File, m Mount) error {
 	if err != nil {
 		return fmt.Errorf("bind mount %q at %q: open_tree: %w", m.HostPath, m.ContainerPath, err)
 	}
-	defer unix.Close(tree)
+	defer func() { _ = unix.Close(tree) }()
 	if m.ReadOnly {
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {

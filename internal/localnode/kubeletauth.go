@@ -171,10 +171,10 @@ func clientCAPool(file string, restCfg *rest.Config) (*x509.CertPool, error) {
 			return nil, fmt.Errorf("read the kubelet API's client CA: %w", err)
 		}
 		pemData = b
-	case len(restCfg.TLSClientConfig.CAData) > 0:
-		pemData = restCfg.TLSClientConfig.CAData
-	case restCfg.TLSClientConfig.CAFile != "":
-		b, err := os.ReadFile(restCfg.TLSClientConfig.CAFile)
+	case len(restCfg.CAData) > 0:
+		pemData = restCfg.CAData
+	case restCfg.CAFile != "":
+		b, err := os.ReadFile(restCfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("read the kubeconfig's CA: %w", err)
 		}

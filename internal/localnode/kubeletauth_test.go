@@ -99,9 +99,9 @@ func TestKubeletAPIRequiresAnAuthorizedClientCertificate(t *testing.T) {
 			u, _ := url.Parse(base + "/exec/unit/victim/main?command=echo&command=EXECUTED&output=1&error=1")
 			rc := &rest.Config{Host: base, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 			if c.cert != nil {
-				rc.TLSClientConfig.CertData = pemBlockOf("CERTIFICATE", c.cert.Certificate[0])
+				rc.CertData = pemBlockOf("CERTIFICATE", c.cert.Certificate[0])
 				der, _ := x509.MarshalECPrivateKey(c.cert.PrivateKey.(*ecdsa.PrivateKey))
-				rc.TLSClientConfig.KeyData = pemBlockOf("EC PRIVATE KEY", der)
+				rc.KeyData = pemBlockOf("EC PRIVATE KEY", der)
 			}
 			ex, err := remotecommand.NewSPDYExecutor(rc, http.MethodPost, u)
 			if err != nil {
