@@ -257,7 +257,7 @@ func TestHunt(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true"})
 		seen := map[string]bool{}
 		for _, v := range res.Violations {
 			if !seen[v.Invariant] {
