@@ -57,6 +57,9 @@ func TestSimulation(t *testing.T) {
 		if os.Getenv("KUBETASK_SIM_LOGS") != "" {
 			t.Log(res.Logs)
 		}
+		if os.Getenv("KUBETASK_SIM_SHRINK") != "" && len(res.Violations) > 0 {
+			res = shrink(t, res)
+		}
 		report(t, res)
 		return
 	}
