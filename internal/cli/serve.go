@@ -106,6 +106,8 @@ adopts them and their logs go on from where the archive ends.`,
 			set("lease-duration", func() { cfg.LeaseDuration = service.Duration(leaseDuration.String()) })
 			set("pod-security", func() { cfg.PodSecurity = flags.PodSecurity })
 			set("namespace-pod-security", func() { cfg.NamespacePodSecurity = nsLevels })
+			set("refuse-secrets", func() { cfg.RefuseSecrets = flags.RefuseSecrets })
+			set("refuse-runtime-class", func() { cfg.RefuseRuntimeClass = flags.RefuseRuntimeClass })
 			if cmd.Flags().Changed("service-accounts") {
 				sas, err := service.ParseServiceAccounts(accounts)
 				if err != nil {
@@ -177,6 +179,8 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringVar(&flags.PodSecurity, "pod-security", "", "Pod Security Standards level every task's pod must meet: privileged, baseline or restricted (default baseline; a namespace's stricter pod-security.kubernetes.io/enforce label wins)")
 	fs.StringToStringVar(&nsLevels, "namespace-pod-security", nil, "the level of some namespaces: NAMESPACE=LEVEL[,NAMESPACE=LEVEL...]")
 	fs.StringSliceVar(&accounts, "service-accounts", nil, "the only ServiceAccounts tasks of a namespace may run as: NAMESPACE/NAME[,...] (namespaces not named: any)")
+	fs.StringSliceVar(&flags.RefuseSecrets, "refuse-secrets", nil, `namespaces whose tasks may not name a Secret (env, envFrom, volumes, imagePullSecrets): NAMESPACE[,...], "*" for every one (default none: a task's pod may take any Secret of its namespace)`)
+	fs.StringSliceVar(&flags.RefuseRuntimeClass, "refuse-runtime-class", nil, `namespaces whose tasks may not set runtimeClassName: NAMESPACE[,...], "*" for every one (default none)`)
 	cf.addFlags(fs)
 	return cmd
 }

@@ -47,14 +47,14 @@ func (f filterFields) parse(opts *store.PageOptions, bad func(param, value, msg 
 	}
 }
 
-// parseLabels parses an equality selector "a=b,c=d" ("==" also means
-// equality). Anything else (!=, in, notin, a bare key) is refused with a
-// message, since the stores match labels by equality only.
 // MaxLabelTerms is the most key=value terms a labels filter may have: each
 // is a condition of the store's query (an EXISTS over the labels past the
 // first), and SQLite refuses a query of too many.
 const MaxLabelTerms = 20
 
+// parseLabels parses an equality selector "a=b,c=d" ("==" also means
+// equality). Anything else (!=, in, notin, a bare key) is refused with a
+// message, since the stores match labels by equality only.
 func parseLabels(s string) (map[string]string, string) {
 	out := map[string]string{}
 	terms := strings.Split(s, ",")

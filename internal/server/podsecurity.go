@@ -39,6 +39,14 @@ type PodPolicy struct {
 	// task there may run as (spec.serviceAccountName; unset is "default").
 	// A namespace not listed allows any.
 	ServiceAccounts map[string][]string
+	// RefuseSecrets lists the namespaces (EveryNamespace: every one) whose
+	// tasks may not name a Secret: kubelet gives the pod any Secret of its
+	// namespace it names (env, envFrom, volumes, imagePullSecrets), and the
+	// task may print it to the log its submitter reads.
+	RefuseSecrets []string
+	// RefuseRuntimeClass lists the namespaces (EveryNamespace: every one)
+	// whose tasks may not set runtimeClassName.
+	RefuseRuntimeClass []string
 	// LabelTTL is how long a namespace's pod-security.kubernetes.io/enforce
 	// label, read from the API server, is reused. Default 10s.
 	LabelTTL time.Duration
@@ -61,6 +69,8 @@ type podSecurity struct {
 	levels   map[string]psapi.Level
 	accounts map[string][]string
 	labels   *namespaceLevels // nil: namespace labels are not read
+	// refuseSecrets and refuseRuntimeClass are PodPolicy's.
+	refuseSecrets, refuseRuntimeClass []string
 }
 
 func newPodSecurity(p PodPolicy, client kubernetes.Interface, clk clock.PassiveClock) (*podSecurity, error) {
@@ -68,7 +78,8 @@ func newPodSecurity(p PodPolicy, client kubernetes.Interface, clk clock.PassiveC
 	if err != nil {
 		return nil, fmt.Errorf("pod security checks: %w", err)
 	}
-	ps := &podSecurity{eval: eval, level: psapi.LevelBaseline, levels: map[string]psapi.Level{}, accounts: map[string][]string{}}
+	ps := &podSecurity{eval: eval, level: psapi.LevelBaseline, levels: map[string]psapi.Level{}, accounts: map[string][]string{},
+		refuseSecrets: slices.Clone(p.RefuseSecrets), refuseRuntimeClass: slices.Clone(p.RefuseRuntimeClass)}
 	var errs []error
 	if p.Level != "" {
 		if ps.level, err = psapi.ParseLevel(p.Level); err != nil {
@@ -140,6 +151,9 @@ func (p *podSecurity) check(ctx context.Context, t *task.Task, ns string, warn f
 				&huma.ErrorDetail{Location: "body.spec.template.spec.serviceAccountName", Value: sa,
 					Message: fmt.Sprintf("must be one of %s in namespace %q", strings.Join(quoteAll(allowed), ", "), ns)})
 		}
+	}
+	if err := p.checkRefusedFields(spec, ns); err != nil {
+		return err
 	}
 	lv, label, err := p.effective(ctx, ns)
 	if err != nil {

@@ -94,7 +94,7 @@ func (q *quotas) take(ctx context.Context, ns string) (func(), error) {
 	defer q.mu.Unlock()
 	if !e.refreshing && q.now().Sub(e.at) > q.cfg.Refresh {
 		e.refreshing = true
-		go q.refresh(ns, e, e.added)
+		go q.refresh(ns, e, e.added) //nolint:gosec // the count is the namespace's, not this request's: it outlives the request
 	}
 	unfinished, total := e.count.Unfinished+e.added, e.count.Total+e.added
 	if q.cfg.MaxTotal > 0 && total >= q.cfg.MaxTotal {

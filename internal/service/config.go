@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/executor"
 )
 
@@ -155,6 +156,14 @@ type Config struct {
 	// tasks may run as (namespace: [names]); a task that sets none runs as
 	// "default". Namespaces not listed allow any.
 	ServiceAccounts map[string][]string `json:"serviceAccounts,omitempty"`
+	// RefuseSecrets lists the namespaces ("*": every one) whose tasks may
+	// not name a Secret (env, envFrom, volumes, imagePullSecrets): a 422
+	// names each field. Default none: a task's pod may take any Secret of
+	// its namespace.
+	RefuseSecrets []string `json:"refuseSecrets,omitempty"`
+	// RefuseRuntimeClass lists the namespaces ("*": every one) whose tasks
+	// may not set runtimeClassName. Default none.
+	RefuseRuntimeClass []string `json:"refuseRuntimeClass,omitempty"`
 }
 
 // Duration is a Go duration written as a string ("90s", "720h").
@@ -393,6 +402,19 @@ func (c *Config) validatePodPolicy() []error {
 		for _, sa := range sas {
 			for _, msg := range validation.IsDNS1123Subdomain(sa) {
 				errs = append(errs, fmt.Errorf("serviceAccounts[%s]: %q: %s (--service-accounts %s/NAME)", ns, sa, msg, ns))
+			}
+		}
+	}
+	for _, o := range []struct {
+		field, flag string
+		list        []string
+	}{{"refuseSecrets", "--refuse-secrets", c.RefuseSecrets}, {"refuseRuntimeClass", "--refuse-runtime-class", c.RefuseRuntimeClass}} {
+		for _, ns := range o.list {
+			if ns == server.EveryNamespace {
+				continue
+			}
+			for _, msg := range validation.IsDNS1123Label(ns) {
+				errs = append(errs, fmt.Errorf("%s: namespace %q: %s, or %q for every namespace (%s)", o.field, ns, msg, server.EveryNamespace, o.flag))
 			}
 		}
 	}

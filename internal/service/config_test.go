@@ -54,6 +54,12 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"bad pod policy": {edit: func(c *Config) {
 			c.PodSecurity, c.NamespacePodSecurity, c.ServiceAccounts = "root", map[string]string{"team-a": "lax"}, map[string][]string{"team-b": {"Not_An_SA"}, "team-c": {}}
 		}, errs: []string{`podSecurity "root"`, "namespacePodSecurity[team-a]", "serviceAccounts[team-b]", "serviceAccounts[team-c]: list at least one"}},
+		"refused Secrets and runtimeClassName": {edit: func(c *Config) {
+			c.RefuseSecrets, c.RefuseRuntimeClass = []string{"team-a", "team-b"}, []string{"*"}
+		}},
+		"refusals of bad namespaces": {edit: func(c *Config) {
+			c.RefuseSecrets, c.RefuseRuntimeClass = []string{"Team_A"}, []string{"-x"}
+		}, errs: []string{`refuseSecrets: namespace "Team_A"`, `refuseRuntimeClass: namespace "-x"`, "(--refuse-runtime-class)"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {

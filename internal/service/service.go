@@ -194,7 +194,8 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	s, err := server.New(server.Config{
 		Executor: run.api, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
 		Namespaces: cfg.Namespaces,
-		PodPolicy:  server.PodPolicy{Level: cfg.PodSecurity, NamespaceLevels: cfg.NamespacePodSecurity, ServiceAccounts: cfg.ServiceAccounts},
+		PodPolicy: server.PodPolicy{Level: cfg.PodSecurity, NamespaceLevels: cfg.NamespacePodSecurity, ServiceAccounts: cfg.ServiceAccounts,
+			RefuseSecrets: cfg.RefuseSecrets, RefuseRuntimeClass: cfg.RefuseRuntimeClass},
 		Ready: func() error {
 			if err := run.ready(); err != nil {
 				return err
