@@ -65,12 +65,13 @@ type apiCounts struct {
 	mu     sync.Mutex
 	calls  map[call]int
 	failed map[string]int
+	by     map[string]int // pod requests by the executor's function that made them
 }
 
 var debug = os.Getenv("KUBETASK_COSTS_DEBUG") != ""
 
 func newAPICounts() *apiCounts {
-	return &apiCounts{calls: map[call]int{}, failed: map[string]int{}}
+	return &apiCounts{calls: map[call]int{}, failed: map[string]int{}, by: map[string]int{}}
 }
 
 // config returns a copy of rc whose requests count into a. The executor
@@ -101,8 +102,15 @@ func (a *apiCounts) config(rc *rest.Config) *rest.Config {
 				fmt.Fprintf(os.Stderr, "costs: %s %s %s?%s %d %s\n", time.Now().Format("15:04:05.000"), r.Method, r.URL.Path, r.URL.RawQuery, code, body)
 			}
 			c.failed = err != nil || code >= 300
+			var caller string
+			if c.resource == "pods" && c.verb != "list" && c.verb != "watch" {
+				caller = executorCaller()
+			}
 			a.mu.Lock()
 			a.calls[c]++
+			if caller != "" {
+				a.by[c.String()+" from "+caller]++
+			}
 			switch {
 			case err != nil:
 				a.failed[c.String()+" error"]++
@@ -121,6 +129,14 @@ func (a *apiCounts) snapshot() (map[call]int, map[string]int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return maps.Clone(a.calls), maps.Clone(a.failed)
+}
+
+// callers returns the pod requests so far by the executor's function that
+// made them (for the logs).
+func (a *apiCounts) callers() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.by)
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -207,13 +223,15 @@ func (s *countingStore) note(method string, err error) {
 }
 
 // executorCaller names the innermost function of pkg/executor on the
-// stack (the caller of a store method), or "other".
+// stack (the caller of a store method, or of a request), or "other".
 func executorCaller() string {
-	pcs := make([]uintptr, 16)
+	pcs := make([]uintptr, 64)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
 	for {
 		f, more := frames.Next()
-		if name, ok := strings.CutPrefix(f.Function, "github.com/kubetask/kubetask/pkg/executor."); ok {
+		// The executor's own transport wrapper (client.go) is not a caller.
+		if name, ok := strings.CutPrefix(f.Function, "github.com/kubetask/kubetask/pkg/executor."); ok &&
+			!strings.HasPrefix(name, "countingConfig") && !strings.HasPrefix(name, "roundTripperFunc") {
 			return name
 		}
 		if !more {

@@ -196,6 +196,7 @@ func TestRequestsPerTask(t *testing.T) {
 			m.mu.Unlock()
 			t.Logf("%s: %d tasks; per task: %s", p.name, n, perTask(api, st, n))
 			t.Logf("%s: every request: %s", p.name, format(api))
+			t.Logf("%s: pod requests by caller: %s", p.name, format(m.api.callers()))
 			t.Logf("%s: store calls by caller: %s", p.name, format(by))
 			t.Logf("%s: pod changes delivered: %d (%.2f per task)", p.name, changes, float64(changes)/float64(n))
 			if len(failed) > 0 {
