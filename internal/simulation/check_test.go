@@ -82,6 +82,21 @@ func TestCheck(t *testing.T) {
 			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "cancel t0/0",
 			"outcome t0/0 u1 Failed/Cancelled", "final t0/0 Failed/Cancelled", "bind t0/0 u1",
 			"delete t0/0 u1 client", "stopped t0/0 u1", "gone t0/0 u1", "end quiet"}, ""},
+		"a gate removed after the cancellation was recorded, bound after the outcome": {[]string{
+			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "cancel t0/0", "cancelled t0/0", "ungate t0/0 u1",
+			"outcome t0/0 u1 Failed/Cancelled", "final t0/0 Failed/Cancelled", "bind t0/0 u1",
+			"delete t0/0 u1 client", "stopped t0/0 u1", "gone t0/0 u1", "end quiet"}, InvAfter},
+		"a gate removed after the cancellation was recorded, bound before the outcome": {[]string{
+			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "cancel t0/0", "cancelled t0/0", "ungate t0/0 u1",
+			"bind t0/0 u1", "delete t0/0 u1 client", "stopped t0/0 u1", "gone t0/0 u1",
+			"outcome t0/0 u1 Failed/Cancelled", "final t0/0 Failed/Cancelled", "end quiet"}, ""},
+		"deleted externally, but kubetask deleted it": {[]string{
+			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "delete t0/0 u1 client", "gone t0/0 u1",
+			"outcome t0/0 u1 Failed/DeletedExternally", "final t0/0 Failed/DeletedExternally", "end quiet"}, InvBlame},
+		"deleted externally by an eviction": {[]string{
+			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "bind t0/0 u1", "delete t0/0 u1 eviction",
+			"delete t0/0 u1 kubelet", "stopped t0/0 u1", "gone t0/0 u1",
+			"outcome t0/0 u1 Failed/DeletedExternally", "final t0/0 Failed/DeletedExternally", "end quiet"}, ""},
 		"two pods of a task run at once": {[]string{
 			"submit t0/0", "create t0/0 u1", "bind t0/0 u1", "outcome t0/0 u1 Failed/Evicted",
 			"create t0/1 u2", "bind t0/1 u2", "stopped t0/0 u1", "exit t0/1 u2 code=0", "stopped t0/1 u2",

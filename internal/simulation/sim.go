@@ -756,7 +756,9 @@ func (w *world) clusterChoices(now time.Time) []choice {
 		}
 		switch {
 		case pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) == 0 && pod.DeletionTimestamp == nil:
-			cs = append(cs, choice{10, do(func(p *corev1.Pod) {
+			// kube-scheduler binds a schedulable pod within milliseconds:
+			// as soon as most steps.
+			cs = append(cs, choice{40, do(func(p *corev1.Pod) {
 				p.Spec.NodeName = "node-1"
 				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 				w.srv.commit(key, p)
