@@ -355,3 +355,61 @@ func TestServeNamespaceQuotas(t *testing.T) {
 		t.Errorf("a rerun of a-0 at the kept cap: %s %s, want 403 naming the cap", resp.Status, b)
 	}
 }
+
+// A submitter reads any Secret of their namespace through a task's pod
+// (issue 33): the task names it, kubelet gives it, the task prints it to the
+// log the submitter reads. With the namespace in --refuse-secrets (and
+// --refuse-runtime-class), the same task, its rerun, and a task setting
+// runtimeClassName are 422s naming the field and the option; a namespace
+// not listed submits as before. Nothing could refuse them before.
+func TestServeRefusesSecretsAndRuntimeClass(t *testing.T) {
+	env, other := clustertest.New(t), clustertest.New(t)
+	ctx := context.Background()
+	for _, ns := range []string{env.Namespace, other.Namespace} {
+		if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "payroll"}, StringData: map[string]string{"salary": "s3cr3t-salary-42"},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := taskDoc("reader", "", `      containers:
+        - name: main
+          image: busybox
+          command: [sh, -c, "echo $SALARY"]
+          env:
+            - name: SALARY
+              valueFrom: {secretKeyRef: {name: payroll, key: salary}}`)
+	sandboxed := taskDoc("sandboxed", "", `      runtimeClassName: gvisor
+      containers:
+        - {name: main, image: busybox, command: [sh, -c, "echo hello"]}`)
+	s := startService(t, env, "--namespaces", other.Namespace)
+	tk := s.submit(reader)
+	tk = s.waitTask(tk.ID, 2*time.Minute, "the Secret reader to end", func(tk api.Task) bool { return tk.Terminal })
+	eventually(t, time.Minute, "the Secret in the task's log", func() bool {
+		b, complete := s.log(tk.ID, 0)
+		return complete && strings.Contains(string(b), "s3cr3t-salary-42")
+	})
+
+	s.stop(syscall.SIGTERM)
+	s.args = append(s.args, "--refuse-secrets", env.Namespace, "--refuse-runtime-class", env.Namespace)
+	s.start()
+	refused := func(what string, resp *http.Response, b []byte, field, option string) {
+		t.Helper()
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(b), `"location":"body.spec.template.spec.`+field+`"`) || !strings.Contains(string(b), option) {
+			t.Errorf("%s: %s %s, want 422 naming %s and %s", what, resp.Status, b, field, option)
+		}
+	}
+	submitPath := api.Prefix + "/namespaces/" + env.Namespace + "/tasks"
+	resp, b := s.do(http.MethodPost, submitPath, "application/yaml", reader)
+	refused("the Secret reader again", resp, b, "containers[0].env[0].valueFrom.secretKeyRef", "--refuse-secrets")
+	resp, b = s.do(http.MethodPost, api.Prefix+"/tasks/"+tk.ID+"/rerun", "", nil)
+	refused("a rerun of the Secret reader", resp, b, "containers[0].env[0].valueFrom.secretKeyRef", "--refuse-secrets")
+	resp, b = s.do(http.MethodPost, submitPath, "application/yaml", sandboxed)
+	refused("a task with runtimeClassName", resp, b, "runtimeClassName", "--refuse-runtime-class")
+	if resp, b := s.do(http.MethodPost, submitPath, "application/yaml", quickTask("plain")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("a task without them: %s %s, want 201", resp.Status, b)
+	}
+	if resp, b := s.do(http.MethodPost, api.Prefix+"/namespaces/"+other.Namespace+"/tasks", "application/yaml", reader); resp.StatusCode != http.StatusCreated {
+		t.Errorf("the Secret reader in a namespace not listed: %s %s, want 201", resp.Status, b)
+	}
+}
