@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -50,22 +51,14 @@ func (noExec) Exec(context.Context, string, string, string, []string, io.Writer,
 // measures the heap after GC with the executor tracking them, then after it
 // stopped, keeping the store and the fake's pods: the difference per pod is
 // the executor's own.
+//
+// The fake's tracker serves the lists; newPodWatches the pod watches.
 func TestHeapPerTrackedPod(t *testing.T) {
 	const ns = "data"
 	// The simple clientset: NewClientset's field manager makes every write
 	// several times slower, and the executor does not read managed fields.
 	client := fake.NewSimpleClientset() //nolint:staticcheck // see above
-	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = wa.ListOptions
-		}
-		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err != nil {
-			return false, nil, err
-		}
-		return true, unbounded(w), nil
-	})
+	pods := newPodWatches(client)
 
 	st := store.NewMemory()
 	var running, created atomic.Int64
@@ -98,7 +91,7 @@ func TestHeapPerTrackedPod(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pods := client.CoreV1().Pods(ns)
+	podsOf := client.CoreV1().Pods(ns)
 	clustertest.Eventually(t, 2*time.Minute, "every pod created", func(ctx context.Context) error {
 		if n := created.Load(); n < heapPods {
 			return fmt.Errorf("%d of %d pods created", n, heapPods)
@@ -107,7 +100,7 @@ func TestHeapPerTrackedPod(t *testing.T) {
 	})
 	// The kubelet's part: every container of every pod runs.
 	for j := range heapPods {
-		if err := run(ctx, pods, st, tk, j); err != nil {
+		if err := run(ctx, podsOf, st, tk, j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,6 +110,12 @@ func TestHeapPerTrackedPod(t *testing.T) {
 		}
 		return nil
 	})
+	pods.mu.Lock()
+	overflow := pods.overflow
+	pods.mu.Unlock()
+	if overflow {
+		t.Fatal("a pod watch of the fake clientset ran out of room")
+	}
 	tracking := heapAfterGC()
 	cancel()
 	if err := <-done; err != nil {
@@ -141,8 +140,8 @@ func TestHeapPerTrackedPod(t *testing.T) {
 	if per > maxHeapPerPod {
 		t.Errorf("the executor holds %d B of heap per tracked pod, more than %d B (docs/costs.md)", per, maxHeapPerPod)
 	}
-	runtime.KeepAlive(client)
-	runtime.KeepAlive(st)
+	goruntime.KeepAlive(client)
+	goruntime.KeepAlive(st)
 }
 
 // run makes pod j of tk as the API server returns it once every container
@@ -174,53 +173,88 @@ func run(ctx context.Context, pods interface {
 	return err
 }
 
-// unbounded relays w's events through a queue of any length: the fake's
-// watch panics when 100 events wait, and the executor's creators outrun
-// its pod cache for a moment when thousands of pods are created in memory.
-func unbounded(w watch.Interface) watch.Interface {
-	out := make(chan watch.Event)
-	stop := make(chan struct{})
-	go func() {
-		defer close(out)
-		defer w.Stop()
-		var queue []watch.Event
-		in := w.ResultChan()
-		for in != nil || len(queue) > 0 {
-			var send chan watch.Event
-			var next watch.Event
-			if len(queue) > 0 {
-				send, next = out, queue[0]
-			}
-			select {
-			case ev, ok := <-in:
-				if !ok {
-					in = nil
-					continue
-				}
-				queue = append(queue, ev)
-			case send <- next:
-				queue = queue[1:]
-			case <-stop:
-				return
+// podWatches serves the pod watches of a fake clientset itself, from
+// the pod writes it sees pass: the fake's own watch panics when 100 events
+// wait, which the executor's creators cause for a moment when thousands of
+// pods are created in memory. Each write and the delivery of its event
+// happen under one lock, so events come in the order of the writes.
+type podWatches struct {
+	mu       sync.Mutex
+	watches  []*podWatch
+	overflow bool
+}
+
+func newPodWatches(client *fake.Clientset) *podWatches {
+	pw := &podWatches{}
+	write := k8stesting.ObjectReaction(client.Tracker())
+	client.PrependReactor("*", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		var typ watch.EventType
+		switch action.GetVerb() {
+		case "create":
+			typ = watch.Added
+		case "update", "patch":
+			typ = watch.Modified
+		default: // reads; deletes do not happen in this test
+			return false, nil, nil
+		}
+		pw.mu.Lock()
+		defer pw.mu.Unlock()
+		handled, obj, err := write(action)
+		if err == nil && obj != nil {
+			for _, w := range pw.watches {
+				pw.overflow = !w.send(watch.Event{Type: typ, Object: obj.DeepCopyObject()}) || pw.overflow
 			}
 		}
-	}()
-	return &relay{out: out, stop: sync.OnceFunc(func() { close(stop) })}
+		return handled, obj, err
+	})
+	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := &podWatch{ch: make(chan watch.Event, 1<<15)}
+		pw.mu.Lock()
+		pw.watches = append(pw.watches, w)
+		pw.mu.Unlock()
+		return true, w, nil
+	})
+	return pw
 }
 
-type relay struct {
-	out  chan watch.Event
-	stop func()
+// podWatch is one watch of podWatches, with room for 32,768 events.
+type podWatch struct {
+	mu      sync.Mutex
+	ch      chan watch.Event
+	stopped bool
 }
 
-func (r *relay) Stop()                          { r.stop() }
-func (r *relay) ResultChan() <-chan watch.Event { return r.out }
+// send delivers ev unless the watch stopped; false when it has no room.
+func (w *podWatch) send(ev watch.Event) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return true
+	}
+	select {
+	case w.ch <- ev:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *podWatch) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.stopped = true
+		close(w.ch)
+	}
+}
+
+func (w *podWatch) ResultChan() <-chan watch.Event { return w.ch }
 
 // heapAfterGC is the live heap after two collections.
 func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
+	goruntime.GC()
+	goruntime.GC()
+	var m goruntime.MemStats
+	goruntime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
