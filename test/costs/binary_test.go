@@ -49,8 +49,8 @@ func moduleRoot(t *testing.T) string {
 // Makefile's flags exactly) into a temporary directory and bounds its size.
 func TestBinarySize(t *testing.T) {
 	dir := t.TempDir()
-	make := exec.Command("make", "-s", "-C", moduleRoot(t), "build", "BIN="+dir)
-	if out, err := make.CombinedOutput(); err != nil {
+	build := exec.Command("make", "-s", "-C", moduleRoot(t), "build", "BIN="+dir)
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
 	bin := filepath.Join(dir, "kubetask")

@@ -45,8 +45,6 @@ var (
 // bound is an inclusive range of a count per task.
 type bound struct{ lo, hi float64 }
 
-func exactly(v float64) bound { return bound{v, v} }
-
 // path is one lifecycle path: how to run it, and its bounds per task.
 type path struct {
 	name string
