@@ -85,11 +85,14 @@ func (a *podAction) reflected(pod *corev1.Pod) bool {
 }
 
 // startAction hands a clean-up call to the cleaners unless one is pending
-// for the pod.
+// for the pod. Actions are kept by the pod's name, which the pods of one
+// attempt share: a done action on another pod of the name (another UID: a
+// discarded pod of an earlier term, say) gives way, unless it is a release
+// whose event is still to be reported.
 func (e *Executor) startAction(a *podAction) {
 	key := a.pod.Namespace + "/" + a.pod.Name
 	e.mu.Lock()
-	if _, ok := e.actions[key]; ok {
+	if cur, ok := e.actions[key]; ok && !cur.givesWayTo(a) {
 		e.mu.Unlock()
 		return
 	}
@@ -102,13 +105,28 @@ func (e *Executor) startAction(a *podAction) {
 	}
 }
 
+// givesWayTo reports whether a, the action kept for a pod's name, gives way
+// to b, another action on the pod of that name: a is done, is of another
+// kind or on the pod of another UID (it is not b done already), and has
+// nothing left to report. Without it, the done discard of an earlier pod of
+// the name kept the ungate of the attempt's recorded pod from ever being
+// sent (the simulator's seed 1796533340373355390: the pod stayed gated for
+// ever), and a done ungate would keep a pod's deletion from being sent.
+func (a *podAction) givesWayTo(b *podAction) bool {
+	if !a.done || a.pod.UID == b.pod.UID && a.kind == b.kind {
+		return false
+	}
+	reportable := (a.kind == actRelease || a.kind == actDeleteRelease) && a.err == nil && a.held && !a.reported
+	return !reportable
+}
+
 // retryAction hands a over like startAction, unless the last action on
 // its pod failed: that one is forgotten and its error returned, for the
 // caller's pass to fail and be retried with the work queue's back-off (the
 // next pass hands a over again).
 func (e *Executor) retryAction(a *podAction) error {
 	key := a.pod.Namespace + "/" + a.pod.Name
-	if cur, ok := e.actionOf(key); ok && cur.done && cur.err != nil {
+	if cur, ok := e.actionOf(key); ok && cur.done && cur.err != nil && cur.pod.UID == a.pod.UID {
 		e.clearAction(key)
 		return fmt.Errorf("%s of pod %s: %w", cur.kind, key, cur.err)
 	}

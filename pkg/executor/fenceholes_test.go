@@ -359,3 +359,68 @@ func TestAdoptionRacingACancellationAdoptsTheTask(t *testing.T) {
 		t.Errorf("after a sync: %v %s, want Failed/Cancelled", err, f.state("x"))
 	}
 }
+
+// An outcome decided on a pod bound to no node is recorded only once the
+// pod's deletion shows, even when the pod meanwhile shows ungated (a
+// retried removal of its gate that was on its way landed before the
+// deletion was sent): recorded at that pass, the pod was bound after the
+// outcome and its kept sidecar ran for ever (the simulator's seed 2799).
+func TestSealedOutcomeWaitsForTheDeletion(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask(keep))
+	f.update("x", func(r *store.Record) { r.PodCreated = true })
+	p := f.podOf("x", 0, created())
+	p.UID = "uid-x"
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: task.FenceGate}}
+	f.both(p)
+	f.update("x", func(r *store.Record) { r.PodUID = "uid-x" })
+	if err := f.ex.Cancel(f.ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	// The passes run without the cleaners: the deletion is handed over,
+	// not sent yet.
+	if _, err := f.ex.sync(f.ctx, "x"); err != nil || f.state("x") != "Pending/Stopping" {
+		t.Fatalf("first pass: %v %s, want the pod's deletion handed over (Pending/Stopping)", err, f.state("x"))
+	}
+	// The removal of its gate lands before the deletion is sent.
+	ungated := p.DeepCopy()
+	ungated.Spec.SchedulingGates = nil
+	f.both(ungated)
+	if _, err := f.ex.sync(f.ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.record("x"); r.Terminal {
+		t.Fatalf("the outcome %s/%s was recorded before the pod's deletion showed", r.Phase, r.Reason)
+	}
+	f.reflect(p.Name) // the deletion is sent, and shows
+	if _, _, err := f.sync("x"); err != nil || f.state("x") != "Failed/Cancelled" {
+		t.Errorf("once the deletion shows: %v %s, want Failed/Cancelled", err, f.state("x"))
+	}
+}
+
+// The ungate of an attempt's recorded pod is sent even when the done
+// discard of an earlier pod of the same name (an earlier term's, created
+// gated and never recorded) is still kept: actions are kept by the pod's
+// name, and the done one on another UID gives way (the simulator's seed
+// 1796533340373355390: the recorded pod stayed gated for ever).
+func TestUngateAfterTheDiscardOfAnEarlierPodOfTheName(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	f.update("x", func(r *store.Record) { r.PodCreated, r.PodUID = true, "uid-new" })
+	p := f.podOf("x", 0, created())
+	p.UID = "uid-new"
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: task.FenceGate}}
+	f.both(p)
+	earlier := p.DeepCopy()
+	earlier.UID = "uid-earlier"
+	f.ex.mu.Lock()
+	f.ex.actions[p.Namespace+"/"+p.Name] = &podAction{kind: actDiscard, id: "x", pod: earlier, done: true, doneAt: f.clk.Now()}
+	f.ex.mu.Unlock()
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	f.drainCleanups()
+	if live := f.serverPod(p.Name); live == nil || attempt.Fenced(live) {
+		t.Errorf("the recorded pod was not ungated: %v", live)
+	}
+}

@@ -204,14 +204,6 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if creating && (cr.seen || pod == nil) {
 		e.dropCreation(rec.ID)
 	}
-	if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) &&
-		rec.CancelledAt.IsZero() && pod.DeletionTimestamp == nil {
-		// Recorded, and its gate left on (the creator's removal failed, or
-		// its process ended in between): it may run now.
-		if err := e.retryAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
-			return 0, err
-		}
-	}
 	e.unwait(rec.ID) // the attempt has (or had) its pod: no slot to wait for
 
 	e.capturesDone(e.captureCtx(), t, rec.ID, n, pod) // follow the logs while the attempt runs
@@ -232,6 +224,15 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		st = podstate.Derive(withoutFenceGate(pod), policy, now)
 	}
 	if !st.Terminal() {
+		if pod != nil && attempt.Fenced(pod) && rec.PodUID == string(pod.UID) && !e.ungatedBy(rec.ID, pod.UID) &&
+			rec.CancelledAt.IsZero() && pod.DeletionTimestamp == nil {
+			// Recorded, and its gate left on (the creator's removal failed,
+			// or its process ended in between): it may run now, unless this
+			// pass decides its outcome (then it is deleted, never run).
+			if err := e.retryAction(&podAction{kind: actUngate, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
+				return 0, err
+			}
+		}
 		// The record first, then Get and the events: an answer of Get, or an
 		// event a watcher acts on, is never ahead of what lists and the
 		// other replicas read from the store.
@@ -267,6 +268,25 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		}
 	}
 	if s, ok := e.sealedOutcome(rec.ID, n, pod); ok {
+		if pod != nil && pod.DeletionTimestamp == nil && stale {
+			// What the cache (or the creation's answer) shows may be
+			// older than the deletion: ask the API server.
+			live, err := e.readPod(ctx, rec, ident, n)
+			if err != nil {
+				return 0, err
+			}
+			pod = live
+		}
+		if pod != nil && pod.DeletionTimestamp == nil {
+			// Decided while the pod was bound to no node; its deletion has
+			// not shown yet (a removal of its gate that was on its way may
+			// have landed meanwhile: the simulator's seed 2799). The
+			// outcome waits for the deletion, whatever the pod shows now.
+			if err := e.retryAction(&podAction{kind: actDelete, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
+				return 0, err
+			}
+			return 0, nil // the deletion's event brings the task back
+		}
 		st = s
 	} else if pod != nil && pod.Spec.NodeName == "" {
 		// Not bound to a node (its fence gate still on, or waiting for the
