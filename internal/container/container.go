@@ -91,6 +91,11 @@ type Spec struct {
 	// Limits, when set on a container with a Rootfs, put it in a cgroup of
 	// its own with these limits (see Limits). Ignored for host processes.
 	Limits Limits
+	// Runtime, when set on a container with a Rootfs, runs it with that OCI
+	// runtime (runc) from a runtime spec made as containerd makes one for a
+	// Kubernetes container, instead of the node's own init (see OCIRuntime).
+	// Ignored for host processes.
+	Runtime *OCIRuntime
 }
 
 // Security is how a container run from an image is confined, as the defaults
@@ -112,6 +117,11 @@ type Security struct {
 	NoNewPrivileges        bool     `json:"noNewPrivileges,omitempty"`
 	ReadOnlyRootFilesystem bool     `json:"readOnlyRootFilesystem,omitempty"`
 	Privileged             bool     `json:"privileged,omitempty"`
+	// SeccompUnconfined runs the container without a seccomp filter
+	// (seccompProfile: Unconfined). Otherwise, under an OCI runtime, it gets
+	// containerd's default profile (RuntimeDefault), as on a kubelet with
+	// seccompDefault; the node's own init applies no filter.
+	SeccompUnconfined bool `json:"seccompUnconfined,omitempty"`
 }
 
 // DefaultCapabilities are the capabilities containerd gives a container
@@ -200,7 +210,8 @@ type Process struct {
 	pid       int
 	startedAt time.Time
 	log       *logWriter
-	cg        *cgroup // nil: none (no limits, or a host process)
+	cg        *cgroup       // nil: none (no limits, or a host process)
+	oci       *ociContainer // nil: started by the node's init
 
 	done   chan struct{}
 	result Result
@@ -246,6 +257,9 @@ func withDefaultPath(env []string) []string {
 }
 
 func (p *Process) start(ctx context.Context) error {
+	if p.spec.Rootfs != nil && p.spec.Runtime != nil {
+		return p.startOCI(ctx)
+	}
 	cfg := initConfig{
 		Argv:     p.spec.Command,
 		Dir:      p.spec.WorkingDir,
@@ -343,6 +357,10 @@ func (p *Process) start(ctx context.Context) error {
 // wait reaps the process, kills what is left of its process group (as a runtime
 // does when a container's main process exits) and closes the log.
 func (p *Process) wait() {
+	if p.oci != nil {
+		p.waitOCI()
+		return
+	}
 	err := p.cmd.Wait()
 	finished := time.Now()
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
@@ -402,6 +420,9 @@ func (p *Process) Result() Result {
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.Exited() {
 		return nil
+	}
+	if p.oci != nil {
+		return p.signalOCI(sig)
 	}
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal container process group %d: %w", p.pid, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,8 +56,34 @@ func childProcesses() []int {
 	return pids
 }
 
+// runtimeEnv names the runtime this package's tests run containers of
+// images with: "runc" (on PATH) runs them all under runc, as a node with
+// Runtime "runc" does; unset, the node's init.
+const runtimeEnv = "KUBETASK_CONTAINER_TEST_RUNTIME"
+
+// withTestRuntime sets the runtime of runtimeEnv on a spec with a Rootfs.
+func withTestRuntime(t *testing.T, spec Spec) Spec {
+	t.Helper()
+	if spec.Rootfs == nil || os.Getenv(runtimeEnv) != "runc" {
+		return spec
+	}
+	spec.Runtime = runcRuntime(t)
+	return spec
+}
+
+// runcRuntime is runc on PATH with a state directory of the test's.
+func runcRuntime(t *testing.T) *OCIRuntime {
+	t.Helper()
+	path, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("runc is not installed")
+	}
+	return &OCIRuntime{Path: path, Root: filepath.Join(t.TempDir(), "runc")}
+}
+
 func start(t *testing.T, spec Spec) *Process {
 	t.Helper()
+	spec = withTestRuntime(t, spec)
 	if spec.LogPath == "" {
 		spec.LogPath = filepath.Join(t.TempDir(), "0.log")
 	}

@@ -23,6 +23,11 @@
 // close-on-exec pipe so that "executable file not found" becomes a start error rather
 // than an exit code.
 //
-// Out-of-memory kills are not detected: processes run without memory limits, so
-// Result.OOMKilled is always false.
+// A container of an image with Spec.Runtime set runs under that OCI runtime
+// (runc) instead, from a runtime spec made as containerd makes one (see
+// OCIRuntime); host processes never do.
+//
+// A container of an image with limits, or any under runc, has a cgroup of its
+// own, and Result.OOMKilled reports the kernel's OOM killer; host processes
+// have none, and their OOMKilled is always false.
 package container

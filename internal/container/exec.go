@@ -27,6 +27,9 @@ func (p *Process) Exec(ctx context.Context, argv []string, stdin io.Reader, stdo
 	if p.Exited() {
 		return 0, ErrNotRunning
 	}
+	if p.oci != nil {
+		return p.execOCI(ctx, argv, stdin, stdout, stderr)
+	}
 	cfg := initConfig{Argv: argv, Dir: p.spec.WorkingDir, User: p.spec.User}
 	if p.isolated {
 		cfg.Join = p.pid

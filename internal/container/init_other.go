@@ -3,7 +3,9 @@
 package container
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
 	"syscall"
 )
@@ -31,3 +33,15 @@ type cgroup struct{ dirs []string }
 func newCgroup(Limits) (*cgroup, error) { return nil, errors.New("cgroups need Linux") }
 func (c *cgroup) oomKilled() bool       { return false }
 func (c *cgroup) remove()               {}
+
+// ociContainer is Linux's; elsewhere no container runs under an OCI runtime.
+type ociContainer struct{}
+
+func (p *Process) startOCI(context.Context) error {
+	return errors.New("an OCI runtime needs Linux")
+}
+func (p *Process) waitOCI()                       {}
+func (p *Process) signalOCI(syscall.Signal) error { return nil }
+func (p *Process) execOCI(context.Context, []string, io.Reader, io.Writer, io.Writer) (int, error) {
+	return 0, errors.New("an OCI runtime needs Linux")
+}

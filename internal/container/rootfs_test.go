@@ -155,16 +155,23 @@ func TestContainerOfAnotherUserDiesWithTheNode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(image, "bin", "probe"), probe, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := json.Marshal(Spec{
+	spec := withTestRuntime(t, Spec{
 		Command: []string{"/bin/probe", "-wait"}, LogPath: filepath.Join(tmp, "log"),
 		Rootfs: &Rootfs{Image: image, State: filepath.Join(tmp, "state")},
 		User:   &User{UID: 4321, GID: 4321}, Isolation: IsolationNamespaces,
 	})
+	if spec.Runtime != nil {
+		// The node's watcher deletes the container once the node is gone:
+		// wait for that before the test's directories are removed.
+		rt := *spec.Runtime
+		t.Cleanup(func() { waitRuncEmpty(t, rt) })
+	}
+	raw, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	node := exec.Command(os.Args[0], "-test.run=^$")
-	node.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	node.Env = append(os.Environ(), helperEnv+"="+string(raw))
 	out, err := node.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -197,4 +204,21 @@ func alive(pid int) bool {
 	}
 	s := string(b)
 	return !strings.HasPrefix(s[strings.LastIndexByte(s, ')')+2:], "Z")
+}
+
+// waitRuncEmpty waits until runc lists no container in rt's root.
+func waitRuncEmpty(t *testing.T, rt OCIRuntime) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command(rt.Path, "--root", rt.Root, "list", "-q").Output()
+		if err == nil && len(bytes.TrimSpace(out)) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("runc still lists %q after 10s", out)
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a condition with a deadline
+	}
 }

@@ -249,17 +249,27 @@ func podHostname(pod *corev1.Pod) string {
 // containerd turns its securityContext into an OCI spec: the default
 // capabilities with the container's drops (ALL drops every one) and adds
 // (names without the CAP_ prefix, as in Kubernetes), no_new_privs from
-// allowPrivilegeEscalation: false, readOnlyRootFilesystem, privileged.
-func containerSecurity(c *corev1.Container) container.Security {
+// allowPrivilegeEscalation: false, readOnlyRootFilesystem, privileged, and
+// no seccomp filter for seccompProfile: Unconfined (the container's, else
+// the pod's); any other profile is containerd's default (a Localhost
+// profile is not loaded).
+func containerSecurity(pod *corev1.Pod, c *corev1.Container) container.Security {
+	var sec container.Security
+	seccompProfile := (*corev1.SeccompProfile)(nil)
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		seccompProfile = psc.SeccompProfile
+	}
+	if sc := c.SecurityContext; sc != nil && sc.SeccompProfile != nil {
+		seccompProfile = sc.SeccompProfile
+	}
+	sec.SeccompUnconfined = seccompProfile != nil && seccompProfile.Type == corev1.SeccompProfileTypeUnconfined
 	sc := c.SecurityContext
 	if sc == nil {
-		return container.Security{}
+		return sec
 	}
-	sec := container.Security{
-		Privileged:             sc.Privileged != nil && *sc.Privileged,
-		NoNewPrivileges:        sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation,
-		ReadOnlyRootFilesystem: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem,
-	}
+	sec.Privileged = sc.Privileged != nil && *sc.Privileged
+	sec.NoNewPrivileges = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
+	sec.ReadOnlyRootFilesystem = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
 	if sc.Capabilities == nil {
 		return sec
 	}

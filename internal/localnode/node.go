@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/kubetask/kubetask/internal/container"
 	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/podnet"
 )
@@ -85,8 +87,15 @@ type Config struct {
 	// the API server, as a kubelet in webhook mode asks. Empty: the CA the
 	// kubeconfig trusts for the API server. The node refuses to start without one.
 	ClientCAFile string
+	// Runtime runs the containers of loaded images: "init" (the node's own
+	// init, package container) or "runc" (runc found on PATH, or a path to
+	// a runc binary: an OCI runtime spec made as containerd makes one, see
+	// container.OCIRuntime). Empty: $KUBETASK_NODE_RUNTIME, else "init".
+	// Host processes run as they are either way.
+	Runtime string
 
 	podSubnet netip.Prefix
+	runtime   *container.OCIRuntime
 }
 
 func (c *Config) defaults() error {
@@ -117,6 +126,23 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("pod subnet %q: want an IPv4 CIDR of at least 4 addresses, such as 10.244.3.0/24", c.PodSubnet)
 		}
 		c.podSubnet = p.Masked()
+	}
+	if c.Runtime == "" {
+		c.Runtime = os.Getenv("KUBETASK_NODE_RUNTIME")
+	}
+	switch c.Runtime {
+	case "", "init":
+		c.Runtime = "init"
+	default:
+		path, err := exec.LookPath(c.Runtime)
+		if err != nil {
+			return fmt.Errorf("container runtime %q: %w", c.Runtime, err)
+		}
+		dir, err := filepath.Abs(c.Dir)
+		if err != nil {
+			return err
+		}
+		c.runtime = &container.OCIRuntime{Path: path, Root: filepath.Join(dir, "runc")}
 	}
 	return nil
 }
@@ -206,6 +232,7 @@ func Run(ctx context.Context, cfg Config) error {
 		memory:   resource.MustParse(cfg.Memory),
 		images:   images,
 		net:      pnet,
+		runtime:  cfg.runtime,
 	})
 
 	mux := http.NewServeMux()
@@ -232,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 	p.start(nodeCtx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- n.Run(nodeCtx) }()
-	log.Info("local node starting", "kubeletPort", port, "dir", cfg.Dir)
+	log.Info("local node starting", "kubeletPort", port, "dir", cfg.Dir, "runtime", cfg.Runtime)
 	select {
 	case <-n.Ready():
 		log.Info("local node ready")

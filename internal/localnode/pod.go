@@ -732,7 +732,8 @@ func (w *podWorker) tryStart(ctx context.Context, c *ctr, now time.Time) time.Ti
 		spec.Command, spec.Env, spec.WorkingDir, spec.User = run.argv, run.env, run.dir, &u
 		spec.Rootfs = &container.Rootfs{Image: img.Rootfs, State: filepath.Join(instDir, "rootfs")}
 		spec.Hostname = podHostname(w.pod)
-		spec.Security, spec.Limits = containerSecurity(&c.spec), containerLimits(&c.spec)
+		spec.Security, spec.Limits = containerSecurity(w.pod, &c.spec), containerLimits(&c.spec)
+		spec.Runtime = w.p.cfg.runtime
 		c.imageID = img.ID
 	}
 	c.curID = fmt.Sprintf("kubetask://%s-%s-%d", w.uid, c.spec.Name, instance)

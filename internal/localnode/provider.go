@@ -41,6 +41,8 @@ type providerConfig struct {
 	// net is the node's pod network: pods of loaded images get a network
 	// namespace of their own in it. nil: every pod shares the node's network.
 	net *podnet.Network
+	// runtime runs the containers of loaded images; nil: the node's init.
+	runtime *container.OCIRuntime
 	// clock gives the pod workers the time and their timers (restart back-off,
 	// activeDeadlineSeconds, termination grace); default the real one.
 	clock clock.WithDelayedExecution

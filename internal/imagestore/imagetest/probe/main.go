@@ -1,7 +1,10 @@
 // Command probe reports, as one JSON line on stdout, what a container sees: its
 // PID, user, groups, working directory, environment, arguments and the content
 // of the files named by its arguments; an argument PATH=TEXT writes TEXT to PATH
-// instead (the outcome, "ok" or the error, is reported as the file's). With -wait as its first argument it then
+// instead (the outcome, "ok" or the error, is reported as the file's); the
+// argument syscall:keyctl makes a keyctl call that any process may make
+// unless a seccomp filter refuses it (containerd's default profile does),
+// reported the same way. With -wait as its first argument it then
 // waits for SIGTERM; it exits with the code in PROBE_EXIT. PROBE_ALLOC_MIB=n makes it touch n MiB
 // of memory after its report (a memory hog). Tests of the local node's image
 // mode put it, built static, into an image (imagetest.Probe).
@@ -41,6 +44,14 @@ func main() {
 		args = args[1:]
 	}
 	for _, a := range args {
+		if a == "syscall:keyctl" {
+			r.Files[a] = "ok"
+			// KEYCTL_GET_KEYRING_ID (0) of the session keyring (-3), not created.
+			if _, _, errno := syscall.Syscall(syscall.SYS_KEYCTL, 0, ^uintptr(2), 0); errno != 0 {
+				r.Files[a] = "error: " + errno.Error()
+			}
+			continue
+		}
 		if path, text, ok := strings.Cut(a, "="); ok {
 			r.Files[path] = "ok"
 			if err := os.WriteFile(path, []byte(text), 0o644); err != nil { //nolint:gosec // writing what the test names is the probe's job

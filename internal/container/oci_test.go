@@ -1,0 +1,92 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubetask/kubetask/internal/imagestore/imagetest"
+)
+
+// TestOCIRuntimeAppliesTheDefaultSeccompProfile: under runc a container of
+// an image gets containerd's default seccomp profile, which refuses keyctl
+// with EPERM (nothing else would: any process may ask for its session
+// keyring's ID), also to a command exec'd into it; seccompProfile
+// Unconfined (SeccompUnconfined) lifts it.
+func TestOCIRuntimeAppliesTheDefaultSeccompProfile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("namespace isolation needs root")
+	}
+	rt := runcRuntime(t)
+	tmp := t.TempDir()
+	image := confineImage(t, tmp)
+	const keyctl = "syscall:keyctl"
+	p := start(t, Spec{
+		Command:   []string{"probe", "-wait", keyctl, "/proc/self/status"},
+		Env:       []string{"PATH=/opt/kt"},
+		Rootfs:    &Rootfs{Image: image, State: filepath.Join(tmp, "state1")},
+		Runtime:   rt,
+		Isolation: IsolationNamespaces,
+	})
+	waitLog(t, p, "\n")
+	r := imagetest.ParseReport(t, readAll(t, p, LogOptions{TailLines: -1}))
+	if got := r.Files[keyctl]; got != "error: operation not permitted" {
+		t.Errorf("keyctl under the default profile: %q, want EPERM", got)
+	}
+	if !strings.Contains(r.Files["/proc/self/status"], "Seccomp:\t2") {
+		t.Errorf("no seccomp filter: %q", r.Files["/proc/self/status"])
+	}
+	var out strings.Builder
+	if code, err := p.Exec(context.Background(), []string{"probe", keyctl}, nil, &out, &out); err != nil || code != 0 {
+		t.Fatalf("exec: %d %v: %s", code, err, out.String())
+	}
+	if got := imagetest.ParseReport(t, out.String()).Files[keyctl]; got != "error: operation not permitted" {
+		t.Errorf("keyctl exec'd: %q, want EPERM", got)
+	}
+	if res := p.Stop(context.Background(), 5e9); res.ExitCode != 0 {
+		t.Errorf("stopped with SIGTERM: %+v, want exit code 0", res)
+	}
+
+	p = start(t, Spec{
+		Command:   []string{"probe", keyctl},
+		Env:       []string{"PATH=/opt/kt"},
+		Rootfs:    &Rootfs{Image: image, State: filepath.Join(tmp, "state2")},
+		Runtime:   rt,
+		Security:  Security{SeccompUnconfined: true},
+		Isolation: IsolationNamespaces,
+	})
+	waitDone(t, p)
+	if got := imagetest.ParseReport(t, readAll(t, p, LogOptions{TailLines: -1})).Files[keyctl]; got == "error: operation not permitted" {
+		t.Errorf("keyctl refused without a seccomp profile")
+	}
+}
+
+// TestOCIRuntimeStartErrorAndExecOfMissingCommand: a command runc cannot
+// start is a *StartError with runc's reason; one exec'd exits 127.
+func TestOCIRuntimeStartErrorAndExecOfMissingCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("namespace isolation needs root")
+	}
+	rt := runcRuntime(t)
+	tmp := t.TempDir()
+	image := confineImage(t, tmp)
+	_, err := Start(context.Background(), Spec{
+		Command: []string{"no-such-command"}, Env: []string{"PATH=/opt/kt"}, LogPath: filepath.Join(tmp, "0.log"),
+		Rootfs: &Rootfs{Image: image, State: filepath.Join(tmp, "state1")}, Runtime: rt, Isolation: IsolationNamespaces,
+	})
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Msg, "no-such-command") {
+		t.Fatalf("Start: %v, want a StartError naming the command", err)
+	}
+	p := start(t, Spec{
+		Command: []string{"probe", "-wait"}, Env: []string{"PATH=/opt/kt"},
+		Rootfs: &Rootfs{Image: image, State: filepath.Join(tmp, "state2")}, Runtime: rt, Isolation: IsolationNamespaces,
+	})
+	var out strings.Builder
+	if code, err := p.Exec(context.Background(), []string{"no-such-command"}, nil, &out, &out); code != 127 || err != nil {
+		t.Errorf("exec of a missing command: %d %v, want 127", code, err)
+	}
+}
