@@ -45,3 +45,7 @@ func (p *Process) signalOCI(syscall.Signal) error { return nil }
 func (p *Process) execOCI(context.Context, []string, io.Reader, io.Writer, io.Writer) (int, error) {
 	return 0, errors.New("an OCI runtime needs Linux")
 }
+
+// CapabilityNames are the capabilities a container may hold: none where
+// containers do not run (they need Linux).
+func CapabilityNames() []string { return nil }
