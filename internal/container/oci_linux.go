@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -384,7 +384,8 @@ func runcCgroup(id string) (*cgroup, string, error) {
 // effective for a user other than root; no_new_privs as asked; containerd's
 // default RLIMIT_NOFILE (1024); PID, IPC, UTS and mount namespaces of its
 // own and the pod's network namespace; a cgroup with the limits; devices
-// denied but runc's defaults; containerd's default seccomp profile. A
+// denied but runc's defaults; the default seccomp profile (moby's, which
+// containerd's is derived from). A
 // privileged container keeps every capability, a writable /sys, no masks and
 // no seccomp filter.
 func ociSpec(spec Spec, root string, volumes []specs.Mount, cgroupsPath, netns string) (*specs.Spec, error) {
@@ -474,7 +475,15 @@ func ociSpec(spec Spec, root string, volumes []specs.Mount, cgroupsPath, netns s
 	if !sec.Privileged {
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = slices.Clone(MaskedPaths), slices.Clone(ReadonlyPaths)
 		if !sec.SeccompUnconfined {
-			s.Linux.Seccomp = seccomp.DefaultProfile(s)
+			// The default profile of Docker and containerd (containerd's
+			// contrib/seccomp is derived from it), from its own small module:
+			// containerd's package links grpc, ttrpc and 13 other modules into
+			// every kubetask binary (test/costs).
+			p, err := seccomp.GetDefaultProfile(s)
+			if err != nil {
+				return nil, fmt.Errorf("the default seccomp profile: %w", err)
+			}
+			s.Linux.Seccomp = p
 		}
 	}
 	return s, nil
