@@ -174,10 +174,16 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		e.dropCreation(rec.ID)
 		creating = false
 	}
+	if creating && !cr.done {
+		// Queued or in flight: the creator records the pod and removes its
+		// gate, and brings the task back. A pass that acted on the pod the
+		// cache shows meanwhile would write the record and send the ungate
+		// a second time (one of the two ungates refused, then a GET: 0.2-1
+		// per task in test/costs).
+		return 0, nil
+	}
 	if pod == nil && creating {
 		switch {
-		case !cr.done:
-			return 0, nil // queued or in flight: the creator brings the task back
 		case cr.err != nil:
 			return e.createFailed(ctx, t, rec, cr, now)
 		case cr.obj != nil:

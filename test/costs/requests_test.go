@@ -293,22 +293,22 @@ func checkReads(t *testing.T, p path, n int, by map[string]int, changes int) {
 	}
 }
 
-// raceBound checks the one request that a race adds: the executor's creator
-// records the pod and then removes the fence's gate (slots.go claimPod),
-// noting that it did only once the PATCH has returned; a sync pass of the
-// task in between (the cache's ADDED event of the gated pod arrives at that
-// moment) reads the record, sees the recorded pod still gated, and removes
-// the gate again (sync.go, "Recorded, and its gate left on"). The second
-// PATCH fails its test (422: the gate is gone) and attempt.Ungate reads the
-// pod (GET) to see why. So: at most one refused ungate per attempt, and no
-// GET but those. Both are avoidable (docs/costs.md).
+// raceBound checks what a race once added: the executor's creator records
+// the pod and then removes the fence's gate (slots.go claimPod), noting that
+// it did only once the PATCH has returned; a sync pass of the task in
+// between (the cache's ADDED event of the gated pod arrives at that moment)
+// read the record, saw the recorded pod still gated, and removed the gate
+// again; the second PATCH failed its test (422: the gate was gone) and
+// attempt.Ungate read the pod (GET) to see why: 0.2-1.7 of each per task.
+// Since a pass leaves a task alone while its creation is in flight
+// (sync.go), there are none: no refused ungate, and no pod GET.
 func raceBound(t *testing.T, p path, n int, api map[call]int) {
 	t.Helper()
-	if again, attempts := api[ungateAgain], p.attempts*n; again > attempts {
-		t.Errorf("%s: %d refused ungates for %d attempts, want at most one per attempt", p.name, again, attempts)
+	if again := api[ungateAgain]; again > 0 {
+		t.Errorf("%s: %d refused ungates for %d attempts, want none (a pass removing the gate while the creator does)", p.name, again, p.attempts*n)
 	}
-	if g := api[getPod]; g > api[ungateAgain] {
-		t.Errorf("%s: %d pod GETs, want none but the %d that follow refused ungates", p.name, g, api[ungateAgain])
+	if g := api[getPod]; g > 0 {
+		t.Errorf("%s: %d pod GETs, want none", p.name, g)
 	}
 }
 
