@@ -114,7 +114,7 @@ chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2
 
 SEEDS ?= 1000
 sim: ## the deterministic simulator (docs/simulation.md) on SEEDS=1000 fresh seeds; stops at the first failing seed, shrinks it and prints its replay command
-	KUBETASK_SIM_ADOPT=1 KUBETASK_SIM_SEEDS=$(SEEDS) $(GO) test ./internal/simulation -run 'TestSimulation$$' -count=1 -v -timeout 0
+	KUBETASK_SIM_SEEDS=$(SEEDS) $(GO) test ./internal/simulation -run 'TestSimulation$$' -count=1 -v -timeout 0
 
 lint: ## golangci-lint with the pinned version and .golangci.yml
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0 run ./...

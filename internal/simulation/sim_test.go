@@ -82,10 +82,9 @@ func TestSimulation(t *testing.T) {
 	var ran, steps int
 	for i := 0; n > 0 && i < n || n == 0 && time.Since(start) < d; i++ {
 		seed := base + int64(i)
-		// The CI budget runs without the adoption scenario (kept out while
-		// its defects were open; they are fixed: docs/simulation.md); it
-		// runs with KUBETASK_SIM_ADOPT=1 (make sim).
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_ADOPT") != "1"})
+		// Every scenario, adoption included (KUBETASK_SIM_NOADOPT=true
+		// leaves it out).
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true"})
 		ran++
 		steps += res.Steps
 		if len(res.Violations) > 0 || len(res.Unknown) > 0 {
