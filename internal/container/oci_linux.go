@@ -256,8 +256,7 @@ func (p *Process) execOCI(ctx context.Context, argv []string, stdin io.Reader, s
 	if err := os.WriteFile(name+".json", b, 0o600); err != nil {
 		return 0, fmt.Errorf("write exec process: %w", err)
 	}
-	defer os.Remove(name + ".json")
-	defer os.Remove(name + ".pid")
+	defer func() { _ = os.Remove(name + ".json"); _ = os.Remove(name + ".pid") }()
 	cmd := exec.CommandContext(ctx, c.rt.Path, "--root", c.rt.Root, "exec", "--process", name+".json", "--pid-file", name+".pid", c.id) //nolint:gosec // the node's runtime
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr

@@ -78,19 +78,11 @@ func taskOf(p *corev1.Pod) (string, int) {
 func describe(a k8stesting.Action) string {
 	name := ""
 	switch a := a.(type) {
-	case k8stesting.CreateAction:
+	case interface{ GetObject() runtime.Object }: // create, update
 		if m, ok := a.GetObject().(metav1.Object); ok {
 			name = m.GetName()
 		}
-	case k8stesting.GetAction:
-		name = a.GetName()
-	case k8stesting.UpdateAction:
-		if m, ok := a.GetObject().(metav1.Object); ok {
-			name = m.GetName()
-		}
-	case k8stesting.PatchAction:
-		name = a.GetName()
-	case k8stesting.DeleteAction:
+	case interface{ GetName() string }: // get, patch, delete
 		name = a.GetName()
 	}
 	r := a.GetResource().Resource

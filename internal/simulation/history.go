@@ -102,5 +102,3 @@ func (h *History) String() string {
 	}
 	return b.String()
 }
-
-func i32(v int32) *int32 { return &v }

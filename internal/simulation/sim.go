@@ -169,7 +169,7 @@ func quietGlobals() {
 }
 
 func run(opt Options) *Result {
-	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{},
+	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{}, //nolint:gosec // a seeded source that replays is the point
 		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}}
 	w.hist = &History{start: w.start, now: time.Now}
 	w.srv = newAPIServer(w.steps, w.hist, time.Now)
@@ -200,7 +200,7 @@ func run(opt Options) *Result {
 	cancel()
 	for _, p := range w.procs {
 		p.cancel()
-		<-p.done
+		<-p.done //nolint:errcheck // how it ended is in the history
 	}
 	w.userWG.Wait()
 	res := &Result{Options: opt, Level: w.level, History: w.hist, Steps: w.stepsN}
@@ -259,7 +259,7 @@ func (w *world) plan() {
 			sigterm0: w.rng.IntN(2) == 0,
 			sidecar:  w.rng.IntN(4) != 0,
 			nodeName: w.rng.IntN(8) == 0,
-			retries:  int32(w.rng.IntN(3)),
+			retries:  int32(w.rng.IntN(3)), //nolint:gosec // 0 to 2
 			keep:     w.rng.IntN(5) == 0,
 		}
 		p.retryExit = p.retries > 0 && w.rng.IntN(2) == 0

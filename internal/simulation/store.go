@@ -69,7 +69,7 @@ func (s *simStore) after(ctx context.Context, what string) error {
 			return fmt.Errorf("simulated: the answer was lost: %w", store.ErrUnavailable)
 		}
 		// ctx ended while the answer was on its way: a write was applied.
-		return fmt.Errorf("simulated: the answer was lost (%v): %w", err, store.ErrUnavailable)
+		return fmt.Errorf("simulated: the answer was lost (%w): %w", err, store.ErrUnavailable)
 	}
 	return nil
 }
