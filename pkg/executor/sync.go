@@ -273,6 +273,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 			return wait, nil
 		}
 	}
+	decided := pod // the pod the outcome names
 	if s, ok := e.sealedOutcome(rec.ID, n, pod); ok {
 		if pod != nil && pod.DeletionTimestamp == nil && stale {
 			// What the cache (or the creation's answer) shows may be
@@ -293,7 +294,10 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 			}
 			return 0, nil // the deletion's event brings the task back
 		}
-		st = s
+		st = s.st
+		if pod == nil {
+			decided = s.pod // gone since: the outcome still names it
+		}
 	} else if pod != nil && pod.Spec.NodeName == "" {
 		// Not bound to a node (its fence gate still on, or waiting for the
 		// scheduler): nothing of it ran as far as this view shows, and
@@ -310,7 +314,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 			if err := e.retryAction(&podAction{kind: actDelete, id: rec.ID, attempt: n, pod: pod, at: now}); err != nil {
 				return 0, err
 			}
-			e.seal(rec.ID, sealing{attempt: n, uid: pod.UID, st: st})
+			e.seal(rec.ID, sealing{attempt: n, uid: pod.UID, st: st, pod: pod.DeepCopy()})
 			e.setProgress(rec, string(podstate.Pending), string(podstate.ReasonStopping),
 				"deleting pod "+pod.Name+", which never ran, before recording the outcome: "+st.Message, nil)
 			return 0, nil // the deletion's event brings the task back
@@ -328,7 +332,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		}
 		result = res
 	}
-	rec, retry, err := e.record(ctx, t, rec, pod, st, result, now)
+	rec, retry, err := e.record(ctx, t, rec, decided, st, result, now)
 	if err != nil {
 		return 0, err
 	}
@@ -562,7 +566,8 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	}
 	ev := Event{ID: rec.ID, Attempt: n, Type: EventAttemptFinished, Phase: string(st.Phase), Reason: string(st.Reason),
 		Message: st.Message, ExitCode: st.ExitCode, Terminal: updated.Terminal, Result: result, Time: now,
-		Delete: attempt.ShouldDelete(t.Spec.Cleanup, st)}
+		// A pod bound to no node is deleted whatever the cleanup (sealing).
+		Delete: attempt.ShouldDelete(t.Spec.Cleanup, st) || pod != nil && pod.Spec.NodeName == ""}
 	if pod != nil {
 		ev.Pod = pod.Namespace + "/" + pod.Name
 	}
@@ -974,6 +979,7 @@ type sealing struct {
 	attempt int
 	uid     types.UID
 	st      podstate.State
+	pod     *corev1.Pod // as it was when decided
 }
 
 func (e *Executor) seal(id string, s sealing) {
@@ -984,14 +990,14 @@ func (e *Executor) seal(id string, s sealing) {
 
 // sealedOutcome returns the outcome decided for attempt n of task id while
 // its pod (nil: gone since) was bound to no node, if any.
-func (e *Executor) sealedOutcome(id string, n int, pod *corev1.Pod) (podstate.State, bool) {
+func (e *Executor) sealedOutcome(id string, n int, pod *corev1.Pod) (sealing, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s, ok := e.sealed[id]
 	if !ok || s.attempt != n || pod != nil && s.uid != pod.UID {
-		return podstate.State{}, false
+		return sealing{}, false
 	}
-	return s.st, true
+	return s, true
 }
 
 // forget drops what the executor remembers of a finished task whose pods

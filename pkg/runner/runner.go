@@ -437,6 +437,7 @@ func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() err
 		settleBy   <-chan time.Time
 		postLaunch sync.Once
 	)
+	postDone := r.postDone // once closed, a look at settled, then no more
 	for {
 		if decided && r.settled(out, released) {
 			if !released && out.Pod != "" {
@@ -477,6 +478,10 @@ func (r *run) wait(ctx context.Context, exDone <-chan struct{}, exErr func() err
 			r.log().Warn("gave up waiting for the pod to stop and be released", "pod", r.id.Namespace+"/"+r.pod)
 			return out, nil
 		case <-r.changed:
+		case <-postDone:
+			// The post-launch work is done: a pod already gone is settled
+			// now, with no event of its own to wake the loop.
+			postDone = nil
 		case <-r.evReady:
 			evs = r.nextEvents()
 		}
