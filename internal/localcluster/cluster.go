@@ -98,9 +98,11 @@ type Cluster struct {
 	// kcmQPS and kcmBurst are kube-controller-manager's client limits
 	// (zero: 1000 and 1000), see RestartControllerManager.
 	kcmQPS, kcmBurst int
-	etcdClient       *http.Client
-	simNodes         int
-	stopped          bool
+	// apiRestarts counts RestartAPIServer's restarts (APIServerRestarts).
+	apiRestarts int
+	etcdClient  *http.Client
+	simNodes    int
+	stopped     bool
 }
 
 type ports struct {
@@ -655,12 +657,26 @@ func (c *Cluster) Stop(ctx context.Context) error {
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.mu.Lock()
 	a := c.apiserver
+	c.apiRestarts++
 	c.mu.Unlock()
 	if err := a.stop(ctx, 10*time.Second); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
 	return c.startAPIServer(ctx)
 }
+
+// APIServerRestarts is how many times RestartAPIServer ran: the components
+// that watch kube-apiserver (kube-scheduler, kube-controller-manager, the
+// local nodes) may then wait in client-go's relist backoff, up to a minute,
+// before they see new objects again.
+func (c *Cluster) APIServerRestarts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.apiRestarts
+}
+
+// LocalNodes is the number of local process nodes the cluster runs.
+func (c *Cluster) LocalNodes() int { return c.cfg.LocalNodes }
 
 // RestartControllerManager stops kube-controller-manager (if it runs) and starts it again
 // with the client limits --kube-api-qps=qps and --kube-api-burst=burst (zero

@@ -22,10 +22,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -247,5 +249,69 @@ func New(t testing.TB) *Env {
 	if err := c.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, c)
 	return &Env{Client: client, Config: c.RESTConfig(), Kubeconfig: c.Kubeconfig(), Namespace: ns, Cluster: c}
+}
+
+// settled is the number of kube-apiserver restarts the cluster had when a
+// probe pod last ran through it (settle).
+var (
+	settledMu sync.Mutex
+	settled   int
+)
+
+// settle waits, when an earlier test restarted kube-apiserver since the last
+// probe, until a probe pod is scheduled onto a local node and runs to its
+// end: after a restart, kube-scheduler's and the local nodes' informers may
+// wait in client-go's relist backoff (up to a minute once restarts come
+// within 2 minutes of each other) before they see a new pod, and that
+// recovery from an earlier test's fault must not be charged to the next
+// test's own deadlines (CI on e8b9b4d: TestRunAttachAfterKill waited 60 s
+// for its main container after two tests that restarted kube-apiserver).
+// The wait is on the condition, bounded by 3 minutes.
+func settle(t testing.TB, c *localcluster.Cluster) {
+	t.Helper()
+	settledMu.Lock()
+	defer settledMu.Unlock()
+	restarts := c.APIServerRestarts()
+	if restarts == settled || c.LocalNodes() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "clustertest-settle"
+	if err := c.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	pods := c.Client().CoreV1().Pods(ns)
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "probe", Image: "busybox", Command: []string{"true"}}},
+		},
+	}
+	p, err := pods.Create(ctx, probe, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("settling after a kube-apiserver restart: creating a probe pod: %v", err)
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
+		_ = pods.Delete(dctx, p.Name, metav1.DeleteOptions{})
+	}()
+	start := time.Now()
+	for {
+		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err == nil && (cur.Status.Phase == corev1.PodSucceeded || cur.Status.Phase == corev1.PodFailed) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("settling after a kube-apiserver restart: the probe pod did not run within 3 minutes (last: %v)", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Logf("clustertest: the cluster ran a probe pod %s after %d kube-apiserver restarts", time.Since(start).Round(time.Millisecond), restarts)
+	settled = restarts
 }
