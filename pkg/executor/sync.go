@@ -259,7 +259,7 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		if err != nil {
 			return 0, err
 		}
-		pod = live
+		pod, stale = live, false
 		policy.UngatedAt = e.ungatedAt(rec.ID, n, pod, now)
 		st = podstate.Derive(withoutFenceGate(pod), policy, now)
 		if !st.Terminal() {
