@@ -18,6 +18,7 @@ import (
 	"github.com/kubetask/kubetask/internal/components"
 	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/localcluster"
+	"github.com/kubetask/kubetask/internal/localnode"
 )
 
 type clusterFlags struct {
@@ -57,6 +58,7 @@ func newClusterCommand() *cobra.Command {
 type upFlags struct {
 	nodes, simNodes, apiserverPort int
 	timeout                        time.Duration
+	runtime                        string // the local nodes' --runtime; empty: theirs
 }
 
 func newClusterUpCommand(f *clusterFlags) *cobra.Command {
@@ -73,6 +75,7 @@ func newClusterUpCommand(f *clusterFlags) *cobra.Command {
 	cmd.Flags().IntVar(&u.simNodes, "sim-nodes", 0, "number of kwok-simulated nodes")
 	cmd.Flags().IntVar(&u.apiserverPort, "apiserver-port", 0, "kube-apiserver port on 127.0.0.1 (0 picks a free port)")
 	cmd.Flags().DurationVar(&u.timeout, "timeout", 5*time.Minute, "how long to wait for the cluster to be ready (builds excluded)")
+	cmd.Flags().StringVar(&u.runtime, "runtime", "", "local nodes: "+runtimeFlagHelp+"; applies when the cluster starts")
 	return cmd
 }
 
@@ -85,7 +88,7 @@ func (u *upFlags) validate() error {
 	case u.apiserverPort < 0 || u.apiserverPort > 65535:
 		return fmt.Errorf("--apiserver-port must be between 1 and 65535 (or 0 for a free port), got %d", u.apiserverPort)
 	}
-	return nil
+	return localnode.ValidateRuntimeFlag(u.runtime)
 }
 
 func clusterUp(ctx context.Context, f *clusterFlags, u *upFlags, stdout, stderr io.Writer) error {
@@ -119,9 +122,7 @@ func clusterUp(ctx context.Context, f *clusterFlags, u *upFlags, stdout, stderr 
 	if err != nil {
 		return fmt.Errorf("locating the kubetask executable: %w", err)
 	}
-	args := []string{exe, "cluster", "supervise", "--state-dir", string(dir),
-		"--nodes", strconv.Itoa(u.nodes), "--sim-nodes", strconv.Itoa(u.simNodes),
-		"--apiserver-port", strconv.Itoa(u.apiserverPort)}
+	args := superviseArgs(exe, dir, u)
 	fmt.Fprintln(stderr, "starting the local cluster...")
 	st, already, err := dir.Up(ctx, localcluster.UpOptions{Supervisor: args, Timeout: u.timeout})
 	if err != nil {
@@ -133,6 +134,18 @@ func clusterUp(ctx context.Context, f *clusterFlags, u *upFlags, stdout, stderr 
 	}
 	printUp(stdout, st, fmt.Sprintf("the local cluster is up (ready in %s)", time.Since(start).Round(100*time.Millisecond)))
 	return nil
+}
+
+// superviseArgs is the command line of the supervisor `cluster up` starts:
+// exe with the cluster's flags.
+func superviseArgs(exe string, dir localcluster.StateDir, u *upFlags) []string {
+	args := []string{exe, "cluster", "supervise", "--state-dir", string(dir),
+		"--nodes", strconv.Itoa(u.nodes), "--sim-nodes", strconv.Itoa(u.simNodes),
+		"--apiserver-port", strconv.Itoa(u.apiserverPort)}
+	if u.runtime != "" {
+		args = append(args, "--runtime", u.runtime)
+	}
+	return args
 }
 
 func printUp(w io.Writer, st *localcluster.State, headline string) {
@@ -169,6 +182,7 @@ func newClusterSuperviseCommand(f *clusterFlags) *cobra.Command {
 				},
 				APIServerPort: u.apiserverPort,
 				LocalNodes:    u.nodes,
+				NodeRuntime:   u.runtime,
 				SimNodes:      u.simNodes,
 			}
 			if u.simNodes > 0 {
@@ -187,6 +201,7 @@ func newClusterSuperviseCommand(f *clusterFlags) *cobra.Command {
 	cmd.Flags().IntVar(&u.nodes, "nodes", 1, "number of local process nodes")
 	cmd.Flags().IntVar(&u.simNodes, "sim-nodes", 0, "number of kwok-simulated nodes")
 	cmd.Flags().IntVar(&u.apiserverPort, "apiserver-port", 0, "kube-apiserver port (0 picks a free port)")
+	cmd.Flags().StringVar(&u.runtime, "runtime", "", "local nodes: "+runtimeFlagHelp)
 	return cmd
 }
 

@@ -70,6 +70,10 @@ type Config struct {
 	AuditPolicy string
 	// LocalNodes is the number of local process nodes (kubetask node run) to start.
 	LocalNodes int
+	// NodeRuntime is the local nodes' --runtime (what runs the containers of
+	// loaded images: localnode.RuntimeRunc or RuntimeInit). Empty: the
+	// node's default (localnode.Config.Runtime).
+	NodeRuntime string
 	// KubetaskBinary runs local nodes; required when LocalNodes > 0.
 	KubetaskBinary string
 	// SimNodes is the number of kwok-simulated nodes to create at start.

@@ -16,7 +16,7 @@ func (c *Cluster) AddLocalNode(ctx context.Context) error {
 	c.mu.Lock()
 	name := localNodeName(len(c.nodes))
 	dir := filepath.Join(c.cfg.Dir, "nodes", name)
-	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--client-ca-file=" + c.pki.CACert, "--name=" + name, "--dir=" + dir, "--images=" + c.ImageDir()})
+	p := c.newProcess("node-"+name, c.cfg.KubetaskBinary, c.localNodeArgs(name, dir))
 	c.nodes = append(c.nodes, p)
 	c.mu.Unlock()
 	c.log.Info("starting local node", "node", name)
@@ -24,6 +24,16 @@ func (c *Cluster) AddLocalNode(ctx context.Context) error {
 		return err
 	}
 	return c.waitReady(ctx, p, func(ctx context.Context) error { return c.nodeReady(ctx, name) })
+}
+
+// localNodeArgs are the arguments of `kubetask node run` for the local node
+// name with its directory dir.
+func (c *Cluster) localNodeArgs(name, dir string) []string {
+	args := []string{"node", "run", "--kubeconfig=" + c.kubeconfig, "--client-ca-file=" + c.pki.CACert, "--name=" + name, "--dir=" + dir, "--images=" + c.ImageDir()}
+	if c.cfg.NodeRuntime != "" {
+		args = append(args, "--runtime="+c.cfg.NodeRuntime)
+	}
+	return args
 }
 
 func (c *Cluster) nodeReady(ctx context.Context, name string) error {

@@ -87,15 +87,18 @@ type Config struct {
 	// the API server, as a kubelet in webhook mode asks. Empty: the CA the
 	// kubeconfig trusts for the API server. The node refuses to start without one.
 	ClientCAFile string
-	// Runtime runs the containers of loaded images: "init" (the node's own
-	// init, package container) or "runc" (runc found on PATH, or a path to
-	// a runc binary: an OCI runtime spec made as containerd makes one, see
-	// container.OCIRuntime). Empty: $KUBETASK_NODE_RUNTIME, else "init".
-	// Host processes run as they are either way.
+	// Runtime runs the containers of loaded images: RuntimeRunc (runc found
+	// on PATH; or a path to a runc binary: an OCI runtime spec made as
+	// containerd makes one, see container.OCIRuntime) or RuntimeInit (the
+	// node's own init, package container: no seccomp filter). Empty:
+	// $KUBETASK_NODE_RUNTIME, else runc when it is on PATH, else the init
+	// with a warning in the node's log. A runtime asked for by name that is
+	// not found is an error. Host processes run as they are either way.
 	Runtime string
 
-	podSubnet netip.Prefix
-	runtime   *container.OCIRuntime
+	podSubnet      netip.Prefix
+	runtime        *container.OCIRuntime
+	runtimeWarning string
 }
 
 func (c *Config) defaults() error {
@@ -128,21 +131,20 @@ func (c *Config) defaults() error {
 		c.podSubnet = p.Masked()
 	}
 	if c.Runtime == "" {
-		c.Runtime = os.Getenv("KUBETASK_NODE_RUNTIME")
+		c.Runtime = os.Getenv(RuntimeEnvVar)
 	}
-	switch c.Runtime {
-	case "", "init":
-		c.Runtime = "init"
-	default:
-		path, err := exec.LookPath(c.Runtime)
-		if err != nil {
-			return fmt.Errorf("container runtime %q: %w", c.Runtime, err)
-		}
+	images := c.ImageDir != "" && runtime.GOOS == "linux" && os.Geteuid() == 0
+	choice, err := chooseRuntime(c.Runtime, images, exec.LookPath)
+	if err != nil {
+		return err
+	}
+	c.Runtime, c.runtimeWarning = choice.name, choice.warning
+	if choice.path != "" {
 		dir, err := filepath.Abs(c.Dir)
 		if err != nil {
 			return err
 		}
-		c.runtime = &container.OCIRuntime{Path: path, Root: filepath.Join(dir, "runc")}
+		c.runtime = &container.OCIRuntime{Path: choice.path, Root: filepath.Join(dir, "runc")}
 	}
 	return nil
 }
@@ -260,6 +262,9 @@ func Run(ctx context.Context, cfg Config) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- n.Run(nodeCtx) }()
 	log.Info("local node starting", "kubeletPort", port, "dir", cfg.Dir, "runtime", cfg.Runtime)
+	if cfg.runtimeWarning != "" {
+		log.Warn("containers of images are not run by runc", "reason", cfg.runtimeWarning)
+	}
 	select {
 	case <-n.Ready():
 		log.Info("local node ready")
