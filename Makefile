@@ -18,7 +18,7 @@ VERSION_PKG := github.com/kubetask/kubetask/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
 export SOURCE_DATE_EPOCH
 
-.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run chaos sim clean
+.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run bench-fair bench-storm bench-serve bench-recovery bench-machine bench-docs bench-docs-check chaos sim clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -87,7 +87,7 @@ unit: ## unit tests only (no cluster)
 importcheck: ## a module outside kubetask imports pkg/executor, pkg/runner, pkg/store, pkg/task (go mod tidy, build, vet)
 	GO="$(GO)" test/importcheck/check.sh
 
-test: fmt vet importcheck components lighthouse ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
+test: fmt vet importcheck bench-docs-check components lighthouse ## every test: unit, integration, faults, sim nodes, end-to-end (builds what they need)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd tools/image && $(GO) test -count=1 ./...
 
@@ -102,12 +102,40 @@ test-repeat: fmt vet importcheck components lighthouse ## run the whole suite N 
 	done; \
 	echo "$$(( $(N) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
 
-bench: components ## the comparison of docs/benchmarks.md (S0 ceiling, Job controller, scale, memory): one table, about 19 min on 2 cores
-	$(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 60m
+# Every bench target writes its run's results file (test/benchresult: Go
+# benchmark format, with the commit, date, machine and load) into
+# docs/benchmarks-results; make bench-docs writes the docs' tables from the
+# latest file of each suite.
+BENCH_RESULTS := $(CURDIR)/docs/benchmarks-results
+BENCH_ENV := KUBETASK_BENCH_RESULTS=$(BENCH_RESULTS) KUBETASK_BENCH_COMMIT=$(COMMIT)
+
+bench: components ## the comparison of docs/benchmarks.md (S0 minimal and equal-work, alternating pairs, Job controller, scale, memory, SQLite): about 25 min on 2 cores; KUBETASK_BENCH_SIZE=tiny for a smoke run
+	$(BENCH_ENV) $(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 90m
 
 PAIRS ?= 12
 bench-run: components ## kubetask run against kubectl run on the local cluster (docs/benchmarks.md): PAIRS=12 rounds, BASELINE=path/to/kubetask adds an older build
-	$(GO) test ./test/benchrun -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
+	$(BENCH_ENV) $(GO) test ./test/benchrun -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
+
+bench-fair: components ## fair slot order against FIFO (test/bench BenchmarkFairShare)
+	$(BENCH_ENV) $(GO) test ./test/bench -run '^$$' -bench BenchmarkFairShare -benchtime 1x -timeout 60m
+
+bench-storm: components ## outcomes through a storm of 410 Expired and API server faults (test/benchstorm)
+	$(BENCH_ENV) $(GO) test ./test/benchstorm -run '^$$' -bench BenchmarkStorm -benchtime 1x -timeout 60m
+
+bench-serve: components ## kubetask serve: submissions against plain creates, log capture, replicas (test/benchserve)
+	$(BENCH_ENV) $(GO) test ./test/benchserve -run '^$$' -bench . -benchtime 1x -timeout 150m
+
+bench-recovery: components ## recovery after a restart of the executor or the API server (test/benchrecovery)
+	$(BENCH_ENV) $(GO) test ./test/benchrecovery -run '^$$' -bench BenchmarkRecovery -benchtime 1x -timeout 60m
+
+bench-machine: ## how much the machine itself drifts run to run (test/benchmachine)
+	$(BENCH_ENV) $(GO) test ./test/benchmachine -run '^$$' -bench BenchmarkMachineDrift -benchtime 1x -timeout 30m
+
+bench-docs: ## write docs/benchmarks.md's tables and README.md's figures from the latest results files (tools/benchreport)
+	cd tools/benchreport && $(GO) run . -root $(CURDIR)
+
+bench-docs-check: ## the tests of tools/benchreport, and the docs are what make bench-docs writes from the committed results files
+	cd tools/benchreport && $(GO) test -count=1 ./...
 
 chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2,000+ tasks, 27 faults, the history checker's table; SEED=n replays a run
 	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m

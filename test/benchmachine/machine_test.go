@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubetask/kubetask/test/benchresult"
 )
 
 // object is the fixed work's value: a pod-sized nest of maps and slices.
@@ -115,6 +117,7 @@ func spread(perMs []float64) float64 {
 // 10-second window of 3 minutes (KUBETASK_BENCH_MACHINE_WINDOWS sets how
 // many windows) and reports the slowest window over the fastest.
 func BenchmarkMachineDrift(b *testing.B) {
+	res := benchresult.Start(b, "machine")
 	windows := 18
 	if v, err := strconv.Atoi(os.Getenv("KUBETASK_BENCH_MACHINE_WINDOWS")); err == nil && v > 0 {
 		windows = v
@@ -125,7 +128,7 @@ func BenchmarkMachineDrift(b *testing.B) {
 			fmt.Printf("%4d s  %.2f encode+decode per CPU-ms\n", (i+1)*10, v)
 		}
 		fmt.Printf("slowest window / fastest: %.2f\n", spread(perMs))
-		b.ReportMetric(spread(perMs), "slowest/fastest")
+		res.Report(b, spread(perMs), "slowest/fastest")
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/benchresult"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 
@@ -87,6 +88,7 @@ func secs(d time.Duration) string {
 // then it restarts the executor and reports how long the new one took to
 // adopt every pod, and with how many LISTs.
 func BenchmarkRecovery(b *testing.B) {
+	res := benchresult.Start(b, "recovery")
 	sz := recoverySize{pods: envInt("KUBETASK_BENCH_RECOVERY_PODS", 5000), restarts: envInt("KUBETASK_BENCH_RECOVERY_RESTARTS", 3)}
 	for range b.N {
 		rs, adopt := runRecovery(b, sz)
@@ -95,9 +97,9 @@ func BenchmarkRecovery(b *testing.B) {
 		for _, r := range rs {
 			worstEx, worstInf = max(worstEx, r.executor), max(worstInf, r.informer)
 		}
-		b.ReportMetric(worstEx.Seconds(), "executor-worst-s")
-		b.ReportMetric(worstInf.Seconds(), "informer-worst-s")
-		b.ReportMetric(adopt.took.Seconds(), "adoption-s")
+		res.Report(b, worstEx.Seconds(), "executor-worst-s")
+		res.Report(b, worstInf.Seconds(), "informer-worst-s")
+		res.Report(b, adopt.took.Seconds(), "adoption-s")
 	}
 }
 

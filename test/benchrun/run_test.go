@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/components"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/test/benchresult"
 )
 
 var (
@@ -247,16 +248,36 @@ func (r *result) table() string {
 	return b.String()
 }
 
+// record writes every round of every tool to the results file, and each
+// tool's ratio to the last tool (kubectl) within the round, so that the
+// file has the spread over the rounds.
+func (r *result) record(tb testing.TB, res *benchresult.Run) {
+	ref := r.samples[len(r.samples)-1]
+	for i, t := range r.tools {
+		for k, s := range r.samples[i] {
+			vals := []benchresult.Value{{V: wallS(s), Unit: "wall-s"}, {V: rssMiB(s), Unit: "peak-rss-MiB"}, {V: cpuS(s), Unit: "cpu-s"}}
+			if i < len(r.tools)-1 && k < len(ref) {
+				vals = append(vals, benchresult.Value{V: wallS(s) / wallS(ref[k]), Unit: "wall-ratio"},
+					benchresult.Value{V: rssMiB(s) / rssMiB(ref[k]), Unit: "rss-ratio"},
+					benchresult.Value{V: cpuS(s) / cpuS(ref[k]), Unit: "cpu-ratio"})
+			}
+			res.Add(tb, "Run/"+t.name, vals...)
+		}
+	}
+}
+
 // BenchmarkRun compares the tools over -pairs rounds and prints the table.
 func BenchmarkRun(b *testing.B) {
 	bn := setup(b)
+	res := benchresult.Start(b, "run", "pairs", fmt.Sprint(*pairs))
 	for range b.N {
 		r := bn.measure(b, *pairs)
 		fmt.Print(r.table())
+		r.record(b, res)
 		w, m, c := r.ratios(0)
-		b.ReportMetric(w, "wall-ratio")
-		b.ReportMetric(m, "rss-ratio")
-		b.ReportMetric(c, "cpu-ratio")
+		res.Report(b, w, "wall-ratio")
+		res.Report(b, m, "rss-ratio")
+		res.Report(b, c, "cpu-ratio")
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/benchresult"
 )
 
 // logSize is the shape of one log capture run.
@@ -84,14 +85,15 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeLogCapture -benchtime 1x -timeout 40m
 func BenchmarkServeLogCapture(b *testing.B) {
+	res := benchresult.Start(b, "serve")
 	sz := benchLogSize()
 	for range b.N {
 		r := runServeLogCapture(b, sz)
 		fmt.Println(r.summary())
-		b.ReportMetric(r.bytesPerSecond()/(1<<20), "archived-MiB/s")
-		b.ReportMetric(mib(r.peakRSS), "peak-rss-MiB")
-		b.ReportMetric(mib(r.hwm), "vmhwm-MiB")
-		b.ReportMetric(r.complete.Seconds(), "s-to-last-log")
+		res.Report(b, r.bytesPerSecond()/(1<<20), "archived-MiB/s")
+		res.Report(b, mib(r.peakRSS), "peak-rss-MiB")
+		res.Report(b, mib(r.hwm), "vmhwm-MiB")
+		res.Report(b, r.complete.Seconds(), "s-to-last-log")
 	}
 }
 

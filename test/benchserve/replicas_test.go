@@ -21,6 +21,7 @@ import (
 	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/benchresult"
 )
 
 // replicaSetup is one configuration of BenchmarkServeReplicas: a store and
@@ -98,6 +99,7 @@ func (r replicaResult) summary() string {
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeReplicas -benchtime 1x -timeout 60m
 func BenchmarkServeReplicas(b *testing.B) {
+	res := benchresult.Start(b, "serve")
 	sz := replicaSize{
 		tasks: envInt("KUBETASK_BENCH_REPLICA_TASKS", 1000), clients: 32,
 		qps: float32(envInt("KUBETASK_BENCH_REPLICA_QPS", 50)), timeout: 30 * time.Minute,
@@ -111,8 +113,8 @@ func BenchmarkServeReplicas(b *testing.B) {
 		}
 		fmt.Println(replicaTable(results))
 		for _, r := range results {
-			b.ReportMetric(r.tasksPerSecond(), r.setup.name+"-tasks/s")
-			b.ReportMetric(ms(percentile(r.lags, 0.99)), r.setup.name+"-lag-p99-ms")
+			res.Report(b, r.tasksPerSecond(), r.setup.name+"-tasks/s")
+			res.Report(b, ms(percentile(r.lags, 0.99)), r.setup.name+"-lag-p99-ms")
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localcluster/kwokstages"
 	"github.com/kubetask/kubetask/pkg/task"
+	"github.com/kubetask/kubetask/test/benchresult"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 
@@ -157,26 +158,27 @@ const openShare = 0.8
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
 func BenchmarkServeSubmit(b *testing.B) {
+	res := benchresult.Start(b, "serve")
 	sz := benchSubmitSize()
 	for range b.N {
 		r, open := runServeSubmit(b, sz)
 		fmt.Println(r.summary())
 		fmt.Println(open.openSummary())
-		b.ReportMetric(r.submitsPerSecond(), "submits/s")
-		b.ReportMetric(ms(percentile(r.latencies, 0.5)), "submit-p50-ms")
-		b.ReportMetric(ms(percentile(r.latencies, 0.99)), "submit-p99-ms")
-		b.ReportMetric(r.tasksPerSecond(), "tasks/s")
-		b.ReportMetric(r.pods.perSecond(), "podcreates/s")
-		b.ReportMetric(ms(percentile(r.pods.latencies, 0.5)), "podcreate-p50-ms")
-		b.ReportMetric(ms(percentile(r.pods.latencies, 0.99)), "podcreate-p99-ms")
-		b.ReportMetric(r.submitsPerSecond()/r.pods.perSecond(), "submits/podcreates")
-		b.ReportMetric(open.rate, "open-offered/s")
-		b.ReportMetric(open.submitsPerSecond(), "open-submits/s")
-		b.ReportMetric(ms(percentile(open.latencies, 0.5)), "open-submit-p50-ms")
-		b.ReportMetric(ms(percentile(open.latencies, 0.99)), "open-submit-p99-ms")
-		b.ReportMetric(open.pods.perSecond(), "open-podcreates/s")
-		b.ReportMetric(ms(percentile(open.pods.latencies, 0.5)), "open-podcreate-p50-ms")
-		b.ReportMetric(ms(percentile(open.pods.latencies, 0.99)), "open-podcreate-p99-ms")
+		res.Report(b, r.submitsPerSecond(), "submits/s")
+		res.Report(b, ms(percentile(r.latencies, 0.5)), "submit-p50-ms")
+		res.Report(b, ms(percentile(r.latencies, 0.99)), "submit-p99-ms")
+		res.Report(b, r.tasksPerSecond(), "tasks/s")
+		res.Report(b, r.pods.perSecond(), "podcreates/s")
+		res.Report(b, ms(percentile(r.pods.latencies, 0.5)), "podcreate-p50-ms")
+		res.Report(b, ms(percentile(r.pods.latencies, 0.99)), "podcreate-p99-ms")
+		res.Report(b, r.submitsPerSecond()/r.pods.perSecond(), "submits/podcreates")
+		res.Report(b, open.rate, "open-offered/s")
+		res.Report(b, open.submitsPerSecond(), "open-submits/s")
+		res.Report(b, ms(percentile(open.latencies, 0.5)), "open-submit-p50-ms")
+		res.Report(b, ms(percentile(open.latencies, 0.99)), "open-submit-p99-ms")
+		res.Report(b, open.pods.perSecond(), "open-podcreates/s")
+		res.Report(b, ms(percentile(open.pods.latencies, 0.5)), "open-podcreate-p50-ms")
+		res.Report(b, ms(percentile(open.pods.latencies, 0.99)), "open-podcreate-p99-ms")
 	}
 }
 

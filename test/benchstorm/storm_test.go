@@ -43,6 +43,7 @@ import (
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/test/benchresult"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 
@@ -81,6 +82,7 @@ const (
 // as long with 500 tasks, then the restart with 200 tasks, and prints one
 // table.
 func BenchmarkStorm(b *testing.B) {
+	res := benchresult.Start(b, "storm")
 	phase := time.Duration(envInt("KUBETASK_BENCH_STORM_SECONDS", 60)) * time.Second
 	sz := stormSize{
 		phase:   phase,
@@ -97,12 +99,12 @@ func BenchmarkStorm(b *testing.B) {
 	for range b.N {
 		r := runStorm(b, sz)
 		fmt.Println(r.table(sz))
-		b.ReportMetric(r.baseline.lag(0.99).Seconds(), "baseline-lag-p99-s")
-		b.ReportMetric(r.storm.lag(0.99).Seconds(), "storm-lag-p99-s")
-		b.ReportMetric(r.storm.longestBlind().Seconds(), "storm-longest-blind-s")
-		b.ReportMetric(r.harsh.lag(0.99).Seconds(), "harsh-lag-p99-s")
-		b.ReportMetric(r.harsh.longestGap().Seconds(), "harsh-longest-gap-s")
-		b.ReportMetric(r.restart.all.Seconds(), "restart-all-recorded-s")
+		res.Report(b, r.baseline.lag(0.99).Seconds(), "baseline-lag-p99-s")
+		res.Report(b, r.storm.lag(0.99).Seconds(), "storm-lag-p99-s")
+		res.Report(b, r.storm.longestBlind().Seconds(), "storm-longest-blind-s")
+		res.Report(b, r.harsh.lag(0.99).Seconds(), "harsh-lag-p99-s")
+		res.Report(b, r.harsh.longestGap().Seconds(), "harsh-longest-gap-s")
+		res.Report(b, r.restart.all.Seconds(), "restart-all-recorded-s")
 	}
 }
 

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// column is one unit of a table, with its header.
+type column struct{ unit, header string }
+
+// table is a generated block of the docs: the figures of one suite's
+// latest run whose names start with prefix, a row per benchmark name, a
+// column per unit (every unit the rows have, in order, when columns is nil).
+type table struct {
+	suite, prefix string
+	columns       []column
+}
+
+// figure is one line of a headline table: a figure of a suite's latest run.
+type figure struct {
+	label, suite, name, unit string
+}
+
+// suites names the command that writes each suite's results, for the
+// caption and for "not measured".
+var suites = map[string]string{
+	"bench":    "make bench",
+	"run":      "make bench-run",
+	"storm":    "make bench-storm",
+	"serve":    "make bench-serve",
+	"recovery": "make bench-recovery",
+	"machine":  "make bench-machine",
+	"fair":     "make bench-fair",
+}
+
+// tables are the blocks `<!-- bench:begin table=NAME -->` names.
+var tables = map[string]table{
+	"executor": {suite: "bench", prefix: "Executor/", columns: []column{
+		{"tasks/s", "tasks/s"},
+		{"x-S0", "vs S0"},
+		{"x-S0-equal", "vs equal-work S0"},
+		{"x-Job", "vs Job controller, same limit"},
+		{"calls/task", "client calls/task"},
+		{"requests/task", "apiserver requests/task"},
+		{"lag-p50-ms", "outcome lag p50 ms"},
+		{"lag-p99-ms", "outcome lag p99 ms"},
+		{"durable-lag-p99-ms", "lag to the durable write p99 ms"},
+		{"client-cpu-s/1k-tasks", "client CPU-s per 1,000 tasks"},
+	}},
+	"pairs": {suite: "bench", prefix: "Pairs/", columns: []column{
+		{"tasks/s", "tasks/s"},
+		{"x-S0-equal", "vs equal-work S0, same pair"},
+		{"calls/task", "client calls/task"},
+		{"durable-lag-p99-ms", "lag to the durable write p99 ms"},
+	}},
+	"memory":   {suite: "bench", prefix: "Memory/", columns: []column{{"B/pod", "heap bytes per pod"}}},
+	"store":    {suite: "bench", prefix: "Store/", columns: []column{{"writes/s", "durable writes/s"}}},
+	"run":      {suite: "run", prefix: "Run/"},
+	"storm":    {suite: "storm"},
+	"serve":    {suite: "serve"},
+	"recovery": {suite: "recovery"},
+	"machine":  {suite: "machine"},
+	"fair":     {suite: "fair"},
+}
+
+// headlines are the blocks `<!-- bench:begin figures=NAME -->` names.
+var headlines = map[string][]figure{
+	"readme": {
+		{"executor, no client limit", "bench", "Executor/kubetask/unlimited", "tasks/s"},
+		{"executor / equal-work S0, alternating pairs", "bench", "Pairs/kubetask", "x-S0-equal"},
+		{"executor / minimal S0", "bench", "Executor/kubetask/unlimited", "x-S0"},
+		{"executor / Job controller, equal QPS 200", "bench", "Executor/kubetask/200", "x-Job"},
+		{"executor / Job controller, equal concurrency (16 syncs)", "bench", "Executor/kubetask/unlimited", "x-Job-equal-syncs"},
+		{"executor at scale / equal-work S0 at scale", "bench", "Executor/kubetask-at-scale", "x-S0-equal"},
+		{"outcome lag p99 to the durable write, no faults", "bench", "Executor/kubetask/unlimited", "durable-lag-p99-ms"},
+		{"executor heap per tracked pod", "bench", "Memory/kubetask", "B/pod"},
+		{"SQLite durable writes, 64 writers", "bench", "Store/SQLite-64-writers", "writes/s"},
+		{"kubetask run / kubectl run, wall time", "run", "Run", "wall-ratio"},
+		{"kubetask run / kubectl run, peak RSS", "run", "Run", "rss-ratio"},
+		{"outcome lag p99 through the storm", "storm", "Storm", "lag-p99-s"},
+		{"submissions to kubetask serve, p99", "serve", "ServeSubmit", "submit-p99-ms"},
+	},
+}
+
+var blockRE = regexp.MustCompile(`(?s)(<!-- bench:begin (table|figures)=([a-z0-9-]+) -->\n)(.*?)(<!-- bench:end -->)`)
+
+// generate rewrites every bench block of doc from runs; an unknown block
+// name is an error.
+func generate(doc string, runs map[string]*run) (string, error) {
+	var err error
+	out := blockRE.ReplaceAllStringFunc(doc, func(m string) string {
+		sm := blockRE.FindStringSubmatch(m)
+		var body string
+		switch sm[2] {
+		case "table":
+			t, ok := tables[sm[3]]
+			if !ok {
+				err = fmt.Errorf("unknown table %q", sm[3])
+				return m
+			}
+			body = renderTable(t, runs[t.suite])
+		case "figures":
+			fs, ok := headlines[sm[3]]
+			if !ok {
+				err = fmt.Errorf("unknown figures %q", sm[3])
+				return m
+			}
+			body = renderFigures(fs, runs)
+		}
+		return sm[1] + body + sm[5]
+	})
+	return out, err
+}
+
+// notMeasured is what a block says for a suite with no results file.
+func notMeasured(suite string) string {
+	return fmt.Sprintf("*Not measured at this commit: no results file of `%s` in docs/benchmarks-results.*\n", suites[suite])
+}
+
+// caption names the run a table comes from: command, commit, date,
+// machine, load, and the suite's own configuration.
+func caption(r *run) string {
+	date := r.config["date"]
+	if t, err := time.Parse(time.RFC3339, date); err == nil {
+		date = t.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	first := func(load string) string { return strings.Fields(load + " ?")[0] }
+	var extra []string
+	for _, k := range r.keys {
+		switch k {
+		case "suite", "commit", "date", "go", "goos", "goarch", "cpu", "cores", "memory", "load-start", "load-end", "pkg":
+		default:
+			extra = append(extra, k+" "+r.config[k])
+		}
+	}
+	s := fmt.Sprintf("`%s` at `%s`, %s (%s); %s, %s cores, %s; load %s at the start, %s at the end",
+		suites[r.suite()], r.config["commit"], date, r.config["go"], r.config["cpu"], r.config["cores"], r.config["memory"],
+		first(r.config["load-start"]), first(r.config["load-end"]))
+	if len(extra) > 0 {
+		s += "; " + strings.Join(extra, ", ")
+	}
+	return s + ". Each cell: median (min–max) over n repetitions.\n"
+}
+
+func renderTable(t table, r *run) string {
+	if r == nil {
+		return notMeasured(t.suite)
+	}
+	var names []string
+	for _, n := range r.names {
+		if strings.HasPrefix(n, t.prefix) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return caption(r) + "\n*Not measured at this commit: the run has no " + strings.TrimSuffix(t.prefix, "/") + " figures.*\n"
+	}
+	cols := t.columns
+	if cols == nil {
+		seen := map[string]bool{}
+		for _, n := range names {
+			for _, u := range r.units[n] {
+				if !seen[u] {
+					seen[u] = true
+					cols = append(cols, column{u, u})
+				}
+			}
+		}
+	}
+	// Leave out the columns no row has.
+	var used []column
+	for _, c := range cols {
+		for _, n := range names {
+			if _, ok := r.stat(n, c.unit); ok {
+				used = append(used, c)
+				break
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString(caption(r))
+	b.WriteString("\n| run | n |")
+	for _, c := range used {
+		b.WriteString(" " + c.header + " |")
+	}
+	b.WriteString("\n| --- | --- |" + strings.Repeat(" --- |", len(used)) + "\n")
+	for _, n := range names {
+		reps := 0
+		var cells []string
+		for _, c := range used {
+			st, ok := r.stat(n, c.unit)
+			if !ok {
+				cells = append(cells, "")
+				continue
+			}
+			reps = max(reps, st.n)
+			cells = append(cells, cell(st))
+		}
+		label := strings.TrimPrefix(n, t.prefix)
+		if label == "" {
+			label = n
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s |\n", label, reps, strings.Join(cells, " | "))
+	}
+	return b.String()
+}
+
+func renderFigures(fs []figure, runs map[string]*run) string {
+	var b strings.Builder
+	b.WriteString("| figure | median (min–max) | n | run |\n| --- | --- | --- | --- |\n")
+	for _, f := range fs {
+		r := runs[f.suite]
+		st, ok := stat{}, false
+		if r != nil {
+			st, ok = r.stat(f.name, f.unit)
+		}
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured at this commit | | `%s` |\n", f.label, suites[f.suite])
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %d | `%s` at `%s`, %s, load %s |\n", f.label, cell(st), f.unit, st.n,
+			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"]+" ?")[0])
+	}
+	return b.String()
+}
+
+func shortCommit(c string) string {
+	h, dirty := strings.CutSuffix(c, "-dirty")
+	if len(h) > 7 {
+		h = h[:7]
+	}
+	if dirty {
+		h += "-dirty"
+	}
+	return h
+}
+
+// cell is a figure's median, with its range when it was measured more than
+// once.
+func cell(s stat) string {
+	if s.n == 1 || s.min == s.max {
+		return num(s.median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", num(s.median), num(s.min), num(s.max))
+}
+
+// num formats v to three significant figures, without an exponent for the
+// sizes benchmarks have.
+func num(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	case a >= 0.001:
+		return fmt.Sprintf("%.3f", v)
+	default:
+		return fmt.Sprintf("%.2g", v)
+	}
+}
