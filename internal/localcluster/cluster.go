@@ -102,6 +102,9 @@ type Cluster struct {
 	// kcmQPS and kcmBurst are kube-controller-manager's client limits
 	// (zero: 1000 and 1000), see RestartControllerManager.
 	kcmQPS, kcmBurst int
+	// kcmJobSyncs is kube-controller-manager's --concurrent-job-syncs; 0
+	// leaves its default (5).
+	kcmJobSyncs int
 	// apiRestarts counts RestartAPIServer's restarts (APIServerRestarts).
 	apiRestarts int
 	etcdClient  *http.Client
@@ -413,12 +416,12 @@ func (c *Cluster) schedulerArgs() []string {
 
 func (c *Cluster) controllerManagerArgs() []string {
 	c.mu.Lock()
-	qps, burst := c.kcmQPS, c.kcmBurst
+	qps, burst, jobSyncs := c.kcmQPS, c.kcmBurst, c.kcmJobSyncs
 	c.mu.Unlock()
 	if qps == 0 {
 		qps, burst = 1000, 1000
 	}
-	return []string{
+	args := []string{
 		"--kubeconfig=" + c.kubeconfig,
 		"--authentication-kubeconfig=" + c.kubeconfig,
 		"--authorization-kubeconfig=" + c.kubeconfig,
@@ -434,6 +437,10 @@ func (c *Cluster) controllerManagerArgs() []string {
 		"--node-monitor-grace-period=20s",
 		"--v=1",
 	}
+	if jobSyncs > 0 {
+		args = append(args, fmt.Sprintf("--concurrent-job-syncs=%d", jobSyncs))
+	}
+	return args
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
@@ -702,6 +709,16 @@ func (c *Cluster) RestartControllerManager(ctx context.Context, qps, burst int) 
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
 	return c.waitReady(ctx, p, insecureHealthz(c.ports.ControllerManager))
+}
+
+// SetControllerManagerJobSyncs sets kube-controller-manager's
+// --concurrent-job-syncs for its next start (RestartControllerManager);
+// 0 leaves kube-controller-manager's default (5). The benchmarks compare
+// the Job controller with the executor at equal concurrency.
+func (c *Cluster) SetControllerManagerJobSyncs(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kcmJobSyncs = n
 }
 
 // StopControllerManager stops kube-controller-manager;

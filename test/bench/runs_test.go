@@ -37,7 +37,10 @@ import (
 // row is one line of the benchmark's table: a throughput run, or a memory
 // measurement (heap set, the throughput fields zero).
 type row struct {
-	name  string
+	name string
+	// key is the row's benchmark name in the results file
+	// ("Executor/kubetask/unlimited"), "" for none.
+	key   string
 	tasks int
 	qps   string // the client limit, as set
 	// limit groups the rows run at the same client limit: "unlimited",
@@ -56,6 +59,14 @@ type row struct {
 	// condition seen, the floor client's watch).
 	p50, p99 time.Duration
 	lags     int
+	// durP50, durP99: main terminated to the outcome durable in the store
+	// (the executor's AttemptFinished event, emitted once the store's
+	// write returned); the same as p50, p99 for the other clients, which
+	// keep no store.
+	durP50, durP99 time.Duration
+	// equalS0 is the tasks/s of the equal-work S0 run beside this one (its
+	// pair, or at the same scale); 0 for none.
+	equalS0 float64
 	// CPU seconds per 1,000 tasks: this process (the executor or the floor
 	// client, with the benchmark's own informers), kube-controller-manager,
 	// kube-apiserver.
@@ -131,6 +142,7 @@ func lagsOf(outcome, seen map[string]time.Time) []time.Duration {
 
 func (r *row) setLags(lags []time.Duration) {
 	r.p50, r.p99, r.lags = percentile(lags, 0.5), percentile(lags, 0.99), len(lags)
+	r.durP50, r.durP99 = r.p50, r.p99
 }
 
 // executorRun runs n quick tasks through an executor with cfg (its Store,
@@ -187,37 +199,44 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 	}
 	tr.mu.Lock()
 	r.setLags(lagsOf(out.recorded, tr.terminated))
+	durable := lagsOf(out.delivered, tr.terminated)
+	r.durP50, r.durP99 = percentile(durable, 0.5), percentile(durable, 0.99)
 	tr.mu.Unlock()
 	out.mu.Unlock()
 	return r
 }
 
-// kcmLimit is kube-controller-manager's client limit now; the benchmark
-// restarts it only to change it.
-var kcmLimit = [2]int{1000, 1000}
+// kcmLimit is kube-controller-manager's client limit and
+// --concurrent-job-syncs (0: its default, 5) now; the benchmark restarts it
+// only to change them.
+var kcmLimit = [3]int{1000, 1000, 0}
 
 // setControllerManagerLimit restarts kube-controller-manager with the client
-// limit qps/burst unless it already has it.
-func setControllerManagerLimit(tb testing.TB, qps, burst int) {
+// limit qps/burst and jobSyncs concurrent Job syncs (0: its default) unless
+// it already has them.
+func setControllerManagerLimit(tb testing.TB, qps, burst, jobSyncs int) {
 	tb.Helper()
-	if kcmLimit == [2]int{qps, burst} {
+	if kcmLimit == [3]int{qps, burst, jobSyncs} {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := clustertest.Cluster().RestartControllerManager(ctx, qps, burst); err != nil {
-		tb.Fatalf("restarting kube-controller-manager at QPS %d: %v", qps, err)
+	c := clustertest.Cluster()
+	c.SetControllerManagerJobSyncs(jobSyncs)
+	if err := c.RestartControllerManager(ctx, qps, burst); err != nil {
+		tb.Fatalf("restarting kube-controller-manager at QPS %d, %d job syncs: %v", qps, jobSyncs, err)
 	}
-	kcmLimit = [2]int{qps, burst}
+	kcmLimit = [3]int{qps, burst, jobSyncs}
 }
 
 // jobRun does the same work as executorRun through the Job controller, with
-// kube-controller-manager's client at kcmQPS/kcmBurst: n single-pod Jobs
-// with ttlSecondsAfterFinished 0, created by 16 concurrent clients, until
-// every Job and pod is gone.
-func jobRun(tb testing.TB, name, qps string, kcmQPS, kcmBurst, n int) row {
+// kube-controller-manager's client at kcmQPS/kcmBurst and jobSyncs
+// concurrent Job syncs (0: its default, 5): n single-pod Jobs with
+// ttlSecondsAfterFinished 0, created by 16 concurrent clients, until every
+// Job and pod is gone.
+func jobRun(tb testing.TB, name, qps string, kcmQPS, kcmBurst, jobSyncs, n int) row {
 	tb.Helper()
-	setControllerManagerLimit(tb, kcmQPS, kcmBurst)
+	setControllerManagerLimit(tb, kcmQPS, kcmBurst, jobSyncs)
 	env := clustertest.New(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -320,16 +339,23 @@ func controllerManagerRequests(ctx context.Context, env *clustertest.Env) float6
 const floorExecutor = "floor"
 
 // floorRun measures S0, the ceiling: the same pods (task.BuildPod of the
-// same quick task, with kubetask's finalizer) and the same requests per
-// pod as the executor's, in its order (create; once main has terminated,
-// attempt.Delete, then the finalizer released with one JSON patch,
-// attempt.ReleaseSeen), sent by a minimal client: no client-side rate
-// limit, no informer cache, no store, no state; one plain watch of the
-// namespace (client-go's RetryWatcher, which resumes from the last
-// resourceVersion) tells it that main ended. 16 goroutines create and 16 delete and release. With inFlight > 0 it
-// keeps at most that many pods at once, as the executor's Parallelism
-// does: a pod is created only once an earlier one is gone.
-func floorRun(tb testing.TB, n, inFlight int) row {
+// same quick task, with kubetask's finalizer) sent by a minimal client: no
+// client-side rate limit, no informer cache, no store, no state; one plain
+// watch of the namespace (client-go's RetryWatcher, which resumes from the
+// last resourceVersion) tells it that main ended. 16 goroutines create and
+// 16 delete and release. With inFlight > 0 it keeps at most that many pods
+// at once, as the executor's Parallelism does: a pod is created only once
+// an earlier one is gone.
+//
+// The minimal S0 (equal false) sends create; once main has terminated,
+// attempt.Delete, then the finalizer released with one JSON patch
+// (attempt.ReleaseSeen): 3 requests per task. The equal-work S0 sends the
+// executor's floor of 4 (docs/costs.md), in its order: the pod created
+// gated with the fence's scheduling gate and epoch annotation, the gate
+// removed right after the create returns (attempt.Ungate, by the creating
+// goroutine, as the executor's creator does once its store records the
+// pod), then the delete and the release.
+func floorRun(tb testing.TB, n, inFlight int, equal bool) row {
 	tb.Helper()
 	env := clustertest.New(tb)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -373,6 +399,14 @@ func floorRun(tb testing.TB, n, inFlight int) row {
 		}
 		if built[i], err = task.BuildPod(t, task.Identity{Namespace: env.Namespace, Name: id, RunID: id, Executor: floorExecutor}, 0); err != nil {
 			tb.Fatal(err)
+		}
+		if equal {
+			p := built[i]
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[task.AnnotationEpoch] = "1"
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: task.FenceGate})
 		}
 	}
 	reqs0 := requests()
@@ -440,8 +474,12 @@ func floorRun(tb testing.TB, n, inFlight int) row {
 					return ctx.Err()
 				}
 			}
-			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			created, err := pods.Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
 				return fmt.Errorf("creating %s: %w", p.Name, err)
+			}
+			if equal {
+				return attempt.Ungate(ctx, client, created)
 			}
 			return nil
 		})
@@ -459,10 +497,13 @@ func floorRun(tb testing.TB, n, inFlight int) row {
 		return deleted == n, fmt.Sprintf("%s: %d pods created, %d pods gone", time.Since(m.start).Round(time.Second), created, deleted)
 	})
 	_, _, lastDelete := tr.counts()
-	r := row{name: "S0 floor client", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start)}
+	r := row{name: "S0 minimal", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start), note: "create, delete, release"}
+	if equal {
+		r.name, r.note = "S0 equal-work", "gated create, ungate, delete, release"
+	}
 	if inFlight > 0 && inFlight < n {
-		r.name = "S0 at scale"
-		r.note = fmt.Sprintf("at most %d pods at once", inFlight)
+		r.name += " at scale"
+		r.note += fmt.Sprintf("; at most %d pods at once", inFlight)
 	}
 	r.clientReq = (requests() - reqs0) / float64(n)
 	m.finish(ctx, env, &r)

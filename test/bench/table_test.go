@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// TestTable: ratios are against S0 and the Job controller at the same
-// limit; unknown figures print as "-"; memory rows show only their heap.
+// TestTable: ratios are against S0 (the first row), the Job controller at
+// the same limit and the equal-work S0 beside the row; unknown figures
+// print as "-"; memory rows show only their heap.
 func TestTable(t *testing.T) {
 	rows := []row{
 		{name: "S0 floor client", limit: "unlimited", tasks: 100, elapsed: time.Second, clientReq: 3, allReq: 8},
-		{name: "kubetask", limit: "unlimited", tasks: 90, elapsed: time.Second, clientReq: 3, allReq: 8, p50: 2500 * time.Microsecond, p99: 40 * time.Millisecond},
+		{name: "kubetask", limit: "unlimited", tasks: 90, elapsed: time.Second, clientReq: 3, allReq: 8, p50: 2500 * time.Microsecond, p99: 40 * time.Millisecond, durP99: 45 * time.Millisecond, equalS0: 120},
 		{name: "Job controller", limit: "unlimited", tasks: 30, elapsed: time.Second, clientReq: math.NaN(), allReq: 20, p99: 3 * time.Second},
 		{name: "kubetask", limit: "50", tasks: 10, elapsed: time.Second},
 		{name: "memory: plain client-go informer", tasks: 10, heap: 20480, note: "per pod"},
@@ -24,11 +25,11 @@ func TestTable(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"| S0 floor client |", "| 100.0 | 1.00x | - |"},
-		{"| 90.0 | 0.90x | 3.00x |", "| 2.5 ms / 40 ms |"},
+		{"| 90.0 | 0.90x | 3.00x |", "| 2.5 ms / 40 ms |", "| 0.75x | 45 ms |"},
 		{"| 30.0 | 0.30x | - | - | 20.00 |", "/ 3.0 s"},
 		{"| 10.0 | 0.10x | - |"}, // no Job row at QPS 50
-		{"| 20.0 KiB | per pod |"},
-		{"| 5000 | 5000 | | | | | | | | | writes/s |"},
+		{"| 20.0 KiB | | | per pod |"},
+		{"| 5000 | 5000 | | | | | | | | | | | writes/s |"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(got[2+i], w) {
