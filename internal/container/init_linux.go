@@ -104,6 +104,25 @@ func runInit(cfg initConfig) error {
 	return chdirAndExec(cfg)
 }
 
+// mountOverlay mounts the image's overlay at target: lower read-only,
+// upper the instance's writable layer. The layer is thrown away with the
+// instance, so it is mounted volatile (Linux 5.10+: no sync of the upper file
+// system, at unmount either; without it unmounting costs a journal commit of
+// the disk the layer is on, 6-8 ms here on the path to a container's result),
+// as an ephemeral container layer can be; a kernel that refuses the option
+// gets the plain mount.
+func mountOverlay(target, lower, upper, work string) error {
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	err := unix.Mount("overlay", target, "overlay", 0, opts+",volatile")
+	if errors.Is(err, unix.EINVAL) {
+		err = unix.Mount("overlay", target, "overlay", 0, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("mount the image's root file system (overlay %s): %w", opts, err)
+	}
+	return nil
+}
+
 // enterRootfs mounts the image's overlay with the container's /proc, /dev, /sys
 // and mounts, and makes it the root (see Rootfs).
 func enterRootfs(cfg initConfig) error {
@@ -115,9 +134,8 @@ func enterRootfs(cfg initConfig) error {
 			return fmt.Errorf("create root file system: %w", err)
 		}
 	}
-	opts := "lowerdir=" + r.Image + ",upperdir=" + upper + ",workdir=" + work
-	if err := syscall.Mount("overlay", root, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount the image's root file system (overlay %s): %w", opts, err)
+	if err := mountOverlay(root, r.Image, upper, work); err != nil {
+		return err
 	}
 	in := func(p string) (string, error) {
 		t, err := securejoin.SecureJoin(root, p)

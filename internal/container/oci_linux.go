@@ -66,9 +66,8 @@ func (p *Process) startOCI(ctx context.Context) error {
 			return fmt.Errorf("create root file system: %w", err)
 		}
 	}
-	opts := "lowerdir=" + p.spec.Rootfs.Image + ",upperdir=" + upper + ",workdir=" + work
-	if err := unix.Mount("overlay", c.rootfs, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount the image's root file system (overlay %s): %w", opts, err)
+	if err := mountOverlay(c.rootfs, p.spec.Rootfs.Image, upper, work); err != nil {
+		return err
 	}
 	ok := false
 	defer func() {

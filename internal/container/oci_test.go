@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kubetask/kubetask/internal/imagestore/imagetest"
 )
 
@@ -90,5 +92,45 @@ func TestOCIRuntimeStartErrorAndExecOfMissingCommand(t *testing.T) {
 	var out strings.Builder
 	if code, err := p.Exec(context.Background(), []string{"no-such-command"}, nil, &out, &out); code != 127 || err != nil {
 		t.Errorf("exec of a missing command: %d %v, want 127", code, err)
+	}
+}
+
+// TestOverlayLayerIsVolatile: an instance's writable layer is mounted
+// volatile (thrown away with the instance, it needs no sync, and unmounting
+// it costs no journal commit), and still takes writes without touching the
+// image below.
+func TestOverlayLayerIsVolatile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	tmp := t.TempDir()
+	lower, upper, work, target := filepath.Join(tmp, "lower"), filepath.Join(tmp, "upper"), filepath.Join(tmp, "work"), filepath.Join(tmp, "merged")
+	for _, d := range []string{lower, upper, work, target} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mountOverlay(target, lower, upper, work); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.Lines(string(b)) {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == target {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "volatile") {
+		t.Errorf("overlay at %s: mountinfo %q, want the volatile option", target, line)
+	}
+	if err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(lower, "f")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a write reached the image: %v", err)
 	}
 }
