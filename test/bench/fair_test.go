@@ -14,6 +14,7 @@ import (
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/test/benchresult"
 	"github.com/kubetask/kubetask/test/exectest"
 )
 
@@ -269,14 +270,15 @@ func fairSizeFromEnv() fairSize {
 func BenchmarkFairShare(b *testing.B) {
 	sz := fairSizeFromEnv()
 	ensureSimNodes(b, benchNodes)
+	res := benchresult.Start(b, "fair", "size", fmt.Sprintf("A %d, B %d, parallelism %d", sz.a, sz.b, sz.parallelism))
 	for i := 0; i < b.N; i++ {
 		rows := []fairRow{fairRun(b, executor.SlotOrderFIFO, sz), fairRun(b, executor.SlotOrderFair, sz)}
 		fmt.Print("\n" + fairTable(rows) + "\n" + writesTable(rows))
-		b.ReportMetric(rows[1].bFirstPod.Seconds(), "s-B-first-pod-fair")
-		b.ReportMetric(rows[0].bFirstPod.Seconds(), "s-B-first-pod-fifo")
-		b.ReportMetric(rows[1].bLast.Seconds(), "s-B-last-fair")
-		b.ReportMetric(rows[0].bLast.Seconds(), "s-B-last-fifo")
-		b.ReportMetric(float64(rows[1].slotWaits)/float64(max(rows[1].waited, 1)), "slot-wait-writes/waiting-task-fair")
+		res.Report(b, rows[1].bFirstPod.Seconds(), "s-B-first-pod-fair")
+		res.Report(b, rows[0].bFirstPod.Seconds(), "s-B-first-pod-fifo")
+		res.Report(b, rows[1].bLast.Seconds(), "s-B-last-fair")
+		res.Report(b, rows[0].bLast.Seconds(), "s-B-last-fifo")
+		res.Report(b, float64(rows[1].slotWaits)/float64(max(rows[1].waited, 1)), "slot-wait-writes/waiting-task-fair")
 	}
 }
 

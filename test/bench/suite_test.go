@@ -90,13 +90,10 @@ func BenchmarkExecutor(b *testing.B) {
 	sz := sizeFromEnv()
 	size := "full"
 	if sz != fullSize {
-		size = fmt.Sprintf("base=%d,pairs=%d,cmp=%d,slow=%d,job-defaults=%d,scale=%d,memory=%d",
+		size = fmt.Sprintf("smaller than make bench's, a smoke run whose figures mean little: base %d, pairs %d, cmp %d, slow %d, job-defaults %d, scale %d, memory %d",
 			sz.base, sz.pairs, sz.cmp, sz.slow, sz.jobDefaults, sz.scale, sz.memory)
-		if sz == tinySize {
-			size = "tiny (a smoke run: its figures mean little)"
-		}
 	}
-	res := benchresult.Start(b, "bench", "size", strings.ReplaceAll(size, " ", "_"))
+	res := benchresult.Start(b, "bench", "size", size)
 	for i := 0; i < b.N; i++ {
 		rows := runSuite(b, sz)
 		fmt.Print("\n" + table(rows))

@@ -26,6 +26,11 @@ import (
 // submitSize is the shape of one submission run.
 type submitSize struct {
 	tasks, clients int
+	// distinct gives every task (and every baseline pod) a spec of its own
+	// (an env var with its index), so that nothing the service or the API
+	// server derives from a spec can be reused from one task to the next;
+	// otherwise all share one spec.
+	distinct bool
 	// The service's executor flags.
 	parallelism int
 	qps         float32
@@ -157,9 +162,25 @@ const openShare = 0.8
 // of each at that rate.
 //
 //	go test ./test/benchserve -run '^$' -bench BenchmarkServeSubmit -benchtime 1x -timeout 30m
+//
+// It runs twice, as ServeSubmit/shared (every task the same spec) and
+// ServeSubmit/distinct (each task a spec of its own);
+// KUBETASK_BENCH_SUBMIT_SPECS=shared or distinct runs one.
 func BenchmarkServeSubmit(b *testing.B) {
 	res := benchresult.Start(b, "serve")
-	sz := benchSubmitSize()
+	for _, specs := range []string{"shared", "distinct"} {
+		if only := os.Getenv("KUBETASK_BENCH_SUBMIT_SPECS"); only != "" && only != specs {
+			continue
+		}
+		b.Run(specs, func(b *testing.B) {
+			sz := benchSubmitSize()
+			sz.distinct = specs == "distinct"
+			benchServeSubmit(b, res, sz)
+		})
+	}
+}
+
+func benchServeSubmit(b *testing.B, res *benchresult.Run, sz submitSize) {
 	for range b.N {
 		r, open := runServeSubmit(b, sz)
 		fmt.Println(r.summary())
@@ -183,9 +204,9 @@ func BenchmarkServeSubmit(b *testing.B) {
 }
 
 // TestServeSubmitTiny runs BenchmarkServeSubmit's code at a tiny size,
-// both loops.
+// both loops, distinct specs.
 func TestServeSubmitTiny(t *testing.T) {
-	r, open := runServeSubmit(t, submitSize{tasks: 12, clients: 4, parallelism: 12, qps: 200, burst: 400, timeout: 2 * time.Minute})
+	r, open := runServeSubmit(t, submitSize{tasks: 12, clients: 4, distinct: true, parallelism: 12, qps: 200, burst: 400, timeout: 2 * time.Minute})
 	t.Log(r.summary())
 	t.Log(open.openSummary())
 	if open.rate <= 0 || len(open.latencies) != 12 || len(open.pods.latencies) != 12 {
@@ -199,6 +220,17 @@ func TestServeSubmitTiny(t *testing.T) {
 func quickTask(name string) *task.Task {
 	t := exectest.SimTask(name, map[string]string{kwokstages.CompleteAfter: "0s", kwokstages.CompleteCode: "0"})
 	t.Spec.Template.Spec.Containers = t.Spec.Template.Spec.Containers[:1] // main only
+	return t
+}
+
+// submittedTask is task i of a run: quickTask, with a spec of its own when
+// distinct.
+func submittedTask(i int, distinct bool) *task.Task {
+	t := quickTask(fmt.Sprintf("quick-%d", i))
+	if distinct {
+		main := &t.Spec.Template.Spec.Containers[0]
+		main.Env = append(main.Env, corev1.EnvVar{Name: "KUBETASK_BENCH_VARIANT", Value: strconv.Itoa(i)})
+	}
 	return t
 }
 
@@ -238,9 +270,9 @@ func runServeSubmit(tb testing.TB, sz submitSize) (closed, open submitResult) {
 	tb.Helper()
 	// The baseline first, in a namespace of its own, its pods gone before
 	// the service starts.
-	closed = serveSubmissions(tb, sz, runPodCreates(tb, clustertest.New(tb), sz.tasks, closedLoop(sz.clients)), closedLoop(sz.clients))
+	closed = serveSubmissions(tb, sz, runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.distinct, closedLoop(sz.clients)), closedLoop(sz.clients))
 	rate := openShare * closed.pods.perSecond()
-	pods := runPodCreates(tb, clustertest.New(tb), sz.tasks, openLoop(rate))
+	pods := runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.distinct, openLoop(rate))
 	open = serveSubmissions(tb, sz, pods, openLoop(rate))
 	open.rate = rate
 	return closed, open
@@ -274,7 +306,7 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 
 	docs := make([][]byte, sz.tasks)
 	for i := range docs {
-		if docs[i], err = json.Marshal(quickTask(fmt.Sprintf("quick-%d", i))); err != nil {
+		if docs[i], err = json.Marshal(submittedTask(i, sz.distinct)); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -374,10 +406,11 @@ type podCreateResult struct {
 
 func (r podCreateResult) perSecond() float64 { return float64(r.n) / r.span.Seconds() }
 
-// runPodCreates creates n pods (quickTask's pod, no finalizer) in env's
-// namespace through drive, from one client-go clientset without a client
-// rate limit, then deletes them and waits until they are gone.
-func runPodCreates(tb testing.TB, env *clustertest.Env, n int, drive driver) podCreateResult {
+// runPodCreates creates n pods (submittedTask's pod, no finalizer; each a
+// spec of its own when distinct) in env's namespace through drive, from one
+// client-go clientset without a client rate limit, then deletes them and
+// waits until they are gone.
+func runPodCreates(tb testing.TB, env *clustertest.Env, n int, distinct bool, drive driver) podCreateResult {
 	tb.Helper()
 	ctx := context.Background()
 	rc := rest.CopyConfig(env.Config)
@@ -387,9 +420,9 @@ func runPodCreates(tb testing.TB, env *clustertest.Env, n int, drive driver) pod
 		tb.Fatal(err)
 	}
 	pods := client.CoreV1().Pods(env.Namespace)
-	tmpl := quickTask("pod").Spec.Template
 	reqs := apiserverRequests(tb)
 	out := drive(n, func(i int) error {
+		tmpl := submittedTask(i, distinct).Spec.Template
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quick-%d", i), Annotations: tmpl.Annotations}, Spec: tmpl.Spec}
 		_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 		return err

@@ -58,7 +58,7 @@ var tables = map[string]table{
 	}},
 	"memory":   {suite: "bench", prefix: "Memory/", columns: []column{{"B/pod", "heap bytes per pod"}}},
 	"store":    {suite: "bench", prefix: "Store/", columns: []column{{"writes/s", "durable writes/s"}}},
-	"run":      {suite: "run", prefix: "Run/"},
+	"run":      {suite: "run", prefix: "Run"},
 	"storm":    {suite: "storm"},
 	"serve":    {suite: "serve"},
 	"recovery": {suite: "recovery"},
@@ -76,12 +76,15 @@ var headlines = map[string][]figure{
 		{"executor / Job controller, equal concurrency (16 syncs)", "bench", "Executor/kubetask/unlimited", "x-Job-equal-syncs"},
 		{"executor at scale / equal-work S0 at scale", "bench", "Executor/kubetask-at-scale", "x-S0-equal"},
 		{"outcome lag p99 to the durable write, no faults", "bench", "Executor/kubetask/unlimited", "durable-lag-p99-ms"},
-		{"executor heap per tracked pod", "bench", "Memory/kubetask", "B/pod"},
+		{"executor heap per tracked pod", "bench", "Memory/kubetask-executor", "B/pod"},
 		{"SQLite durable writes, 64 writers", "bench", "Store/SQLite-64-writers", "writes/s"},
 		{"kubetask run / kubectl run, wall time", "run", "Run", "wall-ratio"},
 		{"kubetask run / kubectl run, peak RSS", "run", "Run", "rss-ratio"},
-		{"outcome lag p99 through the storm", "storm", "Storm", "lag-p99-s"},
-		{"submissions to kubetask serve, p99", "serve", "ServeSubmit", "submit-p99-ms"},
+		{"outcome lag p99 through the storm", "storm", "Storm", "storm-lag-p99-s"},
+		{"outcome lag p99 through the harsh storm", "storm", "Storm", "harsh-lag-p99-s"},
+		{"submissions to kubetask serve, distinct specs, open loop, p99", "serve", "ServeSubmit/distinct", "open-submit-p99-ms"},
+		{"plain pod creates at the same rate, distinct specs, p99", "serve", "ServeSubmit/distinct", "open-podcreate-p99-ms"},
+		{"submissions / plain pod creates, distinct specs, closed loop", "serve", "ServeSubmit/distinct", "submits/podcreates"},
 	},
 }
 
@@ -199,7 +202,7 @@ func renderTable(t table, r *run) string {
 			reps = max(reps, st.n)
 			cells = append(cells, cell(st))
 		}
-		label := strings.TrimPrefix(n, t.prefix)
+		label := strings.TrimPrefix(strings.TrimPrefix(n, t.prefix), "/")
 		if label == "" {
 			label = n
 		}
@@ -222,7 +225,7 @@ func renderFigures(fs []figure, runs map[string]*run) string {
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | %s %s | %d | `%s` at `%s`, %s, load %s |\n", f.label, cell(st), f.unit, st.n,
-			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"]+" ?")[0])
+			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0])
 	}
 	return b.String()
 }
