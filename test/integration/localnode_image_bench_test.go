@@ -2,19 +2,24 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localnode"
 )
@@ -108,11 +113,25 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkLocalNodeRuncStart measures create to Succeeded of a pod from a
-// loaded image on two local nodes of this test binary that differ only in
-// their runtime: the node's own init and runc (localnode.Config.Runtime),
-// pods of the two alternating one at a time; KUBETASK_BENCH_PODS (default
-// 20) of each:
+// BenchmarkLocalNodeRuncStart sets what a pod from a loaded image costs under
+// runc beside what runc itself costs, all in one run, alternating one at a
+// time so that the machine's load falls on each alike
+// (KUBETASK_BENCH_PODS, default 20, of each):
+//
+//   - runc alone: `runc run --keep` and `runc delete --force` of a bundle
+//     whose root is a copy of the image's root file system, with no kubetask
+//     process in between: once with `runc spec`'s minimal config
+//     (runc-minimal), once with the very config.json a runc node wrote for
+//     one of its pods (runc-node-spec: the default seccomp profile, masked
+//     paths, a cgroup, the pod's mounts);
+//   - a pod from the image, create to Succeeded through the API server, on a
+//     local node of this test binary with runc (pod-runc) and on one with the
+//     node's own init (pod-init), otherwise alike.
+//
+// runc-extra/runc-alone is (pod-runc − pod-init) / runc-node-spec: what a
+// pod pays for runc over the init, against what runc costs on its own for
+// the same spec; at or below 1, the node adds nothing to runc's own cost
+// (the init's own start is in pod-init and not in pod-runc).
 //
 //	go test ./test/integration -run '^$' -bench LocalNodeRuncStart -benchtime 1x
 func BenchmarkLocalNodeRuncStart(b *testing.B) {
@@ -129,17 +148,21 @@ func BenchmarkLocalNodeRuncStart(b *testing.B) {
 	_, _ = loadProbeImage(b, "kubetask.test/probe:bench")
 	b.ResetTimer()
 	for range b.N {
-		initT, runcT := measureRuncStart(b, "kubetask.test/probe:bench", n)
-		b.ReportMetric(ms(initT), "ms-init-median")
-		b.ReportMetric(ms(runcT), "ms-runc-median")
-		b.ReportMetric(float64(runcT)/float64(initT), "runc/init")
-		b.Logf("%d pods each: create to Succeeded from the image, median %v with the node's init, %v with runc (ratio %.2f)",
-			n, initT.Round(time.Millisecond), runcT.Round(time.Millisecond), float64(runcT)/float64(initT))
+		m := measureRuncStart(b, "kubetask.test/probe:bench", n)
+		b.ReportMetric(ms(m.runcMinimal), "ms-runc-minimal")
+		b.ReportMetric(ms(m.runcSpec), "ms-runc-node-spec")
+		b.ReportMetric(ms(m.podRunc), "ms-pod-runc")
+		b.ReportMetric(ms(m.podInit), "ms-pod-init")
+		b.ReportMetric(float64(m.podRunc)/float64(m.podInit), "pod-runc/pod-init")
+		b.ReportMetric(float64(m.podRunc-m.podInit)/float64(m.runcSpec), "runc-extra/runc-alone")
+		b.Logf("%d of each, medians: runc alone %v (minimal config) and %v (the node's config); a pod from the image, create to Succeeded, %v with runc and %v with the node's init (ratio %.2f); runc's extra over the init %v against runc alone %v (ratio %.2f)",
+			n, m.runcMinimal.Round(100*time.Microsecond), m.runcSpec.Round(100*time.Microsecond), m.podRunc.Round(100*time.Microsecond), m.podInit.Round(100*time.Microsecond),
+			float64(m.podRunc)/float64(m.podInit), (m.podRunc - m.podInit).Round(100*time.Microsecond), m.runcSpec.Round(100*time.Microsecond), float64(m.podRunc-m.podInit)/float64(m.runcSpec))
 	}
 }
 
 // TestLocalNodeRuncStartTiny runs BenchmarkLocalNodeRuncStart's measurement
-// with two pods of each kind, so that it cannot rot; it asserts no timing.
+// with two of each, so that it cannot rot; it asserts no timing.
 func TestLocalNodeRuncStartTiny(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("running images needs root")
@@ -148,21 +171,27 @@ func TestLocalNodeRuncStartTiny(t *testing.T) {
 		t.Skip("runc is not installed")
 	}
 	_, _ = loadProbeImage(t, "kubetask.test/probe:tiny")
-	initT, runcT := measureRuncStart(t, "kubetask.test/probe:tiny", 2)
-	t.Logf("median create to Succeeded from the image: %v with the node's init, %v with runc", initT, runcT)
+	m := measureRuncStart(t, "kubetask.test/probe:tiny", 2)
+	t.Logf("medians: runc alone %v (minimal), %v (the node's config); pod %v with runc, %v with the init", m.runcMinimal, m.runcSpec, m.podRunc, m.podInit)
+}
+
+// runcStart is what measureRuncStart measured: medians.
+type runcStart struct {
+	runcMinimal, runcSpec, podRunc, podInit time.Duration
 }
 
 // measureRuncStart starts two local nodes in this binary on the shared
-// cluster's image store, one with each runtime, and runs n pods of the image
-// ref on each, alternating; it returns the median create-to-Succeeded time
-// of each.
-func measureRuncStart(tb testing.TB, ref string, n int) (initT, runcT time.Duration) {
+// cluster's image store, one with each runtime, and measures, n times each
+// and alternating, runc alone on the image's root file system (a minimal
+// config and the config the runc node wrote for its first pod) and a pod of
+// the image ref on each node.
+func measureRuncStart(tb testing.TB, ref string, n int) runcStart {
 	tb.Helper()
 	env := clustertest.New(tb)
 	suffix := strings.ToLower(strconv.FormatInt(time.Now().UnixNano()%1e6, 36))
 	initNode, runcNode := "bench-init-"+suffix, "bench-runc-"+suffix
 	startRuntimeNode(tb, env, initNode, "init")
-	startRuntimeNode(tb, env, runcNode, "runc")
+	runcDir := startRuntimeNode(tb, env, runcNode, "runc")
 	ctx := context.Background()
 	pods := env.Client.CoreV1().Pods(env.Namespace)
 	grace := int64(1)
@@ -191,25 +220,137 @@ func measureRuncStart(tb testing.TB, ref string, n int) (initT, runcT time.Durat
 			time.Sleep(10 * time.Millisecond) // poll interval of a condition with a deadline
 		}
 	}
-	var inits, runcs []time.Duration
-	for i := range n {
-		inits = append(inits, run(fmt.Sprintf("init-%d", i), initNode))
-		runcs = append(runcs, run(fmt.Sprintf("runc-%d", i), runcNode))
+	// A first pod on the runc node, not measured: it starts the node's
+	// watcher of runc's root, and its bundle's config is the node's spec.
+	run("runc-warm", runcNode)
+	img, err := imagestore.New(clustertest.Cluster().ImageDir()).Lookup(ref)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return median(inits), median(runcs)
+	direct := newDirectRunc(tb, img.Rootfs, runcDir)
+	var m [4][]time.Duration
+	for i := range n {
+		m[0] = append(m[0], direct.run(tb, direct.minimal))
+		m[1] = append(m[1], direct.run(tb, direct.nodeSpec))
+		m[2] = append(m[2], run(fmt.Sprintf("runc-%d", i), runcNode))
+		m[3] = append(m[3], run(fmt.Sprintf("init-%d", i), initNode))
+	}
+	return runcStart{runcMinimal: median(m[0]), runcSpec: median(m[1]), podRunc: median(m[2]), podInit: median(m[3])}
+}
+
+// directRunc runs runc by itself on bundles of a copy of an image's root
+// file system.
+type directRunc struct {
+	runc, root        string // runc's binary and its state directory
+	minimal, nodeSpec string // the two bundles
+	n                 int
+}
+
+// newDirectRunc makes two bundles whose root is a copy of rootfs: one with
+// `runc spec`'s config (its command the probe's, no terminal), one with the
+// config.json a runc node wrote under nodeDir for one of its pods (its
+// mounts, still there while the pod is; root, cgroup and a new network
+// namespace of the bundle's own).
+func newDirectRunc(tb testing.TB, rootfs, nodeDir string) *directRunc {
+	tb.Helper()
+	path, err := exec.LookPath("runc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmp := tb.TempDir()
+	d := &directRunc{runc: path, root: filepath.Join(tmp, "state"), minimal: filepath.Join(tmp, "minimal"), nodeSpec: filepath.Join(tmp, "node-spec")}
+	var nodeConfig string
+	_ = filepath.WalkDir(filepath.Join(nodeDir, "pods"), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && nodeConfig == "" && e.Name() == "config.json" && filepath.Base(filepath.Dir(p)) == "bundle" {
+			nodeConfig = p
+		}
+		return nil
+	})
+	if nodeConfig == "" {
+		tb.Fatalf("no bundle config.json under %s", nodeDir)
+	}
+	for _, bundle := range []string{d.minimal, d.nodeSpec} {
+		root := filepath.Join(bundle, "rootfs")
+		if err := os.MkdirAll(bundle, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", rootfs, root).CombinedOutput(); err != nil {
+			tb.Fatalf("copy the image's root: %v: %s", err, out)
+		}
+	}
+	if out, err := exec.Command(path, "spec", "--bundle", d.minimal).CombinedOutput(); err != nil {
+		tb.Fatalf("runc spec: %v: %s", err, out)
+	}
+	edit := func(file string, change func(s *specs.Spec)) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var s specs.Spec
+		if err := json.Unmarshal(b, &s); err != nil {
+			tb.Fatal(err)
+		}
+		change(&s)
+		if b, err = json.Marshal(&s); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(filepath.Dir(file), "config.json"), b, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	edit(filepath.Join(d.minimal, "config.json"), func(s *specs.Spec) {
+		s.Process.Terminal = false
+		s.Process.Args = []string{"/bin/probe", "/etc/only-in-image"}
+		s.Root.Path = filepath.Join(d.minimal, "rootfs")
+	})
+	b, err := os.ReadFile(nodeConfig)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.nodeSpec, "node-config.json"), b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	edit(filepath.Join(d.nodeSpec, "node-config.json"), func(s *specs.Spec) {
+		s.Root.Path = filepath.Join(d.nodeSpec, "rootfs")
+		for i, ns := range s.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = "" // the pod's is gone; a new one, as runc spec's
+			}
+		}
+	})
+	return d
+}
+
+// run runs the bundle's command to its end with `runc run --keep` and
+// removes the container with `runc delete --force` (as the node does), and
+// returns how long the two took.
+func (d *directRunc) run(tb testing.TB, bundle string) time.Duration {
+	tb.Helper()
+	d.n++
+	id := fmt.Sprintf("direct-%d", d.n)
+	start := time.Now()
+	if out, err := exec.Command(d.runc, "--root", d.root, "run", "--keep", "--bundle", bundle, id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
+		tb.Fatalf("runc run %s: %v: %s", bundle, err, out)
+	}
+	if out, err := exec.Command(d.runc, "--root", d.root, "delete", "--force", id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
+		tb.Fatalf("runc delete %s: %v: %s", id, err, out)
+	}
+	return time.Since(start)
 }
 
 // startRuntimeNode runs a local node in this binary with the given runtime
-// on the shared cluster's image store until the test ends.
-func startRuntimeNode(tb testing.TB, env *clustertest.Env, name, runtime string) {
+// on the shared cluster's image store until the test ends, and returns its
+// directory.
+func startRuntimeNode(tb testing.TB, env *clustertest.Env, name, runtime string) string {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	dir := tb.TempDir()
 	go func() {
 		done <- localnode.Run(ctx, localnode.Config{
 			NodeName:   name,
 			Kubeconfig: env.Kubeconfig,
-			Dir:        tb.TempDir(),
+			Dir:        dir,
 			ImageDir:   clustertest.Cluster().ImageDir(),
 			Runtime:    runtime,
 			Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -231,7 +372,7 @@ func startRuntimeNode(tb testing.TB, env *clustertest.Env, name, runtime string)
 		if err == nil {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-					return
+					return dir
 				}
 			}
 		}
