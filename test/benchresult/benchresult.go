@@ -12,6 +12,7 @@
 //	memory: 24 GiB
 //	load-start: 4.12 3.80 3.02
 //	load-end: 5.01 4.20 3.31
+//	env: KUBETASK_BENCH_SIZE=tiny       (only when the size is not the default)
 //	BenchmarkExecutor/kubetask/unlimited 1 39.2 tasks/s 5.67 calls/task
 //
 // A figure measured several times is several lines of the same name (one
@@ -82,6 +83,9 @@ func Start(tb testing.TB, suite string, config ...string) *Run {
 	r.config = append(r.config, Machine(now)...)
 	for i := 0; i+1 < len(config); i += 2 {
 		r.config = append(r.config, [2]string{config[i], config[i+1]})
+	}
+	if env := sizeEnv(); env != "" {
+		r.config = append(r.config, [2]string{"env", env})
 	}
 	if dir := os.Getenv("KUBETASK_BENCH_RESULTS"); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -230,6 +234,23 @@ func Machine(now time.Time) [][2]string {
 		{"memory", memTotal()},
 		{"load-start", LoadAvg()},
 	}
+}
+
+// sizeEnv is the environment variables that change a suite's size from
+// its default (KUBETASK_BENCH_*, KUBETASK_FAIR_*), as NAME=value, sorted:
+// a run with any is not the suite's full run, and the docs say so.
+func sizeEnv() string {
+	var vs []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "KUBETASK_BENCH_RESULTS", name == "KUBETASK_BENCH_COMMIT":
+		case strings.HasPrefix(name, "KUBETASK_BENCH_"), strings.HasPrefix(name, "KUBETASK_FAIR_"):
+			vs = append(vs, kv)
+		}
+	}
+	slices.Sort(vs)
+	return strings.Join(vs, " ")
 }
 
 func gitCommit() string {

@@ -269,7 +269,11 @@ func (r *result) record(tb testing.TB, res *benchresult.Run) {
 // BenchmarkRun compares the tools over -pairs rounds and prints the table.
 func BenchmarkRun(b *testing.B) {
 	bn := setup(b)
-	res := benchresult.Start(b, "run", "pairs", fmt.Sprint(*pairs))
+	size := "full"
+	if *pairs < 12 {
+		size = fmt.Sprintf("smaller than make bench-run's: %d rounds", *pairs)
+	}
+	res := benchresult.Start(b, "run", "pairs", fmt.Sprint(*pairs), "size", size)
 	for range b.N {
 		r := bn.measure(b, *pairs)
 		fmt.Print(r.table())

@@ -224,8 +224,12 @@ func renderFigures(fs []figure, runs map[string]*run) string {
 			fmt.Fprintf(&b, "| %s | not measured at this commit | | `%s` |\n", f.label, suites[f.suite])
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %d | `%s` at `%s`, %s, load %s |\n", f.label, cell(st), f.unit, st.n,
-			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0])
+		smoke := ""
+		if r.smaller() {
+			smoke = ", smaller than the suite's full run (a smoke run)"
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %d | `%s` at `%s`, %s, load %s%s |\n", f.label, cell(st), f.unit, st.n,
+			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0], smoke)
 	}
 	return b.String()
 }

@@ -66,8 +66,8 @@ func TestGenerateFigures(t *testing.T) {
 	}, runs)
 	want := `| figure | median (min–max) | n | run |
 | --- | --- | --- | --- |
-| executor | 39.2 tasks/s | 1 | ` + "`make bench` at `0123456`, 2026-12-06, load 4.10" + ` |
-| pairs | 0.800 (0.800–0.950) x-S0-equal | 3 | ` + "`make bench` at `0123456`, 2026-12-06, load 4.10" + ` |
+| executor | 39.2 tasks/s | 1 | ` + "`make bench` at `0123456`, 2026-12-06, load 4.10, smaller than the suite's full run (a smoke run)" + ` |
+| pairs | 0.800 (0.800–0.950) x-S0-equal | 3 | ` + "`make bench` at `0123456`, 2026-12-06, load 4.10, smaller than the suite's full run (a smoke run)" + ` |
 | storm | not measured at this commit | | ` + "`make bench-storm`" + ` |
 `
 	if got != want {

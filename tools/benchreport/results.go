@@ -26,6 +26,13 @@ type run struct {
 
 func (r *run) suite() string { return r.config["suite"] }
 
+// smaller reports whether the run is not its suite's full run: its size
+// says so, or environment variables changed it.
+func (r *run) smaller() bool {
+	size, ok := r.config["size"]
+	return (ok && size != "full") || r.config["env"] != ""
+}
+
 // readRun reads one results file with benchfmt. The configuration is the
 // file's whole header, including load-end, which precedes the results.
 func readRun(name string, in io.Reader) (*run, error) {
@@ -62,14 +69,15 @@ func readRun(name string, in io.Reader) (*run, error) {
 	if err := rd.Err(); err != nil {
 		return nil, err
 	}
-	if r.suite() == "" {
+	if len(r.names) > 0 && r.suite() == "" {
 		return nil, fmt.Errorf("%s: no suite line", name)
 	}
 	return r, nil
 }
 
 // latestRuns reads every *.txt in dir and keeps each suite's latest run by
-// its date line (then by file name).
+// its date line (then by file name). A file without a figure (its
+// configuration is known only through its results) is left out.
 func latestRuns(dir string) (map[string]*run, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.txt"))
 	if err != nil {
@@ -86,6 +94,9 @@ func latestRuns(dir string) (map[string]*run, error) {
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("results file %s: %w", p, err)
+		}
+		if len(r.names) == 0 {
+			continue // a run that failed before its first figure
 		}
 		if old := latest[r.suite()]; old == nil || cmp.Compare(r.config["date"], old.config["date"]) >= 0 {
 			latest[r.suite()] = r
