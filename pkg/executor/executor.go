@@ -221,9 +221,13 @@ func New(cfg Config) (*Executor, error) {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 	)
-	e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		limiter,
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubetask-executor", Clock: cfg.Clock})
+	// A RecordOnly executor never starts, so nothing would shut its queue
+	// down: it has none (a queue's goroutine would outlive it).
+	if !cfg.RecordOnly {
+		e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+			limiter,
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubetask-executor", Clock: cfg.Clock})
+	}
 	return e, nil
 }
 

@@ -82,7 +82,9 @@ func newFx(t *testing.T, mod func(*Config)) *fx {
 	f.beginTerm()
 	f.idx = cache.NewIndexer(podKey, cache.Indexers{runIndex: indexByRun})
 	ex.indexers.Store(&[]cache.Indexer{f.idx})
-	t.Cleanup(ex.queue.ShutDown)
+	if ex.queue != nil { // a RecordOnly executor has none
+		t.Cleanup(ex.queue.ShutDown)
+	}
 	return f
 }
 

@@ -219,7 +219,7 @@ func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 				}
 				return w, err
 			}
-			return watch.Filter(w, c.watchEvents(streaming)), nil
+			return filterWatch(w, c.watchEvents(streaming)), nil
 		},
 		DisableChunking: lw.DisableChunking,
 	}
@@ -531,4 +531,56 @@ func namespaceName(ns string) string {
 		return "all namespaces"
 	}
 	return "namespace " + ns
+}
+
+// filteredWatch is watch.Filter without its leak: watch.Filter's loop,
+// holding an event the consumer no longer reads (the reflector stops
+// reading when its context ends, a Lease lost say, and then calls Stop),
+// blocks on its send for ever. This one's loop ends at Stop.
+type filteredWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	f    watch.FilterFunc
+	stop chan struct{}
+	once sync.Once
+}
+
+// filterWatch passes w's events through f, as watch.Filter does, until w
+// ends or Stop is called.
+func filterWatch(w watch.Interface, f watch.FilterFunc) watch.Interface {
+	fw := &filteredWatch{in: w, out: make(chan watch.Event), f: f, stop: make(chan struct{})}
+	go fw.loop()
+	return fw
+}
+
+func (fw *filteredWatch) ResultChan() <-chan watch.Event { return fw.out }
+
+// Stop stops the upstream watch and the loop, whether or not the consumer
+// reads.
+func (fw *filteredWatch) Stop() {
+	fw.once.Do(func() { close(fw.stop) })
+	fw.in.Stop()
+}
+
+func (fw *filteredWatch) loop() {
+	defer close(fw.out)
+	for {
+		select {
+		case <-fw.stop:
+			return
+		case ev, ok := <-fw.in.ResultChan():
+			if !ok {
+				return
+			}
+			ev, keep := fw.f(ev)
+			if !keep {
+				continue
+			}
+			select {
+			case fw.out <- ev:
+			case <-fw.stop:
+				return
+			}
+		}
+	}
 }

@@ -3,9 +3,11 @@ package executor
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kubetask/kubetask/pkg/store"
 )
@@ -29,8 +31,8 @@ func TestRecordOnly(t *testing.T) {
 		t.Error("Cancel did not write CancelledAt")
 	}
 	f.ex.Resync("t1")
-	if n := f.ex.queue.Len(); n != 0 {
-		t.Errorf("queue holds %d tasks, want none", n)
+	if f.ex.queue != nil {
+		t.Errorf("a RecordOnly executor has a work queue (%d tasks); want none", f.ex.queue.Len())
 	}
 	f.ex.mu.Lock()
 	waiting := len(f.ex.inLine)
@@ -59,4 +61,26 @@ func TestExecutorsShareARegistry(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "kubetask_attempt_outcomes_total"); err != nil || n != 1 {
 		t.Errorf("gathered %d series (err %v), want 1", n, err)
 	}
+}
+
+// TestRecordOnlyLeavesNoGoroutine: a RecordOnly executor never starts, so
+// nothing shuts down what it holds: it must hold nothing that runs (a
+// replica makes one per shard; the simulator's replicas scenario found the
+// work queue's goroutines left behind). synctest fails the test on a
+// goroutine left in the bubble.
+func TestRecordOnlyLeavesNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ex, err := New(Config{Client: fake.NewClientset(), Execer: &fakeExec{}, InstanceID: "ex",
+			Store: store.NewMemory(), RecordOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ex.Submit(t.Context(), "t1", newTask()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ex.Cancel(t.Context(), "t1"); err != nil {
+			t.Fatal(err)
+		}
+		ex.Resync("t1")
+	})
 }
