@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -668,8 +669,10 @@ func (r *Replica) changed(ctx context.Context, c store.Change) {
 	r.mu.Lock()
 	var runs []*shardRun
 	if c.ID == "" {
-		for _, run := range r.running {
-			runs = append(runs, run)
+		// In shard order: one after the other, each a store read, in an
+		// order that replays (the simulator's).
+		for _, k := range slices.Sorted(maps.Keys(r.running)) {
+			runs = append(runs, r.running[k])
 		}
 	} else if k, ok := r.byID[c.Executor]; ok && r.running[k] != nil {
 		runs = append(runs, r.running[k])
