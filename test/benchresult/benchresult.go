@@ -88,7 +88,7 @@ func Start(tb testing.TB, suite string, config ...string) *Run {
 		r.config = append(r.config, [2]string{"env", env})
 	}
 	if dir := os.Getenv("KUBETASK_BENCH_RESULTS"); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // the directory the person running the benchmark named
 			tb.Fatalf("results directory: %v", err)
 		}
 		commit := r.get("commit")
