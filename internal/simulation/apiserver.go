@@ -28,42 +28,71 @@ import (
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
-// historyLimit is how many pod changes the API server keeps for watches: a
-// watch from an older resourceVersion gets 410 Expired.
+// historyLimit is how many changes of a resource the API server keeps for
+// watches (its watch cache): a watch from an older resourceVersion gets 410
+// Expired.
 const historyLimit = 64
 
 var podsGR = schema.GroupResource{Resource: "pods"}
 
 // apiServer is the simulated kube-apiserver: pods and Leases with one
-// resourceVersion counter, watches with a bounded history, and the admission
-// rules kubetask's correctness leans on.
+// resourceVersion counter, watches of each with a bounded history of its
+// own (as the watch cache of each resource), and the admission rules
+// kubetask's correctness leans on.
 type apiServer struct {
-	mu      sync.Mutex
-	steps   *steps
-	hist    *History
-	now     func() time.Time
-	rv      int64
-	uids    int
-	pods    map[string]*corev1.Pod
-	leases  map[string]*coordinationv1.Lease
-	changes []podChange
-	// compacted: changes up to this resourceVersion are gone.
-	compacted int64
-	watches   []*podWatch
-	watchIDs  int
+	mu     sync.Mutex
+	steps  *steps
+	hist   *History
+	now    func() time.Time
+	rv     int64
+	uids   int
+	pods   map[string]*corev1.Pod
+	leases map[string]*coordinationv1.Lease
+	// logs are the changes of each resource ("pods", "leases") kept for
+	// watches.
+	logs     map[string]*changeLog
+	watches  []*objWatch
+	watchIDs int
 	// refuseCreates makes pod creations fail as a quota would.
 	refuseCreates bool
 	// unknown lists requests the server does not model (a test fails on them).
 	unknown []string
 }
 
-type podChange struct {
+// object is what the server stores: a pod or a Lease.
+type object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// change is one committed change of an object.
+type change struct {
 	rv       int64
-	old, obj *corev1.Pod // old nil: added; obj nil: deleted
+	old, obj object // old nil: added; obj nil: deleted
+}
+
+// changeLog is the bounded history of one resource's changes.
+type changeLog struct {
+	changes []change
+	// compacted: changes up to this resourceVersion are gone.
+	compacted int64
 }
 
 func newAPIServer(st *steps, h *History, now func() time.Time) *apiServer {
-	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{}}
+	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{},
+		logs: map[string]*changeLog{"pods": {}, "leases": {}}}
+}
+
+// compact drops every resource's history: every watch ends with 410
+// Expired, and a watch from an earlier resourceVersion gets it at once
+// (s.mu held).
+func (s *apiServer) compact() {
+	for _, l := range s.logs {
+		l.compacted, l.changes = s.rv, nil
+	}
+	for _, w := range s.watches {
+		w.expire()
+	}
 }
 
 // taskOf names a pod by its task and attempt, as the history does.
@@ -88,6 +117,11 @@ func describe(a k8stesting.Action) string {
 	r := a.GetResource().Resource
 	if sub := a.GetSubresource(); sub != "" {
 		r += "/" + sub
+	}
+	// Lists of one process's several executors (a replica's shards) differ
+	// by their selectors: keys that tell them apart replay in one order.
+	if l, ok := a.(k8stesting.ListAction); ok && l.GetListRestrictions().Labels != nil && !l.GetListRestrictions().Labels.Empty() {
+		name += "[" + l.GetListRestrictions().Labels.String() + "]"
 	}
 	return a.GetVerb() + " " + r + " " + name
 }
@@ -161,21 +195,54 @@ func (s *apiServer) nextRV() string {
 // commit stores p (nil: removes key) as a new version and logs the change.
 func (s *apiServer) commit(key string, p *corev1.Pod) {
 	old := s.pods[key]
+	var ch change
+	if old != nil {
+		ch.old = old
+	}
 	if p == nil {
 		delete(s.pods, key)
 		s.nextRV()
 	} else {
 		p.ResourceVersion = s.nextRV()
 		s.pods[key] = p
+		ch.obj = p
 	}
-	ch := podChange{rv: s.rv, old: old, obj: p}
-	s.changes = append(s.changes, ch)
-	if len(s.changes) > historyLimit {
-		s.compacted = s.changes[0].rv
-		s.changes = s.changes[1:]
+	s.log("pods", ch)
+}
+
+// commitLease stores l (nil: removes key) as a new version and logs the
+// change.
+func (s *apiServer) commitLease(key string, l *coordinationv1.Lease) {
+	old := s.leases[key]
+	var ch change
+	if old != nil {
+		ch.old = old
+	}
+	if l == nil {
+		delete(s.leases, key)
+		s.nextRV()
+	} else {
+		l.ResourceVersion = s.nextRV()
+		s.leases[key] = l
+		ch.obj = l
+	}
+	s.log("leases", ch)
+}
+
+// log keeps ch, committed at the current resourceVersion, for resource's
+// watches and offers it to them.
+func (s *apiServer) log(resource string, ch change) {
+	ch.rv = s.rv
+	l := s.logs[resource]
+	l.changes = append(l.changes, ch)
+	if len(l.changes) > historyLimit {
+		l.compacted = l.changes[0].rv
+		l.changes = l.changes[1:]
 	}
 	for _, w := range s.watches {
-		w.offer(ch)
+		if w.resource == resource {
+			w.offer(ch)
+		}
 	}
 }
 
@@ -431,8 +498,7 @@ func (s *apiServer) lease(a k8stesting.Action) (runtime.Object, error) {
 		if s.leases[key] != nil {
 			return nil, apierrors.NewAlreadyExists(gr, l.Name)
 		}
-		l.ResourceVersion = s.nextRV()
-		s.leases[key] = l
+		s.commitLease(key, l)
 		return l.DeepCopy(), nil
 	case "update":
 		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
@@ -444,8 +510,7 @@ func (s *apiServer) lease(a k8stesting.Action) (runtime.Object, error) {
 		if l.ResourceVersion != old.ResourceVersion {
 			return nil, apierrors.NewConflict(gr, l.Name, errors.New("the object has been modified"))
 		}
-		l.ResourceVersion = s.nextRV()
-		s.leases[key] = l
+		s.commitLease(key, l)
 		return l.DeepCopy(), nil
 	case "delete":
 		a := a.(k8stesting.DeleteActionImpl)
@@ -457,38 +522,66 @@ func (s *apiServer) lease(a k8stesting.Action) (runtime.Object, error) {
 		if pre := a.DeleteOptions.Preconditions; pre != nil && pre.ResourceVersion != nil && *pre.ResourceVersion != old.ResourceVersion {
 			return nil, apierrors.NewConflict(gr, a.GetName(), errors.New("precondition failed"))
 		}
-		delete(s.leases, key)
+		s.commitLease(key, nil)
 		return nil, nil
+	case "list":
+		return s.listLeases(a.GetNamespace()), nil
 	}
 	s.unknown = append(s.unknown, describe(a))
 	return nil, apierrors.NewMethodNotSupported(gr, a.GetVerb())
 }
 
-// podWatch is one WATCH of pods: the changes after its resourceVersion
-// that its selector selects, each delivered as a step of its process.
-type podWatch struct {
-	srv    *apiServer
-	actor  string
-	id     int
-	ns     string
-	sel    labels.Selector
-	ch     chan watch.Event
-	queue  []watch.Event // under srv.mu
-	ended  bool          // under srv.mu: close once the queue is delivered
-	wake   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
+// listLeases lists the Leases of ns in key order.
+func (s *apiServer) listLeases(ns string) *coordinationv1.LeaseList {
+	out := &coordinationv1.LeaseList{}
+	keys := make([]string, 0, len(s.leases))
+	for k := range s.leases {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if l := s.leases[k]; ns == "" || l.Namespace == ns {
+			out.Items = append(out.Items, *l.DeepCopy())
+		}
+	}
+	out.ResourceVersion = strconv.FormatInt(s.rv, 10)
+	return out
+}
+
+// objWatch is one WATCH of a resource (pods or Leases): the changes after
+// its resourceVersion that its selector selects, each delivered as a step of
+// its process.
+type objWatch struct {
+	srv      *apiServer
+	actor    string
+	resource string
+	id       int
+	ns       string
+	sel      labels.Selector
+	ch       chan watch.Event
+	queue    []watch.Event // under srv.mu
+	ended    bool          // under srv.mu: close once the queue is delivered
+	wake     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
 }
 
 func (s *apiServer) watch(ctx context.Context, actor string, a k8stesting.WatchAction) (watch.Interface, error) {
-	if a.GetResource().Resource != "pods" {
-		s.mu.Lock()
-		s.unknown = append(s.unknown, "watch "+a.GetResource().Resource)
+	resource := a.GetResource().Resource
+	s.mu.Lock()
+	l := s.logs[resource]
+	if l == nil {
+		s.unknown = append(s.unknown, "watch "+resource)
 		s.mu.Unlock()
 		return nil, apierrors.NewMethodNotSupported(a.GetResource().GroupResource(), "watch")
 	}
+	s.mu.Unlock()
 	r := a.GetWatchRestrictions()
-	if err := s.steps.wait(ctx, actor, actor+" api> watch pods"); err != nil {
+	key := actor + " api> watch " + resource
+	if r.Labels != nil && !r.Labels.Empty() {
+		key += " [" + r.Labels.String() + "]"
+	}
+	if err := s.steps.wait(ctx, actor, key); err != nil {
 		if errors.Is(err, errInjected) {
 			return nil, apierrors.NewServiceUnavailable("simulated: watch refused")
 		}
@@ -498,15 +591,15 @@ func (s *apiServer) watch(ctx context.Context, actor string, a k8stesting.WatchA
 	defer s.mu.Unlock()
 	s.watchIDs++
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &podWatch{srv: s, actor: actor, id: s.watchIDs, ns: a.GetNamespace(), sel: r.Labels, ch: make(chan watch.Event),
+	w := &objWatch{srv: s, actor: actor, resource: resource, id: s.watchIDs, ns: a.GetNamespace(), sel: r.Labels, ch: make(chan watch.Event),
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	from, _ := strconv.ParseInt(r.ResourceVersion, 10, 64)
 	switch {
 	case r.ResourceVersion == "" || r.ResourceVersion == "0":
-	case from < s.compacted:
+	case from < l.compacted:
 		w.expire()
 	default:
-		for _, ch := range s.changes {
+		for _, ch := range l.changes {
 			if ch.rv > from {
 				w.offer(ch)
 			}
@@ -519,12 +612,14 @@ func (s *apiServer) watch(ctx context.Context, actor string, a k8stesting.WatchA
 	return w, nil
 }
 
-func (w *podWatch) matches(p *corev1.Pod) bool {
-	return p != nil && (w.ns == "" || p.Namespace == w.ns) && (w.sel == nil || w.sel.Matches(labels.Set(p.Labels)))
+func (w *objWatch) matches(o object) bool {
+	return o != nil && (w.ns == "" || o.GetNamespace() == w.ns) && (w.sel == nil || w.sel.Matches(labels.Set(o.GetLabels())))
 }
 
+func copyOf(o object) object { return o.DeepCopyObject().(object) }
+
 // offer queues what ch is to this watch (under srv.mu).
-func (w *podWatch) offer(ch podChange) {
+func (w *objWatch) offer(ch change) {
 	if w.ended {
 		return
 	}
@@ -532,15 +627,15 @@ func (w *podWatch) offer(ch podChange) {
 	var ev watch.Event
 	switch {
 	case was && is:
-		ev = watch.Event{Type: watch.Modified, Object: ch.obj.DeepCopy()}
+		ev = watch.Event{Type: watch.Modified, Object: copyOf(ch.obj)}
 	case is:
-		ev = watch.Event{Type: watch.Added, Object: ch.obj.DeepCopy()}
+		ev = watch.Event{Type: watch.Added, Object: copyOf(ch.obj)}
 	case was && ch.obj == nil:
-		o := ch.old.DeepCopy()
-		o.ResourceVersion = strconv.FormatInt(ch.rv, 10)
+		o := copyOf(ch.old)
+		o.SetResourceVersion(strconv.FormatInt(ch.rv, 10))
 		ev = watch.Event{Type: watch.Deleted, Object: o}
 	case was:
-		ev = watch.Event{Type: watch.Deleted, Object: ch.obj.DeepCopy()}
+		ev = watch.Event{Type: watch.Deleted, Object: copyOf(ch.obj)}
 	default:
 		return
 	}
@@ -548,7 +643,7 @@ func (w *podWatch) offer(ch podChange) {
 	w.poke()
 }
 
-func (w *podWatch) poke() {
+func (w *objWatch) poke() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -556,7 +651,7 @@ func (w *podWatch) poke() {
 }
 
 // expire ends the watch with 410 Expired after what is queued (srv.mu).
-func (w *podWatch) expire() {
+func (w *objWatch) expire() {
 	if w.ended {
 		return
 	}
@@ -566,12 +661,12 @@ func (w *podWatch) expire() {
 }
 
 // drop cuts the watch's connection at once (srv.mu).
-func (w *podWatch) drop() {
+func (w *objWatch) drop() {
 	w.queue, w.ended = nil, true
 	w.poke()
 }
 
-func (w *podWatch) run() {
+func (w *objWatch) run() {
 	defer close(w.ch)
 	defer w.remove()
 	for {
@@ -592,9 +687,12 @@ func (w *podWatch) run() {
 		ev := w.queue[0]
 		w.srv.mu.Unlock()
 		what := string(ev.Type)
-		if p, ok := ev.Object.(*corev1.Pod); ok {
-			t, n := taskOf(p)
-			what += fmt.Sprintf(" %s/%d rv=%s", t, n, p.ResourceVersion)
+		switch o := ev.Object.(type) {
+		case *corev1.Pod:
+			t, n := taskOf(o)
+			what += fmt.Sprintf(" %s/%d rv=%s", t, n, o.ResourceVersion)
+		case *coordinationv1.Lease:
+			what += fmt.Sprintf(" lease %s rv=%s", o.Name, o.ResourceVersion)
 		}
 		if err := w.srv.steps.wait(w.ctx, w.actor, fmt.Sprintf("%s watch< %s", w.actor, what)); err != nil {
 			return
@@ -612,11 +710,11 @@ func (w *podWatch) run() {
 	}
 }
 
-func (w *podWatch) remove() {
+func (w *objWatch) remove() {
 	w.srv.mu.Lock()
 	defer w.srv.mu.Unlock()
-	w.srv.watches = slices.DeleteFunc(w.srv.watches, func(x *podWatch) bool { return x == w })
+	w.srv.watches = slices.DeleteFunc(w.srv.watches, func(x *objWatch) bool { return x == w })
 }
 
-func (w *podWatch) Stop()                          { w.cancel() }
-func (w *podWatch) ResultChan() <-chan watch.Event { return w.ch }
+func (w *objWatch) Stop()                          { w.cancel() }
+func (w *objWatch) ResultChan() <-chan watch.Event { return w.ch }

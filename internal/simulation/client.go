@@ -32,6 +32,7 @@ var (
 	podsResource   = corev1.SchemeGroupVersion.WithResource("pods")
 	podsKind       = corev1.SchemeGroupVersion.WithKind("Pod")
 	leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
+	leasesKind     = coordinationv1.SchemeGroupVersion.WithKind("Lease")
 )
 
 func (s *apiServer) client(actor string) *simClient {
@@ -160,4 +161,16 @@ func (l *simLeases) Update(ctx context.Context, x *coordinationv1.Lease, opts me
 func (l *simLeases) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	_, err := l.c.srv.request(ctx, l.c.actor, k8stesting.NewDeleteActionWithOptions(leasesResource, l.ns, name, opts))
 	return err
+}
+
+func (l *simLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	obj, err := l.c.srv.request(ctx, l.c.actor, k8stesting.NewListActionWithOptions(leasesResource, leasesKind, l.ns, opts))
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*coordinationv1.LeaseList), nil
+}
+
+func (l *simLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return l.c.srv.watch(ctx, l.c.actor, k8stesting.NewWatchActionWithOptions(leasesResource, l.ns, opts))
 }

@@ -41,10 +41,7 @@ func ContractClient() (client kubernetes.Interface, expire, stop func()) {
 	expire = func() {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
-		srv.compacted, srv.changes = srv.rv, nil
-		for _, w := range srv.watches {
-			w.expire()
-		}
+		srv.compact()
 	}
 	return srv.client("contract"), expire, func() { cancel(); <-done }
 }

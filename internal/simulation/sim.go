@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mathrand "math/rand"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -43,6 +44,9 @@ type Options struct {
 	// NoAdoption leaves out the scenario of an instance adopting another's
 	// tasks.
 	NoAdoption bool
+	// NoReplicas leaves out the scenario of replicas of a group that
+	// share the tasks by shards, join, leave and change their shard count.
+	NoReplicas bool
 	// Debug adds the executors' debug logs and every step the world
 	// released, held or failed to Result.Logs; it changes nothing else.
 	Debug bool
@@ -100,10 +104,19 @@ type request struct {
 	retry time.Time // a failure's answer came: the user tries again then
 }
 
+// taskAPI is what a user's request calls: a process's executor, or a
+// replica that routes it to its shard's.
+type taskAPI interface {
+	Submit(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, error)
+	Cancel(ctx context.Context, id string, opts ...executor.CancelOption) error
+}
+
 type process struct {
 	name     string
-	instance string
-	ex       *executor.Executor
+	instance string // the executor's instance, or the replica's group
+	api      taskAPI
+	shards   int  // a replica's shard count (0: not a replica)
+	leaving  bool // a replica asked to leave its group (its context ended)
 	cancel   context.CancelFunc
 	done     chan error
 	paused   time.Time // steps wait until then
@@ -128,6 +141,9 @@ type world struct {
 	refuseTo time.Time
 	adopt    bool
 	oldGone  time.Duration // when instance "old" is given up (adoption)
+	repl     *replicaPlan  // the replicas scenario, if drawn
+	feed     *feed
+	members  *members
 	level    int
 	userWG   sync.WaitGroup
 	umu      sync.Mutex // the plans' requests
@@ -141,6 +157,7 @@ type world struct {
 type restart struct {
 	at       time.Time
 	instance string
+	shards   int // a replica's shard count
 }
 
 // Run runs one simulation in its own synctest bubble and judges its
@@ -152,6 +169,11 @@ type restart struct {
 func Run(t *testing.T, opt Options) *Result {
 	quietGlobals()
 	mathrand.Seed(opt.Seed) //nolint:staticcheck // the global source is client-go's
+	// One P: goroutines woken at one instant (timers of several
+	// leaderelections, a replica's shards) run one after the other in the
+	// runtime's order, not in parallel, so that their draws from client-go's
+	// global source (jitters) come in an order that replays.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
 	var res *Result
 	synctest.Test(t, func(*testing.T) {
@@ -182,11 +204,19 @@ func run(opt Options) *Result {
 	}
 	w.adopt = w.rng.IntN(3) == 0 && !opt.NoAdoption
 	w.oldGone = time.Duration(4+w.rng.IntN(10)) * time.Second
+	w.feed = &feed{}
+	w.members = newMembers(w.mem)
+	w.drawReplicas()
 	w.priorTerms()
 	w.plan()
-	if w.adopt {
+	switch {
+	case w.adopt:
 		w.startProcess("old", nil)
-	} else {
+	case w.repl != nil:
+		for range w.repl.initial {
+			w.startReplica(w.repl.shards)
+		}
+	default:
 		w.startProcess("sim", nil)
 		if w.level > 0 && w.rng.IntN(2) == 0 {
 			w.startProcess("sim", nil) // a second process of the instance waits for the Lease
@@ -272,6 +302,9 @@ func (w *world) plan() {
 		if w.adopt && p.submitAt < w.oldGone {
 			p.instance = "old"
 		}
+		if w.repl != nil {
+			p.instance = group
+		}
 		w.plans = append(w.plans, p)
 	}
 }
@@ -312,7 +345,7 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	w.nproc++
 	name := fmt.Sprintf("p%d", w.nproc)
 	p := &process{name: name, instance: instance, done: make(chan error, 1), logs: &bytes.Buffer{}}
-	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen}
+	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen, feed: w.feed}
 	ex, err := executor.New(executor.Config{
 		Client: w.srv.client(name), Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
 		AdoptFrom: adoptFrom, Store: st, Workers: 1, CreateConcurrency: 1, PlainList: true,
@@ -324,7 +357,7 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	if err != nil {
 		panic(err)
 	}
-	p.ex = ex
+	p.api = ex
 	ctx, cancel := context.WithCancel(withActor(w.ctx, name))
 	p.cancel = cancel
 	go func() { p.done <- ex.Start(ctx) }()
@@ -406,6 +439,11 @@ func (w *world) loop() string {
 			return "quiet"
 		}
 		w.housekeeping(now)
+		// What housekeeping started or stopped runs until it blocks
+		// before the pending steps are looked at: a process started, or
+		// a replica told to leave, registers its next steps in an order of
+		// its own, not the world's.
+		synctest.Wait()
 		var cs []choice
 		pending := w.steps.snapshot()
 		if st := w.brokenRequest(pending); st != nil {
@@ -515,6 +553,12 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 	if w.adopt {
 		at(w.start.Add(w.oldGone))
 	}
+	if w.repl != nil {
+		if !w.repl.updating && w.repl.updateAt > 0 {
+			at(w.start.Add(w.repl.updateAt))
+		}
+		at(w.repl.nextRoll)
+	}
 	w.srv.mu.Lock()
 	for _, pod := range w.srv.pods {
 		if pod.Status.StartTime == nil || pod.Status.Phase != corev1.PodRunning {
@@ -554,12 +598,19 @@ func (w *world) housekeeping(now time.Time) {
 			if r.instance == "old" && w.now() >= w.oldGone {
 				continue
 			}
+			if r.shards > 0 {
+				w.restartReplica(r.shards)
+				continue
+			}
 			var adopt []string
 			if w.adopt && r.instance == "sim" {
 				adopt = []string{"old"}
 			}
 			w.startProcess(r.instance, adopt)
 		}
+	}
+	if w.repl != nil {
+		w.replicaHousekeeping(now)
 	}
 	if w.adopt && w.now() >= w.oldGone && w.live("sim") == nil {
 		for _, p := range w.procs {
@@ -574,7 +625,7 @@ func (w *world) housekeeping(now time.Time) {
 		if w.adopt && w.now() < w.oldGone {
 			inst = "old"
 		}
-		if w.live(inst) == nil && len(w.restarts) == 0 {
+		if w.repl == nil && w.live(inst) == nil && len(w.restarts) == 0 {
 			w.restarts = append(w.restarts, restart{at: now, instance: inst})
 		}
 		if !w.refuseTo.IsZero() {
@@ -638,6 +689,9 @@ func (w *world) userChoices(now time.Time) []choice {
 			inst = "sim"
 		}
 		proc := w.live(inst)
+		if w.repl != nil {
+			proc = w.serving(p.id)
+		}
 		if proc == nil {
 			continue
 		}
@@ -651,7 +705,7 @@ func (w *world) userChoices(now time.Time) []choice {
 				p.submitted = true
 				w.hist.add(Event{Kind: KSubmit, Task: p.id, Note: note})
 				w.send(proc, &p.submit, func(ctx context.Context) error {
-					_, err := proc.ex.Submit(ctx, p.id, taskOfPlan(p))
+					_, err := proc.api.Submit(ctx, p.id, taskOfPlan(p))
 					return err
 				})
 			}})
@@ -664,7 +718,7 @@ func (w *world) userChoices(now time.Time) []choice {
 				}
 				p.cancelled = true
 				w.hist.add(Event{Kind: KCancel, Task: p.id, Note: note})
-				w.send(proc, &p.cancel, func(ctx context.Context) error { return proc.ex.Cancel(ctx, p.id) })
+				w.send(proc, &p.cancel, func(ctx context.Context) error { return proc.api.Cancel(ctx, p.id) })
 			}})
 		}
 	}
@@ -920,11 +974,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 		}}, choice{l, func() {
 			w.hist.add(Event{Kind: KFault, Note: "history compacted: watches end with 410 Expired"})
 			w.srv.mu.Lock()
-			w.srv.compacted = w.srv.rv
-			w.srv.changes = nil
-			for _, wt := range w.srv.watches {
-				wt.expire()
-			}
+			w.srv.compact()
 			w.srv.mu.Unlock()
 		}})
 	}
@@ -938,6 +988,9 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 			w.srv.mu.Unlock()
 		}})
 	}
+	if w.repl != nil {
+		cs = append(cs, w.replicaChoices()...)
+	}
 	for _, p := range w.procs {
 		p := p
 		if p.dead || now.Before(p.paused) {
@@ -949,7 +1002,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 			w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s paused for %s", p.name, d)})
 		}}, choice{(l + 1) / 2, func() {
 			w.crash(p, "killed")
-			w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance})
+			w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance, shards: p.shards})
 		}})
 		// A process killed while one of its writes waits: the write is
 		// lost, or applied without its answer (between a pod's creation
@@ -958,7 +1011,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 			if st.actor == p.name && writeStep(st) {
 				cs = append(cs, choice{l, func() {
 					w.crash(p, "killed with a step pending: "+st.key)
-					w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance})
+					w.restarts = append(w.restarts, restart{at: now.Add(time.Duration(w.rng.IntN(5000)) * time.Millisecond), instance: p.instance, shards: p.shards})
 				}})
 				break
 			}

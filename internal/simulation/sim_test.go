@@ -30,8 +30,8 @@ func runSeed(t *testing.T, opt Options) *Result {
 // replayLine is the command that replays a run of opt: the options as the
 // run was given them.
 func replayLine(opt Options) string {
-	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
-		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption)
+	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v KUBETASK_SIM_NOREPLICAS=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
+		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption, opt.NoReplicas)
 }
 
 func envInt(name string, def int) int {
@@ -51,7 +51,7 @@ func TestSimulation(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt := Options{Seed: seed, Tasks: envInt("KUBETASK_SIM_TASKS", 0), FaultLevel: envInt("KUBETASK_SIM_FAULTS", -1),
-			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
+			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
 		res := runSeed(t, opt)
 		t.Logf("seed %d: %d steps, %d events\n%s", seed, res.Steps, len(res.History.Events), res.History.String())
 		if os.Getenv("KUBETASK_SIM_LOGS") != "" {
@@ -82,9 +82,10 @@ func TestSimulation(t *testing.T) {
 	var ran, steps int
 	for i := 0; n > 0 && i < n || n == 0 && time.Since(start) < d; i++ {
 		seed := base + int64(i)
-		// Every scenario, adoption included (KUBETASK_SIM_NOADOPT=true
-		// leaves it out).
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true"})
+		// Every scenario, adoption and replicas included
+		// (KUBETASK_SIM_NOADOPT=true, KUBETASK_SIM_NOREPLICAS=true leave
+		// them out).
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true"})
 		ran++
 		steps += res.Steps
 		if len(res.Violations) > 0 || len(res.Unknown) > 0 {
@@ -120,6 +121,13 @@ func shrink(t *testing.T, res *Result) *Result {
 	if !opt.NoAdoption {
 		o := opt
 		o.NoAdoption = true
+		if try(o) {
+			opt = o
+		}
+	}
+	if !opt.NoReplicas {
+		o := opt
+		o.NoReplicas = true
 		if try(o) {
 			opt = o
 		}
@@ -258,7 +266,7 @@ func TestHunt(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true"})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true"})
 		seen := map[string]bool{}
 		for _, v := range res.Violations {
 			if !seen[v.Invariant] {

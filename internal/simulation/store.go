@@ -33,6 +33,9 @@ type simStore struct {
 	hist  *History
 	actor string
 	seen  *seenRecords
+	// feed, when set, is told of the records created and cancelled
+	// (store.Changes).
+	feed *feed
 }
 
 // seenRecords is what the history already holds of each record.
@@ -81,6 +84,9 @@ func (s *simStore) Create(ctx context.Context, rec store.Record) (store.Record, 
 	out, created, err := s.inner.Create(context.Background(), rec)
 	if err == nil {
 		s.note(out)
+		if created && s.feed != nil {
+			s.feed.publish(store.Change{Executor: out.Executor, ID: out.ID})
+		}
 	}
 	if aerr := s.after(ctx, "create "+rec.ID); aerr != nil {
 		return store.Record{}, false, aerr
@@ -168,6 +174,9 @@ func (s *simStore) note(rec store.Record) {
 	if !rec.CancelledAt.IsZero() && !seen.cancelled[rec.ID] {
 		seen.cancelled[rec.ID] = true
 		s.hist.add(Event{Kind: KCancelled, Task: rec.ID, Attempt: rec.Attempt})
+		if s.feed != nil {
+			s.feed.publish(store.Change{Executor: rec.Executor, ID: rec.ID})
+		}
 	}
 	if rec.Terminal && !seen.terminal[rec.ID] {
 		seen.terminal[rec.ID] = true
