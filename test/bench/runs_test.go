@@ -54,6 +54,8 @@ type row struct {
 	clientReq float64
 	// allReq is apiserver_request_total over every client, per task.
 	allReq float64
+	// verbs is allReq by "VERB resource[/subresource]", per task.
+	verbs map[string]float64
 	// p50, p99: main terminated (seen by the benchmark's own informer) to
 	// the outcome recorded (the executor's store, the Job's Complete
 	// condition seen, the floor client's watch).
@@ -115,6 +117,10 @@ func (m measure) finish(ctx context.Context, env *clustertest.Env, r *row) {
 		if d := v - m.requests[k]; d > 0 {
 			verbs = append(verbs, verb{k, d / float64(r.tasks)})
 			r.allReq += d / float64(r.tasks)
+			if r.verbs == nil {
+				r.verbs = map[string]float64{}
+			}
+			r.verbs[k] = d / float64(r.tasks)
 		}
 	}
 	slices.SortFunc(verbs, func(a, b verb) int { return cmp.Compare(b.n, a.n) })

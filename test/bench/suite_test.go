@@ -2,8 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,6 +264,15 @@ func record(tb testing.TB, res *benchresult.Run, rows []row) {
 				v{V: ms(r.durP50), Unit: "durable-lag-p50-ms"}, v{V: ms(r.durP99), Unit: "durable-lag-p99-ms"},
 				v{V: r.clientCPU, Unit: "client-cpu-s/1k-tasks"}, v{V: r.kcmCPU, Unit: "kcm-cpu-s/1k-tasks"},
 				v{V: r.apiCPU, Unit: "apiserver-cpu-s/1k-tasks"}, v{V: r.cores, Unit: "cores-busy"})
+			// Everyone's requests at the API server by verb and resource,
+			// per task, in a fixed order: what the fence costs, and
+			// whose requests they are (kwok's, the scheduler's).
+			verbs := slices.Sorted(maps.Keys(r.verbs))
+			for _, k := range verbs {
+				if r.verbs[k] >= 0.01 {
+					vals = append(vals, v{V: r.verbs[k], Unit: "apiserver-" + strings.ReplaceAll(k, " ", "-") + "/task"})
+				}
+			}
 			res.Add(tb, r.key, vals...)
 			if strings.HasPrefix(r.key, "Executor/S0-equal-work/") {
 				res.Add(tb, "Pairs/S0-equal-work", v{V: tps, Unit: "tasks/s"}, v{V: r.clientReq, Unit: "calls/task"})
