@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubetask/kubetask/internal/container"
 	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localnode"
@@ -124,14 +125,16 @@ func median(ds []time.Duration) time.Duration {
 //     (runc-minimal), once with the very config.json a runc node wrote for
 //     one of its pods (runc-node-spec: the default seccomp profile, masked
 //     paths, a cgroup, the pod's mounts);
+//   - the node's own init alone: container.Start of the image's command
+//     with the init, to its end, no node (init-alone);
 //   - a pod from the image, create to Succeeded through the API server, on a
 //     local node of this test binary with runc (pod-runc) and on one with the
 //     node's own init (pod-init), otherwise alike.
 //
-// runc-extra/runc-alone is (pod-runc − pod-init) / runc-node-spec: what a
-// pod pays for runc over the init, against what runc costs on its own for
-// the same spec; at or below 1, the node adds nothing to runc's own cost
-// (the init's own start is in pod-init and not in pod-runc).
+// pod-extra/alone-extra is (pod-runc − pod-init) / (runc-node-spec −
+// init-alone): what a pod pays for runc over the init, against what runc
+// alone costs over the init alone for the same spec; at or below 1, the node
+// adds nothing to runc's own cost.
 //
 //	go test ./test/integration -run '^$' -bench LocalNodeRuncStart -benchtime 1x
 func BenchmarkLocalNodeRuncStart(b *testing.B) {
@@ -151,13 +154,15 @@ func BenchmarkLocalNodeRuncStart(b *testing.B) {
 		m := measureRuncStart(b, "kubetask.test/probe:bench", n)
 		b.ReportMetric(ms(m.runcMinimal), "ms-runc-minimal")
 		b.ReportMetric(ms(m.runcSpec), "ms-runc-node-spec")
+		b.ReportMetric(ms(m.initAlone), "ms-init-alone")
 		b.ReportMetric(ms(m.podRunc), "ms-pod-runc")
 		b.ReportMetric(ms(m.podInit), "ms-pod-init")
 		b.ReportMetric(float64(m.podRunc)/float64(m.podInit), "pod-runc/pod-init")
-		b.ReportMetric(float64(m.podRunc-m.podInit)/float64(m.runcSpec), "runc-extra/runc-alone")
-		b.Logf("%d of each, medians: runc alone %v (minimal config) and %v (the node's config); a pod from the image, create to Succeeded, %v with runc and %v with the node's init (ratio %.2f); runc's extra over the init %v against runc alone %v (ratio %.2f)",
-			n, m.runcMinimal.Round(100*time.Microsecond), m.runcSpec.Round(100*time.Microsecond), m.podRunc.Round(100*time.Microsecond), m.podInit.Round(100*time.Microsecond),
-			float64(m.podRunc)/float64(m.podInit), (m.podRunc - m.podInit).Round(100*time.Microsecond), m.runcSpec.Round(100*time.Microsecond), float64(m.podRunc-m.podInit)/float64(m.runcSpec))
+		podExtra, aloneExtra := m.podRunc-m.podInit, m.runcSpec-m.initAlone
+		b.ReportMetric(float64(podExtra)/float64(aloneExtra), "pod-extra/alone-extra")
+		r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+		b.Logf("%d of each, medians: runc alone %v (minimal config), %v (the node's config); the init alone %v; a pod from the image, create to Succeeded, %v with runc, %v with the init (ratio %.2f); a pod's extra for runc %v against runc alone's extra over the init alone %v (ratio %.2f)",
+			n, r(m.runcMinimal), r(m.runcSpec), r(m.initAlone), r(m.podRunc), r(m.podInit), float64(m.podRunc)/float64(m.podInit), r(podExtra), r(aloneExtra), float64(podExtra)/float64(aloneExtra))
 	}
 }
 
@@ -172,19 +177,19 @@ func TestLocalNodeRuncStartTiny(t *testing.T) {
 	}
 	_, _ = loadProbeImage(t, "kubetask.test/probe:tiny")
 	m := measureRuncStart(t, "kubetask.test/probe:tiny", 2)
-	t.Logf("medians: runc alone %v (minimal), %v (the node's config); pod %v with runc, %v with the init", m.runcMinimal, m.runcSpec, m.podRunc, m.podInit)
+	t.Logf("medians: runc alone %v (minimal), %v (the node's config); the init alone %v; pod %v with runc, %v with the init", m.runcMinimal, m.runcSpec, m.initAlone, m.podRunc, m.podInit)
 }
 
 // runcStart is what measureRuncStart measured: medians.
 type runcStart struct {
-	runcMinimal, runcSpec, podRunc, podInit time.Duration
+	runcMinimal, runcSpec, initAlone, podRunc, podInit time.Duration
 }
 
 // measureRuncStart starts two local nodes in this binary on the shared
 // cluster's image store, one with each runtime, and measures, n times each
 // and alternating, runc alone on the image's root file system (a minimal
-// config and the config the runc node wrote for its first pod) and a pod of
-// the image ref on each node.
+// config and the config the runc node wrote for its first pod), the init
+// alone on the image, and a pod of the image ref on each node.
 func measureRuncStart(tb testing.TB, ref string, n int) runcStart {
 	tb.Helper()
 	env := clustertest.New(tb)
@@ -228,14 +233,32 @@ func measureRuncStart(tb testing.TB, ref string, n int) runcStart {
 		tb.Fatal(err)
 	}
 	direct := newDirectRunc(tb, img.Rootfs, runcDir)
-	var m [4][]time.Duration
+	initTmp := tb.TempDir()
+	initAlone := func(i int) time.Duration {
+		start := time.Now()
+		p, err := container.Start(ctx, container.Spec{
+			Command: append(img.Config.Entrypoint, img.Config.Cmd...), Env: img.Config.Env, WorkingDir: img.Config.WorkingDir,
+			LogPath:   filepath.Join(initTmp, fmt.Sprintf("%d.log", i)),
+			Rootfs:    &container.Rootfs{Image: img.Rootfs, State: filepath.Join(initTmp, strconv.Itoa(i))},
+			Isolation: container.IsolationNamespaces,
+		})
+		if err != nil {
+			tb.Fatalf("the init alone: %v", err)
+		}
+		if res := p.Result(); res.ExitCode != 0 {
+			tb.Fatalf("the init alone: %+v", res)
+		}
+		return time.Since(start)
+	}
+	var m [5][]time.Duration
 	for i := range n {
 		m[0] = append(m[0], direct.run(tb, direct.minimal))
 		m[1] = append(m[1], direct.run(tb, direct.nodeSpec))
-		m[2] = append(m[2], run(fmt.Sprintf("runc-%d", i), runcNode))
-		m[3] = append(m[3], run(fmt.Sprintf("init-%d", i), initNode))
+		m[2] = append(m[2], initAlone(i))
+		m[3] = append(m[3], run(fmt.Sprintf("runc-%d", i), runcNode))
+		m[4] = append(m[4], run(fmt.Sprintf("init-%d", i), initNode))
 	}
-	return runcStart{runcMinimal: median(m[0]), runcSpec: median(m[1]), podRunc: median(m[2]), podInit: median(m[3])}
+	return runcStart{runcMinimal: median(m[0]), runcSpec: median(m[1]), initAlone: median(m[2]), podRunc: median(m[3]), podInit: median(m[4])}
 }
 
 // directRunc runs runc by itself on bundles of a copy of an image's root
