@@ -126,33 +126,76 @@ func (p *Process) startOCI(ctx context.Context) error {
 	}()
 	// runc writes the PID file (by rename) once the command runs; it exits
 	// without one when it could not start it.
-	pid := 0
-	for pid == 0 {
-		if pid = readPID(pidFile); pid != 0 {
-			break
-		}
-		select {
-		case <-c.exited:
-			if pid = readPID(pidFile); pid != 0 {
-				break
-			}
-			outR.Close()
-			errOutR.Close()
-			return &StartError{Msg: runcError(logFile, c.waitErr)}
-		case <-ctx.Done():
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-			outR.Close()
-			errOutR.Close()
-			return &StartError{Msg: ctx.Err().Error()}
-		case <-time.After(time.Millisecond):
-		}
+	pid, err := waitPIDFile(ctx, pidFile, c.exited)
+	switch {
+	case err != nil:
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		outR.Close()
+		errOutR.Close()
+		return &StartError{Msg: err.Error()}
+	case pid == 0:
+		outR.Close()
+		errOutR.Close()
+		return &StartError{Msg: runcError(logFile, c.waitErr)}
 	}
 	ok = true
 	p.oci, p.cg, p.pid = c, cg, pid
 	p.startedAt = time.Now()
 	p.log.copyStreams(outR, errOutR)
 	return nil
+}
+
+// waitPIDFile returns the PID in the file path once it is there, or 0 when
+// exited is closed without it; an error when ctx ends first. It waits for
+// inotify events of the file's directory (runc renames the file into it),
+// so the command's start is seen at once and nothing wakes in between;
+// without inotify it looks every millisecond.
+func waitPIDFile(ctx context.Context, path string, exited <-chan struct{}) (int, error) {
+	var events <-chan struct{}
+	if fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err == nil {
+		if _, err := unix.InotifyAddWatch(fd, filepath.Dir(path), unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+			_ = unix.Close(fd)
+		} else {
+			f := os.NewFile(uintptr(fd), "inotify") // non-blocking: Close ends a Read
+			defer f.Close()
+			ch := make(chan struct{}, 1)
+			go func() {
+				defer close(ch)
+				buf := make([]byte, 4096)
+				for {
+					if _, err := f.Read(buf); err != nil {
+						return
+					}
+					select {
+					case ch <- struct{}{}:
+					default:
+					}
+				}
+			}()
+			events = ch
+		}
+	}
+	for {
+		if pid := readPID(path); pid != 0 {
+			return pid, nil
+		}
+		var tick <-chan time.Time
+		if events == nil {
+			tick = time.After(time.Millisecond)
+		}
+		select {
+		case _, ok := <-events:
+			if !ok {
+				events = nil // inotify failed: look every millisecond
+			}
+		case <-tick:
+		case <-exited:
+			return readPID(path), nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
 
 func readPID(path string) int {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -132,5 +133,46 @@ func TestOverlayLayerIsVolatile(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(lower, "f")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a write reached the image: %v", err)
+	}
+}
+
+// TestWaitPIDFile: the PID is read once runc renames its file into the
+// directory, whether before or after the wait begins; a runc that exits
+// without one gives 0; an ended context an error.
+func TestWaitPIDFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, pid string) {
+		tmp := filepath.Join(dir, "."+name)
+		if err := os.WriteFile(tmp, []byte(pid), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	never := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	write("before", "41")
+	if pid, err := waitPIDFile(ctx, filepath.Join(dir, "before"), never); pid != 41 || err != nil {
+		t.Errorf("file there before the wait: %d %v, want 41", pid, err)
+	}
+
+	go write("after", "42\n")
+	if pid, err := waitPIDFile(ctx, filepath.Join(dir, "after"), never); pid != 42 || err != nil {
+		t.Errorf("file renamed in during the wait: %d %v, want 42", pid, err)
+	}
+
+	exited := make(chan struct{})
+	close(exited)
+	if pid, err := waitPIDFile(ctx, filepath.Join(dir, "none"), exited); pid != 0 || err != nil {
+		t.Errorf("runc exited without a file: %d %v, want 0", pid, err)
+	}
+
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if _, err := waitPIDFile(ended, filepath.Join(dir, "none"), never); !errors.Is(err, context.Canceled) {
+		t.Errorf("context ended: %v, want context.Canceled", err)
 	}
 }
