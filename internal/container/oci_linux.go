@@ -158,7 +158,9 @@ func waitPIDFile(ctx context.Context, path string, exited <-chan struct{}) (int,
 			_ = unix.Close(fd)
 		} else {
 			f := os.NewFile(uintptr(fd), "inotify") // non-blocking: Close ends a Read
-			defer f.Close()
+			// Closing an inotify instance waits for an SRCU grace period
+			// of the kernel (4-5 ms here): not on the container's start.
+			defer func() { go f.Close() }()
 			ch := make(chan struct{}, 1)
 			go func() {
 				defer close(ch)
