@@ -169,6 +169,16 @@ func (c *cgroup) oomKilled() bool {
 	return false
 }
 
+// empty reports whether the cgroup is known to hold no process: false when
+// it cannot be read.
+func (c *cgroup) empty() bool {
+	if c == nil || len(c.dirs) == 0 {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(c.dirs[0], "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(b))) == 0
+}
+
 // remove removes the cgroup once its processes are gone (they die with the
 // container's PID 1; the kernel may take a moment to let go of them).
 func (c *cgroup) remove() {

@@ -196,6 +196,7 @@ func TestMemoryLimitEndsOOMKilled(t *testing.T) {
 	if !res.OOMKilled || res.ExitCode != 137 {
 		t.Errorf("result %+v, want OOMKilled with exit code 137", res)
 	}
+	waitReleased(t, p)
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("cgroup %s left behind", d)

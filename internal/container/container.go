@@ -215,6 +215,10 @@ type Process struct {
 
 	done   chan struct{}
 	result Result
+	// released is closed once nothing of the instance is left: for a
+	// container of an OCI runtime, after Done, once runc deleted it and
+	// its cgroup is gone.
+	released chan struct{}
 }
 
 // Start starts the container instance described by spec and returns once the
@@ -238,7 +242,7 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{spec: spec, isolated: isolated, log: lw, done: make(chan struct{})}
+	p := &Process{spec: spec, isolated: isolated, log: lw, done: make(chan struct{}), released: make(chan struct{})}
 	if err := p.start(ctx); err != nil {
 		lw.close()
 		return nil, err
@@ -361,6 +365,7 @@ func (p *Process) wait() {
 		p.waitOCI()
 		return
 	}
+	defer close(p.released)
 	err := p.cmd.Wait()
 	finished := time.Now()
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)

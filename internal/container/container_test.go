@@ -93,7 +93,10 @@ func start(t *testing.T, spec Spec) *Process {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		p.Kill()
+		waitReleased(t, p) // runc's state is in the test's directory
+	})
 	return p
 }
 
@@ -105,6 +108,16 @@ func waitDone(t *testing.T, p *Process) Result {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("process %d did not exit", p.PID())
 		return Result{}
+	}
+}
+
+// waitReleased waits until nothing of p is left (see Process.released).
+func waitReleased(t *testing.T, p *Process) {
+	t.Helper()
+	select {
+	case <-p.released:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("process %d: not released 15 s after its end", p.PID())
 	}
 }
 

@@ -33,6 +33,7 @@ type cgroup struct{ dirs []string }
 func newCgroup(Limits) (*cgroup, error) { return nil, errors.New("cgroups need Linux") }
 func (c *cgroup) oomKilled() bool       { return false }
 func (c *cgroup) remove()               {}
+func (c *cgroup) empty() bool           { return false }
 
 // ociContainer is Linux's; elsewhere no container runs under an OCI runtime.
 type ociContainer struct{}
@@ -49,3 +50,6 @@ func (p *Process) execOCI(context.Context, []string, io.Reader, io.Writer, io.Wr
 // CapabilityNames are the capabilities a container may hold: none where
 // containers do not run (they need Linux).
 func CapabilityNames() []string { return nil }
+
+// WaitDeleted returns at once: off Linux no container runs under an OCI runtime.
+func WaitDeleted(context.Context) error { return nil }

@@ -226,7 +226,13 @@ func runcError(logFile string, waitErr error) string {
 }
 
 // waitOCI waits for runc run to return the container's exit status, reads
-// whether the OOM killer ended it, and deletes the container.
+// whether the OOM killer ended it, and deletes the container. When the
+// container's cgroup shows that none of its processes is left (the usual
+// end: its PID 1 exited, which ends every process of its PID namespace), the
+// result comes first and `runc delete` after it, as containerd reports a
+// task's exit before the kubelet removes the container: the delete (8-16 ms
+// here) is not on the path to a pod's end. Otherwise (runc itself was
+// killed) the container is deleted, and so killed, before the result.
 func (p *Process) waitOCI() {
 	c := p.oci
 	<-c.exited
@@ -249,16 +255,61 @@ func (p *Process) waitOCI() {
 	}
 	p.log.drain(2 * time.Second)
 	res.OOMKilled = p.cg.oomKilled()
+	defer close(p.released)
+	if p.cg.empty() {
+		deleting.Add(1)
+		defer deleting.Done()
+		c.unmount()
+		p.result = res
+		close(p.done)
+		c.delete()
+		p.cg.remove()
+		return
+	}
 	c.release()
 	p.cg.remove()
 	p.result = res
 	close(p.done)
 }
 
+// deleting counts the containers whose result is out and whose deletion
+// from runc is not done (see waitOCI).
+var deleting sync.WaitGroup
+
+// WaitDeleted returns once every container this process ran under an OCI
+// runtime and whose result is out has been deleted from the runtime (its
+// state and cgroup gone), or with ctx's error when ctx ends first. A node
+// calls it when it stops, after its containers' ends, so that nothing of
+// them outlives it.
+func WaitDeleted(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		deleting.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // release deletes the container (and whatever runs in it) and unmounts what
 // the node mounted for it.
 func (c *ociContainer) release() {
+	c.delete()
+	c.unmount()
+}
+
+// delete removes the container from runc, killing whatever runs in it.
+func (c *ociContainer) delete() {
 	_ = c.runc("delete", "--force", c.id).Run()
+}
+
+// unmount unmounts what the node mounted for the container: its subPaths
+// and root.
+func (c *ociContainer) unmount() {
 	for _, b := range slices.Backward(c.binds) {
 		_ = unix.Unmount(b, unix.MNT_DETACH)
 	}

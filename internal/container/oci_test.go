@@ -3,8 +3,10 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,4 +177,71 @@ func TestWaitPIDFile(t *testing.T) {
 	if _, err := waitPIDFile(ended, filepath.Join(dir, "none"), never); !errors.Is(err, context.Canceled) {
 		t.Errorf("context ended: %v, want context.Canceled", err)
 	}
+}
+
+// TestOCIResultBeforeDelete: a container under runc whose processes have
+// all ended has its result before `runc delete` (as containerd reports an
+// exit before the kubelet removes the container), its root unmounted by
+// then so that its directory can go; then runc's state and the cgroup go
+// too. A container still running when runc ends (runc killed) is deleted,
+// and so killed, before its result.
+func TestOCIResultBeforeDelete(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("namespace isolation needs root")
+	}
+	rt := runcRuntime(t)
+	tmp := t.TempDir()
+	image := confineImage(t, tmp)
+	state := filepath.Join(tmp, "state1")
+	p := start(t, Spec{
+		Command: []string{"probe"}, Env: []string{"PATH=/opt/kt"},
+		Rootfs: &Rootfs{Image: image, State: state}, Runtime: rt, Isolation: IsolationNamespaces,
+	})
+	id, dirs := p.oci.id, p.cg.dirs
+	if res := waitDone(t, p); res.ExitCode != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if mounted(t, filepath.Join(state, "merged")) {
+		t.Errorf("root still mounted at the result")
+	}
+	waitReleased(t, p)
+	if _, err := os.Stat(filepath.Join(rt.Root, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("runc's state of %s left after the release: %v", id, err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left after the release: %v", d, err)
+		}
+	}
+
+	p = start(t, Spec{
+		Command: []string{"probe", "-wait"}, Env: []string{"PATH=/opt/kt"},
+		Rootfs: &Rootfs{Image: image, State: filepath.Join(tmp, "state2")}, Runtime: rt, Isolation: IsolationNamespaces,
+	})
+	pid := p.PID()
+	if err := p.oci.cmd.Process.Kill(); err != nil { // runc, not the container
+		t.Fatal(err)
+	}
+	waitDone(t, p)
+	// Dead: gone, or a zombie until whoever it was handed to reaps it.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] != "Z" {
+			t.Errorf("container process %d still running (state %s) at the result of a killed runc", pid, f[0])
+		}
+	}
+}
+
+// mounted reports whether path is a mount point of this process.
+func mounted(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(string(b)) {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
 }

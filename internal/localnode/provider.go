@@ -110,6 +110,13 @@ func (p *provider) shutdown(grace time.Duration) {
 	}
 	wg.Wait()
 	p.wg.Wait()
+	// Containers of runc are deleted after their results: their state and
+	// cgroups must not outlive the node.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := container.WaitDeleted(ctx); err != nil {
+		p.cfg.log.Warn("containers not deleted from runc when the node stopped", "err", err)
+	}
+	cancel()
 	if p.cfg.net != nil {
 		if err := p.cfg.net.Close(); err != nil {
 			p.cfg.log.Warn("could not remove the pod network", "err", err)
