@@ -134,7 +134,9 @@ func median(ds []time.Duration) time.Duration {
 // pod-extra/alone-extra is (pod-runc − pod-init) / (runc-node-spec −
 // init-alone): what a pod pays for runc over the init, against what runc
 // alone costs over the init alone for the same spec; at or below 1, the node
-// adds nothing to runc's own cost.
+// adds nothing to runc's own cost. runc alone includes `runc delete`, which
+// the node runs after a container's result (as containerd and the kubelet
+// do), not on the pod's path.
 //
 //	go test ./test/integration -run '^$' -bench LocalNodeRuncStart -benchtime 1x
 func BenchmarkLocalNodeRuncStart(b *testing.B) {
