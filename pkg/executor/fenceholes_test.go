@@ -424,3 +424,36 @@ func TestUngateAfterTheDiscardOfAnEarlierPodOfTheName(t *testing.T) {
 		t.Errorf("the recorded pod was not ungated: %v", live)
 	}
 }
+
+// A Keep task's attempt whose outcome names no pod (its creator's record of
+// the pod failed, and the task was cancelled before a retry took it) leaves
+// a pod of the attempt that is gated and bound to no node: nothing of it ran
+// and nothing of it is worth keeping. It is deleted and let go whatever the
+// cleanup; kept, it stayed gated with kubetask's finalizer for good (the
+// simulator's seed 7211, once it captured logs: a capture of a container
+// that never starts, of a pod nobody deletes, never ends).
+func TestKeptTasksPodThatNeverRanIsDeleted(t *testing.T) {
+	f := newFx(t, nil)
+	epoch := f.beginTerm()
+	f.submit("k", newTask(keep))
+	pod := fencedPod(f.podOf("k", 0, created()), epoch)
+	pod.UID = "u-orphan"
+	f.both(pod)
+	f.update("k", func(r *store.Record) {
+		r.PodCreated, r.CancelledAt = false, f.clk.Now()
+		r.Terminal, r.Phase, r.Reason = true, "Failed", "Cancelled"
+		r.Attempts = []store.AttemptOutcome{{Attempt: 0, Phase: "Failed", Reason: "Cancelled"}}
+	})
+	if _, verbs, err := f.sync("k"); err != nil || !slices.Contains(verbs, "delete pods") {
+		t.Fatalf("sync: %v, requests %v; want the pod, which never ran, deleted", err, verbs)
+	}
+	for range 3 {
+		f.reflect(pod.Name)
+		if _, _, err := f.sync("k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := f.serverPod(pod.Name); p != nil {
+		t.Errorf("the pod is still there (finalizers %v, deleting %v); want it deleted and let go", p.Finalizers, p.DeletionTimestamp != nil)
+	}
+}

@@ -609,7 +609,11 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		e.reportDone(id, func(k string) bool { return k == key }) // this pod's done release is reported before it is forgotten
 	}
 	phase := podstate.Phase(out.Phase)
-	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase})
+	// A pod bound to no node never ran: nothing of it is worth keeping,
+	// whatever the cleanup (kept, a gated one waited for ever with the
+	// finalizer on: simulation seed 7211), and deleted it cannot be bound
+	// any more.
+	del := attempt.ShouldDelete(t.Spec.Cleanup, podstate.State{Phase: phase}) || pod.Spec.NodeName == ""
 	name := key
 	switch {
 	case del && pod.DeletionTimestamp == nil:
