@@ -123,12 +123,31 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// chanMutex is a mutex made of a channel. The capture holds its lock
+// across the archive's durable write (the flusher and a chunk's write), and
+// a goroutine waiting for a channel is durably blocked where one waiting
+// for a sync.Mutex is not: in a testing/synctest bubble (the simulator,
+// whose store writes wait for the world's step), a reader waiting for the
+// lock while the holder's write waits would keep the bubble from ever
+// being idle.
+type chanMutex struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (m *chanMutex) Lock() {
+	m.once.Do(func() { m.ch = make(chan struct{}, 1) })
+	m.ch <- struct{}{}
+}
+
+func (m *chanMutex) Unlock() { <-m.ch }
+
 // capture is one Run.
 type capture struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
+	mu      chanMutex
 	offset  int64     // the archived size: where the next chunk goes
 	pending []byte    // read, not yet archived
 	cursor  []byte    // the follower's cursor after pending's last byte
