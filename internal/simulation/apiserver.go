@@ -55,6 +55,10 @@ type apiServer struct {
 	watchIDs int
 	// refuseCreates makes pod creations fail as a quota would.
 	refuseCreates bool
+	// clogs are the kubelet's logs of the main containers that started,
+	// by pod UID; logWake is closed at every change of one.
+	clogs   map[string]*containerLog
+	logWake chan struct{}
 	// unknown lists requests the server does not model (a test fails on them).
 	unknown []string
 }
@@ -80,7 +84,7 @@ type changeLog struct {
 
 func newAPIServer(st *steps, h *History, now func() time.Time) *apiServer {
 	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{},
-		logs: map[string]*changeLog{"pods": {}, "leases": {}}}
+		logs: map[string]*changeLog{"pods": {}, "leases": {}}, clogs: map[string]*containerLog{}, logWake: make(chan struct{})}
 }
 
 // compact drops every resource's history: every watch ends with 410
@@ -468,6 +472,7 @@ func (s *apiServer) deletePod(ns, name string, opts metav1.DeleteOptions, who st
 	s.hist.add(Event{Kind: KDelete, Task: t, Attempt: a, UID: string(old.UID), Grace: grace, Note: who})
 	if grace == 0 && old.Spec.NodeName != "" && !stoppedPod(old) {
 		s.hist.add(Event{Kind: KStopped, Task: t, Attempt: a, UID: string(old.UID), Note: "deleted with grace 0"})
+		s.stopLog(string(old.UID), 137) // the kubelet kills it
 	}
 	s.store(old, n)
 	return nil

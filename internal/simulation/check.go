@@ -17,6 +17,7 @@ const (
 	InvValid      = "7 a valid task is not refused"
 	InvOwnPod     = "8 kubetask never deletes a running attempt's pod before its outcome"
 	InvBlame      = "9 an outcome blames someone else's deletion only after one"
+	InvLogs       = "10 logs archived"
 )
 
 // Violation is one broken invariant, with the history event (Seq) that
@@ -181,6 +182,10 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			if e.Reason == "ConfigError" && valid[e.Task] {
 				add(InvValid, e, "the task ended %s/%s although the API server accepts its pods", e.Phase, e.Reason)
 			}
+		case KLog:
+			if msg := judgeLog(e.Log); msg != "" {
+				add(InvLogs, e, "the main container's log of pod %s: %s", e.UID, msg)
+			}
 		case KLeft:
 			add(InvLeft, e, "pod %s is left at the end: %s", e.UID, e.Note)
 		case KOpen:
@@ -214,4 +219,43 @@ func fmtCode(c *int32) string {
 		return "none"
 	}
 	return fmt.Sprint(*c)
+}
+
+// judgeLog says what is wrong with an archived log ("" when nothing is):
+// it must be complete, and hold every byte the container wrote, once and
+// in order; only a log whose node was lost may end early, with one marker
+// line that says so.
+func judgeLog(f *LogFacts) string {
+	switch {
+	case f == nil:
+		return "no facts"
+	case f.None:
+		return fmt.Sprintf("nothing archived (%d bytes written)", len(f.Written))
+	case !f.Complete:
+		return fmt.Sprintf("not complete at the end (%d of %d bytes archived)", len(f.Archived), len(f.Written))
+	case f.Archived == f.Written:
+		return ""
+	}
+	body, marker := f.Archived, ""
+	if i := strings.LastIndex(strings.TrimSuffix(body, "\n"), "\n[kubetask: "); i >= 0 || strings.HasPrefix(body, "[kubetask: ") {
+		body, marker = body[:i+1], body[i+1:]
+	}
+	switch {
+	case marker != "" && !f.Lost:
+		return fmt.Sprintf("ends with a marker although its node was never lost: %q", strings.TrimSpace(marker))
+	case marker != "" && strings.HasPrefix(f.Written, body):
+		return ""
+	}
+	n := 0
+	for n < len(body) && n < len(f.Written) && body[n] == f.Written[n] {
+		n++
+	}
+	return fmt.Sprintf("the archive differs from what the container wrote at byte %d: archived %q, written %q", n, clip(body[n:]), clip(f.Written[n:]))
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }

@@ -138,3 +138,31 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeLog: the "logs archived" invariant on the end state's facts of
+// one main container's log.
+func TestJudgeLog(t *testing.T) {
+	const written = "t0/0 started\ntick 1\nexit 0\n"
+	marker := "[kubetask: the node did not serve the rest of this log for 1m0s after the container ended; the rest of the log is lost]\n"
+	for name, tc := range map[string]struct {
+		f    LogFacts
+		want bool // broken
+	}{
+		"every byte, complete":                      {LogFacts{Written: written, Archived: written, Complete: true}, false},
+		"every byte, not marked complete":           {LogFacts{Written: written, Archived: written}, true},
+		"nothing archived":                          {LogFacts{Written: written, None: true}, true},
+		"a line lost in the middle":                 {LogFacts{Written: written, Archived: "t0/0 started\nexit 0\n", Complete: true}, true},
+		"a line twice":                              {LogFacts{Written: written, Archived: "t0/0 started\ntick 1\ntick 1\nexit 0\n", Complete: true}, true},
+		"cut short with a marker, node lost":        {LogFacts{Written: written, Archived: "t0/0 started\n" + marker, Complete: true, Lost: true}, false},
+		"only a marker, node lost":                  {LogFacts{Written: written, Archived: marker, Complete: true, Lost: true}, false},
+		"cut short with a marker, node never lost":  {LogFacts{Written: written, Archived: "t0/0 started\n" + marker, Complete: true}, true},
+		"cut short without a marker, node lost":     {LogFacts{Written: written, Archived: "t0/0 started\n", Complete: true, Lost: true}, true},
+		"a wrong line before the marker, node lost": {LogFacts{Written: written, Archived: "t0/0 started\ntick 2\n" + marker, Complete: true, Lost: true}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if msg := judgeLog(&tc.f); (msg != "") != tc.want {
+				t.Errorf("judgeLog = %q, want broken %v", msg, tc.want)
+			}
+		})
+	}
+}

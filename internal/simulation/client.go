@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -24,6 +25,7 @@ type simClient struct {
 	*fake.Clientset
 	srv   *apiServer
 	actor string
+	logs  corev1client.CoreV1Interface // GetLogs
 }
 
 var _ kubernetes.Interface = (*simClient)(nil)
@@ -36,7 +38,7 @@ var (
 )
 
 func (s *apiServer) client(actor string) *simClient {
-	return &simClient{Clientset: fake.NewClientset(), srv: s, actor: actor}
+	return &simClient{Clientset: fake.NewClientset(), srv: s, actor: actor, logs: s.logsClient(actor)}
 }
 
 func (c *simClient) CoreV1() corev1client.CoreV1Interface {
@@ -106,6 +108,10 @@ func (p *simPods) Patch(ctx context.Context, name string, pt types.PatchType, da
 func (p *simPods) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	_, err := p.c.srv.request(ctx, p.c.actor, k8stesting.NewDeleteActionWithOptions(podsResource, p.ns, name, opts))
 	return err
+}
+
+func (p *simPods) GetLogs(name string, opts *corev1.PodLogOptions) *rest.Request {
+	return p.c.logs.Pods(p.ns).GetLogs(name, opts)
 }
 
 func (p *simPods) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {

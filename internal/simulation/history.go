@@ -31,6 +31,7 @@ const (
 	KEnd       = "end"       // the run ended (Note: why); what follows describes the end state
 	KLeft      = "left"      // at the end: a pod is left (Note: finalizer, running)
 	KOpen      = "open"      // at the end: a task has no final outcome
+	KLog       = "log"       // at the end: a main container's log as written and as archived (Log)
 )
 
 // Event is one line of a run's history.
@@ -46,6 +47,7 @@ type Event struct {
 	Reason  string
 	Grace   int64
 	Note    string
+	Log     *LogFacts `json:",omitempty"`
 }
 
 func (e Event) String() string {

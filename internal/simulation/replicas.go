@@ -267,16 +267,19 @@ func (w *world) startReplica(shards int) *process {
 	name := fmt.Sprintf("p%d", w.nproc)
 	p := &process{name: name, instance: group, shards: shards, done: make(chan error, 1), logs: &bytes.Buffer{}}
 	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen, feed: w.feed}
+	log := slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()}))
 	rep, err := replica.New(replica.Config{
 		Client: w.srv.client(name), Namespace: ns, Group: group, Identity: name, Shards: shards,
 		LeaseDuration: 3 * time.Second, RetryPeriod: time.Second,
 		Executor: func(int) executor.Config {
-			return executor.Config{Client: w.srv.client(name), Execer: noExec{}, Namespaces: []string{ns}, Store: st,
-				Workers: 1, CreateConcurrency: 1, PlainList: true, ResyncPeriod: 30 * time.Second}
+			cl := w.srv.client(name)
+			return executor.Config{Client: cl, Execer: noExec{}, Namespaces: []string{ns}, Store: st,
+				Workers: 1, CreateConcurrency: 1, PlainList: true, ResyncPeriod: 30 * time.Second,
+				CaptureLogs: capture(cl, st, log)}
 		},
 		Changes: feedView{f: w.feed, steps: w.steps, actor: name},
 		Groups:  groupsView{g: w.members, st: st},
-		Logger:  slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()})),
+		Logger:  log,
 	})
 	if err != nil {
 		panic(err)

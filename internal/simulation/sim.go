@@ -346,10 +346,13 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	name := fmt.Sprintf("p%d", w.nproc)
 	p := &process{name: name, instance: instance, done: make(chan error, 1), logs: &bytes.Buffer{}}
 	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen, feed: w.feed}
+	cl := w.srv.client(name)
+	log := slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()}))
 	ex, err := executor.New(executor.Config{
-		Client: w.srv.client(name), Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
+		Client: cl, Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
 		AdoptFrom: adoptFrom, Store: st, Workers: 1, CreateConcurrency: 1, PlainList: true,
-		Logger:        slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()})),
+		CaptureLogs:   capture(cl, st, log),
+		Logger:        log,
 		LeaseHolder:   name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ResyncPeriod: 30 * time.Second,
@@ -829,6 +832,8 @@ func (w *world) clusterChoices(now time.Time) []choice {
 						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts}}})
 				}
 				w.srv.commit(key, p)
+				w.srv.clogs[uid] = &containerLog{task: t, attempt: a, start: ts.Time}
+				w.srv.logChanged()
 				w.hist.add(Event{Kind: KStart, Task: t, Attempt: a, UID: uid})
 			})})
 		case pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil:
@@ -884,6 +889,9 @@ func (w *world) terminate(p *corev1.Pod, key string, pl *plan, all bool, reason 
 				why = "Completed"
 			}
 			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: why, StartedAt: cs.State.Running.StartedAt, FinishedAt: ts}}
+			if cs.Name == "main" {
+				w.srv.stopLog(uid, code)
+			}
 			cs.Ready = false
 		}
 		if term := cs.State.Terminated; term == nil {
@@ -959,6 +967,10 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "node lost: the pod GC deletes it, no status comes"})
 			w.srv.mu.Lock()
 			w.lost[string(pod.UID)] = true
+			if c := w.srv.clogs[string(pod.UID)]; c != nil {
+				c.lostAt = now
+				w.srv.logChanged()
+			}
 			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "podgc")
 			w.srv.mu.Unlock()
 		}})
@@ -1037,6 +1049,7 @@ func (w *world) endState() {
 		}
 	}
 	w.srv.mu.Unlock()
+	w.logFacts()
 	for _, p := range w.plans {
 		r, err := w.mem.Get(context.Background(), p.id)
 		switch {

@@ -283,7 +283,7 @@ func TestHunt(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("%d seeds from %d in %s (%.1f seeds/s)", n, base, el.Round(time.Millisecond), float64(n)/el.Seconds())
-	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame} {
+	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs} {
 		if f := found[inv]; f != nil {
 			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)
 		} else {
