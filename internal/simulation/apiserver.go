@@ -59,6 +59,8 @@ type apiServer struct {
 	// by pod UID; logWake is closed at every change of one.
 	clogs   map[string]*containerLog
 	logWake chan struct{}
+	idMu sync.Mutex
+	ids  map[types.UID]taskAttempt // taskOf by pod UID
 	// unknown lists requests the server does not model (a test fails on them).
 	unknown []string
 }
@@ -84,7 +86,7 @@ type changeLog struct {
 
 func newAPIServer(st *steps, h *History, now func() time.Time) *apiServer {
 	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{},
-		logs: map[string]*changeLog{"pods": {}, "leases": {}}, clogs: map[string]*containerLog{}, logWake: make(chan struct{})}
+		logs: map[string]*changeLog{"pods": {}, "leases": {}}, clogs: map[string]*containerLog{}, logWake: make(chan struct{}), ids: map[types.UID]taskAttempt{}}
 }
 
 // compact drops every resource's history: every watch ends with 410
@@ -97,6 +99,29 @@ func (s *apiServer) compact() {
 	for _, w := range s.watches {
 		w.expire()
 	}
+}
+
+// taskAttempt is a pod's task and attempt.
+type taskAttempt struct {
+	task    string
+	attempt int
+}
+
+// taskOf is the free taskOf, kept by UID: a pod's identity never changes,
+// and reading it (label checks, the name's hash) was a third of a run's
+// time when the world looked at every pod at every step.
+func (s *apiServer) taskOf(p *corev1.Pod) (string, int) {
+	if p.UID == "" {
+		return taskOf(p)
+	}
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if ta, ok := s.ids[p.UID]; ok {
+		return ta.task, ta.attempt
+	}
+	t, n := taskOf(p)
+	s.ids[p.UID] = taskAttempt{t, n}
+	return t, n
 }
 
 // taskOf names a pod by its task and attempt, as the history does.
@@ -263,7 +288,7 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 	// kube-apiserver's ValidatePodCreate.
 	if p.Spec.NodeName != "" && len(p.Spec.SchedulingGates) > 0 {
 		if !dryRun {
-			t, n := taskOf(p)
+			t, n := s.taskOf(p)
 			s.hist.add(Event{Kind: KRefused, Task: t, Attempt: n, Note: "Invalid: spec.nodeName with schedulingGates"})
 		}
 		return nil, invalid(p.Name, field.NewPath("spec", "nodeName"), "cannot be set until all schedulingGates have been cleared")
@@ -275,7 +300,7 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 		return nil, apierrors.NewAlreadyExists(podsGR, p.Name)
 	}
 	if s.refuseCreates {
-		t, n := taskOf(p)
+		t, n := s.taskOf(p)
 		s.hist.add(Event{Kind: KRefused, Task: t, Attempt: n, Note: "Forbidden: exceeded quota"})
 		return nil, apierrors.NewForbidden(podsGR, p.Name, errors.New("exceeded quota: simulated, requested: pods=1, used: pods=10, limited: pods=10"))
 	}
@@ -288,7 +313,7 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}
 	}
 	s.commit(key, p)
-	t, n := taskOf(p)
+	t, n := s.taskOf(p)
 	note := "gated"
 	if len(p.Spec.SchedulingGates) == 0 {
 		note = "ungated"
@@ -352,7 +377,7 @@ func (s *apiServer) accept(old, p *corev1.Pod) (*corev1.Pod, error) {
 // store writes the accepted version n of old and what follows from it.
 func (s *apiServer) store(old, n *corev1.Pod) {
 	key := old.Namespace + "/" + old.Name
-	t, a := taskOf(old)
+	t, a := s.taskOf(old)
 	if len(old.Spec.SchedulingGates) > 0 && len(n.Spec.SchedulingGates) == 0 {
 		n.Status.Conditions = nil
 		s.hist.add(Event{Kind: KUngate, Task: t, Attempt: a, UID: string(old.UID)})
@@ -468,7 +493,7 @@ func (s *apiServer) deletePod(ns, name string, opts metav1.DeleteOptions, who st
 	}
 	ts := metav1.NewTime(s.now().Add(time.Duration(grace) * time.Second))
 	n.DeletionTimestamp, n.DeletionGracePeriodSeconds = &ts, &grace
-	t, a := taskOf(old)
+	t, a := s.taskOf(old)
 	s.hist.add(Event{Kind: KDelete, Task: t, Attempt: a, UID: string(old.UID), Grace: grace, Note: who})
 	if grace == 0 && old.Spec.NodeName != "" && !stoppedPod(old) {
 		s.hist.add(Event{Kind: KStopped, Task: t, Attempt: a, UID: string(old.UID), Note: "deleted with grace 0"})
@@ -694,7 +719,7 @@ func (w *objWatch) run() {
 		what := string(ev.Type)
 		switch o := ev.Object.(type) {
 		case *corev1.Pod:
-			t, n := taskOf(o)
+			t, n := w.srv.taskOf(o)
 			what += fmt.Sprintf(" %s/%d rv=%s", t, n, o.ResourceVersion)
 		case *coordinationv1.Lease:
 			what += fmt.Sprintf(" lease %s rv=%s", o.Name, o.ResourceVersion)

@@ -10,6 +10,7 @@ import (
 	mathrand "math/rand"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -174,6 +175,9 @@ func Run(t *testing.T, opt Options) *Result {
 	// runtime's order, not in parallel, so that their draws from client-go's
 	// global source (jitters) come in an order that replays.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// A run's heap is small and short-lived: fewer collections make a
+	// seed about a fifth cheaper (62 against 52 seeds/s).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 
 	var res *Result
 	synctest.Test(t, func(*testing.T) {
@@ -754,7 +758,7 @@ func (w *world) send(p *process, r *request, call func(context.Context) error) {
 }
 
 func (w *world) planOf(pod *corev1.Pod) *plan {
-	t, _ := taskOf(pod)
+	t, _ := w.srv.taskOf(pod)
 	for _, p := range w.plans {
 		if p.id == t {
 			return p
@@ -797,7 +801,7 @@ func (w *world) clusterChoices(now time.Time) []choice {
 		if w.lost[uid] {
 			continue
 		}
-		t, a := taskOf(pod)
+		t, a := w.srv.taskOf(pod)
 		pl := w.planOf(pod)
 		if pl == nil {
 			continue
@@ -865,7 +869,7 @@ func ptrTrue() *bool { b := true; return &b }
 // terminate ends the pod's main container (and, when all is set, every
 // container) and reports it.
 func (w *world) terminate(p *corev1.Pod, key string, pl *plan, all bool, reason string) {
-	t, a := taskOf(p)
+	t, a := w.srv.taskOf(p)
 	uid := string(p.UID)
 	ts := metav1.NewTime(time.Now())
 	exited := false
@@ -952,7 +956,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 	w.srv.mu.Unlock()
 	for _, pod := range running {
 		pod := pod
-		t, a := taskOf(pod)
+		t, a := w.srv.taskOf(pod)
 		cs = append(cs, choice{l, func() {
 			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "evicted"})
 			w.srv.mu.Lock()
@@ -1036,7 +1040,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 func (w *world) endState() {
 	w.srv.mu.Lock()
 	for _, pod := range w.sortedPods() {
-		t, a := taskOf(pod)
+		t, a := w.srv.taskOf(pod)
 		var why []string
 		if slices.Contains(pod.Finalizers, task.Finalizer) {
 			why = append(why, "kubetask's finalizer")
