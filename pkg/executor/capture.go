@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/pkg/podlog"
 	"github.com/kubetask/kubetask/pkg/task"
@@ -16,9 +17,13 @@ type LogCapture struct {
 	TaskID                    string
 	Attempt                   int
 	Namespace, Pod, Container string
+	// UID is the pod's: the capture follows this pod, not any of its name.
+	UID types.UID
 	// Progress reports the container's progress as the executor's cache
-	// last saw it (podlog.ProgressOf); Changed is signalled when the pod
-	// changes. Both feed a podlog.Follower.
+	// last saw the pod with UID (podlog.ProgressOf): another pod of the
+	// name is not it (an earlier one the cache still shows: not there
+	// yet; a later one, once this one was seen: gone). Changed is
+	// signalled when the pod changes. Both feed a podlog.Follower.
 	Progress func() podlog.Progress
 	Changed  <-chan struct{}
 }
@@ -76,14 +81,21 @@ func (e *Executor) capturesDone(ctx context.Context, t *task.Task, id string, n 
 }
 
 func (e *Executor) startCapture(ctx context.Context, k captureKey, pod *corev1.Pod, run *captureRun) {
-	ns, name := pod.Namespace, pod.Name
+	ns, name, uid := pod.Namespace, pod.Name, pod.UID
 	var seenMu sync.Mutex
 	seen := false
-	lc := LogCapture{TaskID: k.id, Attempt: k.attempt, Namespace: ns, Pod: name, Container: k.container,
+	lc := LogCapture{TaskID: k.id, Attempt: k.attempt, Namespace: ns, Pod: name, Container: k.container, UID: pod.UID,
 		Progress: func() podlog.Progress {
 			p := e.CachedPod(ns, name)
 			seenMu.Lock()
 			defer seenMu.Unlock()
+			if p != nil && p.UID != uid {
+				// Another pod of the name: an earlier one (a discarded pod
+				// deleted with grace 0 and never started read as "never
+				// ran, never will": an empty log, complete) or, once this
+				// one was seen, a later one: this one is gone.
+				p = nil
+			}
 			if p == nil && !seen {
 				return podlog.Progress{} // created, not in the cache yet
 			}

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -455,5 +456,51 @@ func TestKeptTasksPodThatNeverRanIsDeleted(t *testing.T) {
 	}
 	if p := f.serverPod(pod.Name); p != nil {
 		t.Errorf("the pod is still there (finalizers %v, deleting %v); want it deleted and let go", p.Finalizers, p.DeletionTimestamp != nil)
+	}
+}
+
+// A capture follows the pod it was started for, by UID: an earlier pod of
+// the same name (a discarded pod of another instance, deleted with grace 0
+// and never started) that the cache still shows is not it. Read by name,
+// the capture took it for the attempt's pod, judged that "it never ran and
+// never will", and marked the attempt's log complete and empty; the
+// attempt's real pod ran and its log was lost (the simulator's seed
+// 20000175, adoption, once it captured logs).
+func TestCaptureFollowsItsPodByUID(t *testing.T) {
+	got := make(chan LogCapture, 1)
+	f := newFx(t, func(c *Config) {
+		c.CaptureLogs = func(ctx context.Context, lc LogCapture) error {
+			got <- lc
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	f.submit("t", newTask())
+	zero := int64(0)
+	now := metav1.NewTime(f.clk.Now())
+	old := f.podOf("t", 0, created())
+	old.UID, old.DeletionTimestamp, old.DeletionGracePeriodSeconds = "u-old", &now, &zero
+	f.cache(old) // the cache still shows the earlier pod of the name
+	ours := f.podOf("t", 0, running())
+	ours.UID = "u-ours"
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	f.ex.startCapture(ctx, captureKey{id: "t", attempt: 0, container: "main"}, ours, &captureRun{done: make(chan struct{}), changed: make(chan struct{}, 1)})
+	lc := <-got
+	if p := lc.Progress(); p.Terminated || p.Gone {
+		t.Fatalf("progress %+v while the cache shows only an earlier pod of the name; want not started, not ended (ours is not in the cache yet)", p)
+	}
+	f.cache(ours)
+	if p := lc.Progress(); !p.Started || p.Terminated {
+		t.Fatalf("progress %+v of the pod itself, running; want started", p)
+	}
+	later := ours.DeepCopy()
+	later.UID = "u-later"
+	f.cache(later)
+	if p := lc.Progress(); !p.Gone {
+		t.Fatalf("progress %+v once another pod of the name replaced ours in the cache; want gone", p)
+	}
+	if lc.UID != "u-ours" {
+		t.Errorf("the capture names pod UID %q, want u-ours", lc.UID)
 	}
 }
