@@ -59,8 +59,8 @@ type apiServer struct {
 	// by pod UID; logWake is closed at every change of one.
 	clogs   map[string]*containerLog
 	logWake chan struct{}
-	idMu sync.Mutex
-	ids  map[types.UID]taskAttempt // taskOf by pod UID
+	idMu    sync.Mutex
+	ids     map[types.UID]taskAttempt // taskOf by pod UID
 	// unknown lists requests the server does not model (a test fails on them).
 	unknown []string
 }

@@ -258,7 +258,7 @@ func (s *apiServer) logsClient(actor string) corev1client.CoreV1Interface {
 func capture(client *simClient, logs store.Logs, log *slog.Logger) func(context.Context, executor.LogCapture) error {
 	return func(ctx context.Context, lc executor.LogCapture) error {
 		return logcapture.Run(ctx, logcapture.Config{
-			Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container,
+			Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container, UID: lc.UID,
 			Key:  store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container},
 			Logs: logs, Progress: lc.Progress, Changed: lc.Changed, GiveUpAfter: captureGiveUp, Logger: log,
 		})

@@ -46,6 +46,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -95,6 +96,8 @@ type Config struct {
 	Client kubernetes.Interface
 	// Namespace, Pod and Container name the container whose log is archived.
 	Namespace, Pod, Container string
+	// UID, when set, is the pod's (podlog.Config.UID). Optional.
+	UID types.UID
 	// Key is the log's key in the archive.
 	Key store.LogKey
 	// Logs is the archive.
@@ -203,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 	var f *podlog.Follower
 	f, err = podlog.New(podlog.Config{
-		Client: cfg.Client, Namespace: cfg.Namespace, Pod: cfg.Pod, Container: cfg.Container,
+		Client: cfg.Client, Namespace: cfg.Namespace, Pod: cfg.Pod, Container: cfg.Container, UID: cfg.UID,
 		Progress: cfg.Progress, Changed: cfg.Changed, Clock: cfg.Clock, Logger: cfg.Logger,
 		PartialLines: true, Resume: info.Cursor,
 		OnStreamError: func(err error) {

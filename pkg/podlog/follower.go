@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
@@ -73,6 +74,10 @@ type Config struct {
 	Client kubernetes.Interface
 	// Namespace, Pod and Container name the container whose log is followed.
 	Namespace, Pod, Container string
+	// UID, when set, is the pod's: a pod of the name with another UID, read
+	// live once Progress says Gone, is not this one, which is gone
+	// (ErrPodGone). Optional.
+	UID types.UID
 	// Progress reports the container's progress as last seen; it is called
 	// before each stream is opened and must not block.
 	Progress func() Progress
@@ -212,7 +217,7 @@ func (f *Follower) Run(ctx context.Context) error {
 		if p.Gone {
 			live, err := f.cfg.Client.CoreV1().Pods(f.cfg.Namespace).Get(ctx, f.cfg.Pod, metav1.GetOptions{})
 			switch {
-			case apierrors.IsNotFound(err):
+			case apierrors.IsNotFound(err), err == nil && f.cfg.UID != "" && live.UID != f.cfg.UID:
 				return ErrPodGone
 			case err != nil:
 				if ctx.Err() != nil {

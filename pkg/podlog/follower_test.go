@@ -296,6 +296,22 @@ func TestFollowerEnds(t *testing.T) {
 		}
 		checkBytes(t, "log", []byte("a\nb\n"), col.bytes())
 	})
+	t.Run("not in the cache, and another pod of the name exists", func(t *testing.T) {
+		node := newFakeNode(toRecords([]byte("a\nb\n"), 16<<10, every(time.Second, 1)))
+		node.progress = Progress{Gone: true}
+		col := &collector{}
+		f := newTestFollower(t, node, col, 0)
+		f.cfg.UID = "u-ours"
+		exited := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+		f.cfg.Client = fake.NewClientset(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u-later"},
+			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c"}}},
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: exited}}},
+		})
+		if err := runFollower(t, f); !errors.Is(err, ErrPodGone) {
+			t.Fatalf("err %v, want ErrPodGone: the pod of the name is another one", err)
+		}
+	})
 	t.Run("never started, never will", func(t *testing.T) {
 		node := newFakeNode()
 		node.progress = Progress{Terminated: true}
