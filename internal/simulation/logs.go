@@ -214,7 +214,7 @@ func (t *logTransport) stream(ctx context.Context, actor, name, uid string, c *c
 			}
 		}
 		if !follow || ended || !exists {
-			pw.Close()
+			_ = pw.Close() // never fails
 			return
 		}
 		var timer <-chan time.Time
