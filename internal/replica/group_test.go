@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,14 +42,15 @@ func TestBeyondShards(t *testing.T) {
 	}
 }
 
-// fakeGroups is a store.Groups kept in memory, by the real clock, that
-// passes storetest.RunGroups (TestFakeGroups): its Joins are serial.
+// fakeGroups is a store.Groups kept in memory (storetest.Members), by the
+// real clock, that passes storetest.RunGroups (TestFakeGroups): its Joins
+// are serial.
 type fakeGroups struct {
 	mu         sync.Mutex
 	unfinished map[string]int
-	failures   int                               // calls that fail before the first answer
-	groups     map[string]map[string]*fakeMember // group -> identity
-	joins      int                               // Join calls that answered
+	failures   int // calls that fail before the first answer
+	table      storetest.Members
+	joins      int // Join calls that answered
 	// beforeJoin, when set, is called (without mu) at the start of every
 	// Join: a test holds joins there to make them meet.
 	beforeJoin func(m store.Member)
@@ -58,59 +58,14 @@ type fakeGroups struct {
 	onLeave func(member string)
 }
 
-type fakeMember struct {
-	store.Member
-	seen time.Time
-}
-
 // newFakeGroups returns a fakeGroups whose group g has members, heard of
 // now, with the Joined, Shards and LeaseNamespace they have (Age ignored).
 func newFakeGroups(members ...store.Member) *fakeGroups {
-	f := &fakeGroups{groups: map[string]map[string]*fakeMember{}}
+	f := &fakeGroups{}
 	for _, m := range members {
-		f.group("g")[m.Identity] = &fakeMember{Member: m, seen: time.Now()}
+		f.table.Put("g", m, time.Now())
 	}
 	return f
-}
-
-func (f *fakeGroups) group(g string) map[string]*fakeMember {
-	if f.groups == nil {
-		f.groups = map[string]map[string]*fakeMember{}
-	}
-	if f.groups[g] == nil {
-		f.groups[g] = map[string]*fakeMember{}
-	}
-	return f.groups[g]
-}
-
-func (f *fakeGroups) register(group string, m store.Member, within time.Duration) {
-	ms := f.group(group)
-	now := time.Now()
-	old := ms[m.Identity]
-	keep := old != nil && old.Shards == m.Shards && old.Joined > 0 && (within <= 0 || now.Sub(old.seen) < within)
-	joined := int64(1)
-	for _, o := range ms {
-		joined = max(joined, o.Joined+1)
-	}
-	if keep {
-		joined = old.Joined
-	}
-	ms[m.Identity] = &fakeMember{Member: store.Member{Identity: m.Identity, LeaseNamespace: m.LeaseNamespace, Shards: m.Shards, Joined: joined}, seen: now}
-}
-
-// members are those of group heard of within the last within, and self.
-func (f *fakeGroups) members(group string, within time.Duration, self string) []store.Member {
-	now := time.Now()
-	var out []store.Member
-	for id, m := range f.group(group) {
-		if age := now.Sub(m.seen); age < within || id == self {
-			mm := m.Member
-			mm.Age = age
-			out = append(out, mm)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Member) int { return strings.Compare(a.Identity, b.Identity) })
-	return out
 }
 
 func (f *fakeGroups) fail() error {
@@ -130,22 +85,22 @@ func (f *fakeGroups) Join(_ context.Context, group string, m store.Member, withi
 	if err := f.fail(); err != nil {
 		return nil, err
 	}
-	f.register(group, m, within)
+	f.table.Register(group, m, within, time.Now())
 	f.joins++
-	return f.members(group, within, m.Identity), nil
+	return f.table.List(group, within, m.Identity, time.Now()), nil
 }
 
 func (f *fakeGroups) Heartbeat(_ context.Context, group string, m store.Member) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.register(group, m, 0)
+	f.table.Register(group, m, 0, time.Now())
 	return nil
 }
 
 func (f *fakeGroups) Leave(_ context.Context, group, member string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.group(group), member)
+	f.table.Leave(group, member)
 	if f.onLeave != nil {
 		f.onLeave(member)
 	}
@@ -158,7 +113,7 @@ func (f *fakeGroups) Members(_ context.Context, group string, within time.Durati
 	if err := f.fail(); err != nil {
 		return nil, err
 	}
-	return f.members(group, within, ""), nil
+	return f.table.List(group, within, "", time.Now()), nil
 }
 
 func (f *fakeGroups) UnfinishedByExecutor(context.Context) (map[string]int, error) {

@@ -441,8 +441,8 @@ func TestRunsNoShardBesideAnEarlierCountInTheLeases(t *testing.T) {
 	other := countLease("B", 3, 1)
 	other.Namespace = "ns"
 	fc := fake.NewClientset(other)
-	g := newFakeGroups(store.Member{Identity: "B", LeaseNamespace: "ns", Shards: 3, Joined: 1})
-	g.groups["g"]["B"].seen = time.Now().Add(-time.Hour) // quiet in the store
+	g := &fakeGroups{}
+	g.table.Put("g", store.Member{Identity: "B", LeaseNamespace: "ns", Shards: 3, Joined: 1}, time.Now().Add(-time.Hour)) // quiet in the store
 	r := testReplica(t, fc, clk, newSettled())
 	r.cfg.Groups = g
 	mon := &runMonitor{shards: map[string]int{"me": 2}, running: map[string][]int{}}

@@ -9,13 +9,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/store/storetest"
 )
 
 // group is the replica group of the replicas scenario; its shards' instance
@@ -23,61 +23,16 @@ import (
 const group = "g"
 
 // members is the store's table of replica group members (store.Groups, as
-// PostgreSQL keeps it), shared by every replica: joins are serial, a member
-// keeps its place in the join order while heard of within the window with
-// the same shard count.
+// PostgreSQL keeps it: storetest.Members), shared by every replica.
 type members struct {
-	mu     sync.Mutex
-	groups map[string]map[string]*member // group -> identity
+	mu    sync.Mutex
+	table storetest.Members
 	// records counts unfinished records by executor (UnfinishedByExecutor).
 	records store.Store
 }
 
-type member struct {
-	store.Member
-	seen time.Time
-}
-
 func newMembers(records store.Store) *members {
-	return &members{groups: map[string]map[string]*member{}, records: records}
-}
-
-func (g *members) group(name string) map[string]*member {
-	if g.groups[name] == nil {
-		g.groups[name] = map[string]*member{}
-	}
-	return g.groups[name]
-}
-
-func (g *members) register(name string, m store.Member, within time.Duration) {
-	ms := g.group(name)
-	now := time.Now()
-	old := ms[m.Identity]
-	keep := old != nil && old.Shards == m.Shards && old.Joined > 0 && (within <= 0 || now.Sub(old.seen) < within)
-	joined := int64(1)
-	for _, o := range ms {
-		joined = max(joined, o.Joined+1)
-	}
-	if keep {
-		joined = old.Joined
-	}
-	ms[m.Identity] = &member{Member: store.Member{Identity: m.Identity, LeaseNamespace: m.LeaseNamespace, Shards: m.Shards, Joined: joined}, seen: now}
-}
-
-// list is the members of name heard of within the last within, and self,
-// ordered by identity.
-func (g *members) list(name string, within time.Duration, self string) []store.Member {
-	now := time.Now()
-	var out []store.Member
-	for id, m := range g.group(name) {
-		if age := now.Sub(m.seen); age < within || id == self {
-			mm := m.Member
-			mm.Age = age
-			out = append(out, mm)
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Member) int { return strings.Compare(a.Identity, b.Identity) })
-	return out
+	return &members{records: records}
 }
 
 // groupsView is one process's store.Groups: every call is a step and its
@@ -108,23 +63,23 @@ func (v groupsView) call(ctx context.Context, what string, fn func()) error {
 func (v groupsView) Join(ctx context.Context, name string, m store.Member, within time.Duration) ([]store.Member, error) {
 	var out []store.Member
 	err := v.call(ctx, "join "+name, func() {
-		v.g.register(name, m, within)
-		out = v.g.list(name, within, m.Identity)
+		v.g.table.Register(name, m, within, time.Now())
+		out = v.g.table.List(name, within, m.Identity, time.Now())
 	})
 	return out, err
 }
 
 func (v groupsView) Heartbeat(ctx context.Context, name string, m store.Member) error {
-	return v.call(ctx, "heartbeat "+name, func() { v.g.register(name, m, 0) })
+	return v.call(ctx, "heartbeat "+name, func() { v.g.table.Register(name, m, 0, time.Now()) })
 }
 
 func (v groupsView) Leave(ctx context.Context, name, identity string) error {
-	return v.call(ctx, "leave "+name, func() { delete(v.g.group(name), identity) })
+	return v.call(ctx, "leave "+name, func() { v.g.table.Leave(name, identity) })
 }
 
 func (v groupsView) Members(ctx context.Context, name string, within time.Duration) ([]store.Member, error) {
 	var out []store.Member
-	err := v.call(ctx, "members "+name, func() { out = v.g.list(name, within, "") })
+	err := v.call(ctx, "members "+name, func() { out = v.g.table.List(name, within, "", time.Now()) })
 	return out, err
 }
 
