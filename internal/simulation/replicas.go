@@ -239,12 +239,7 @@ func (w *world) startReplica(shards int) *process {
 	if err != nil {
 		panic(err)
 	}
-	p.api = rep
-	ctx, cancel := context.WithCancel(withActor(w.ctx, name))
-	p.cancel = cancel
-	go func() { p.done <- rep.Run(ctx) }()
-	w.procs = append(w.procs, p)
-	w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s started: a replica of group %s with --shards %d", name, group, shards)})
+	w.launch(p, rep, rep.Run, fmt.Sprintf("%s started: a replica of group %s with --shards %d", name, group, shards))
 	return p
 }
 

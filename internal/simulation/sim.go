@@ -364,13 +364,19 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	if err != nil {
 		panic(err)
 	}
-	p.api = ex
-	ctx, cancel := context.WithCancel(withActor(w.ctx, name))
-	p.cancel = cancel
-	go func() { p.done <- ex.Start(ctx) }()
-	w.procs = append(w.procs, p)
-	w.hist.add(Event{Kind: KProcess, Note: fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0])})
+	w.launch(p, ex, ex.Start, fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0]))
 	return p
+}
+
+// launch runs process p (its API api, its run until its context ends) with
+// its steps marked as its own, and notes its start.
+func (w *world) launch(p *process, api taskAPI, run func(context.Context) error, note string) {
+	p.api = api
+	ctx, cancel := context.WithCancel(withActor(w.ctx, p.name))
+	p.cancel = cancel
+	go func() { p.done <- run(ctx) }()
+	w.procs = append(w.procs, p)
+	w.hist.add(Event{Kind: KProcess, Note: note})
 }
 
 func (w *world) logLevel() slog.Level {
