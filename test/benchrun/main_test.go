@@ -7,7 +7,9 @@
 // both commands worked.
 //
 //	go test ./test/benchrun -run '^$' -bench BenchmarkRun -benchtime 1x -pairs 12
-//	# also -baseline /path/to/an/older/kubetask: a third column, the same pod run by it
+//	# also -baseline /path/to/an/older/kubetask ($KUBETASK_BENCH_BASELINE_BIN): a third
+//	# column, the same pod run by it, and kubetask over it per round;
+//	# $KUBETASK_BENCH_BIN runs that kubetask binary instead of building this checkout's
 package benchrun
 
 import (

@@ -24,8 +24,27 @@ import (
 
 var (
 	pairs    = flag.Int("pairs", 12, "BenchmarkRun: rounds, each running every tool once, in turns")
-	baseline = flag.String("baseline", "", "BenchmarkRun: another kubetask binary (an older build, say) that runs the same pod in each round")
+	baseline = flag.String("baseline", "", "BenchmarkRun: another kubetask binary (an older build, say) that runs the same pod in each round; default $KUBETASK_BENCH_BASELINE_BIN")
 )
+
+// baselineBin is -baseline, else $KUBETASK_BENCH_BASELINE_BIN ("" for none).
+func baselineBin() string {
+	if *baseline != "" {
+		return *baseline
+	}
+	return os.Getenv("KUBETASK_BENCH_BASELINE_BIN")
+}
+
+// baselineName is the baseline tool's name: "baseline." and
+// $KUBETASK_BENCH_BASELINE_LABEL, else the binary's file name without
+// "kubetask-" (kubetask-016ccbf: baseline.016ccbf).
+func baselineName(bin string) string {
+	label := os.Getenv("KUBETASK_BENCH_BASELINE_LABEL")
+	if label == "" {
+		label = strings.TrimPrefix(filepath.Base(bin), "kubetask-")
+	}
+	return "baseline." + label
+}
 
 // podYAML is the pod both tools run: one line of output on the local
 // process node (the only untainted node of the test cluster).
@@ -61,7 +80,7 @@ type bench struct {
 	dir    string
 }
 
-// setup builds kubetask, finds kubectl (`kubetask cluster build` builds it),
+// setup builds kubetask (or takes $KUBETASK_BENCH_BIN), finds kubectl (`kubetask cluster build` builds it),
 // and copies every binary into one directory the same way, so that their
 // pages come into the page cache alike: the peak RSS of a Go binary counts
 // the page-cache folios its start touches, and their size depends on how
@@ -72,9 +91,12 @@ func setup(tb testing.TB) *bench {
 	defer cancel()
 	env := clustertest.New(tb)
 	dir := tb.TempDir()
-	built, err := clustertest.BuildKubetask(ctx, filepath.Join(dir, "build"))
-	if err != nil {
-		tb.Fatal(err)
+	built := os.Getenv("KUBETASK_BENCH_BIN")
+	if built == "" {
+		var err error
+		if built, err = clustertest.BuildKubetask(ctx, filepath.Join(dir, "build")); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	b, err := components.NewBuilder(io.Discard)
 	if err != nil {
@@ -97,8 +119,8 @@ func setup(tb testing.TB) *bench {
 	kubetaskArgs := func(int) []string { return append([]string{"run", "-f", podFile}, conn...) }
 	bn := &bench{rusage: helper, dir: dir}
 	bn.tools = append(bn.tools, tool{name: "kubetask", bin: copyBinary(tb, built, filepath.Join(dir, "kubetask")), args: kubetaskArgs})
-	if *baseline != "" {
-		bn.tools = append(bn.tools, tool{name: "baseline", bin: copyBinary(tb, *baseline, filepath.Join(dir, "kubetask-baseline")), args: kubetaskArgs})
+	if base := baselineBin(); base != "" {
+		bn.tools = append(bn.tools, tool{name: baselineName(base), bin: copyBinary(tb, base, filepath.Join(dir, "kubetask-baseline")), args: kubetaskArgs})
 	}
 	bn.tools = append(bn.tools, tool{name: "kubectl", bin: copyBinary(tb, kubectl, filepath.Join(dir, "kubectl")), args: func(round int) []string {
 		return append([]string{"run", fmt.Sprintf("hello-%d", round), "--rm", "-i", "--restart=Never", "--image=busybox"}, append(conn, "--", "echo", "hello")...)
@@ -225,15 +247,19 @@ func (r *result) table() string {
 	var b strings.Builder
 	rounds := len(r.samples[0])
 	fmt.Fprintf(&b, "kubetask run -f pod.yaml vs kubectl run --rm -i --restart=Never --image=busybox: one-line pod on the local process node, %d rounds, order turning\n", rounds)
+	width := 8
+	for _, t := range r.tools {
+		width = max(width, len(t.name))
+	}
 	fmt.Fprintf(&b, "%-7s", "round")
 	for _, t := range r.tools {
-		fmt.Fprintf(&b, " | %-8s  wall     peak RSS   CPU   ", t.name)
+		fmt.Fprintf(&b, " | %-*s  wall     peak RSS   CPU   ", width, t.name)
 	}
 	b.WriteString("\n")
 	row := func(label string, f func(i int, g func(sample) float64) float64) {
 		fmt.Fprintf(&b, "%-7s", label)
 		for i := range r.tools {
-			fmt.Fprintf(&b, " | %8s %6.3f s %6.1f MiB %5.3f s", "", f(i, wallS), f(i, rssMiB), f(i, cpuS))
+			fmt.Fprintf(&b, " | %*s %6.3f s %6.1f MiB %5.3f s", width, "", f(i, wallS), f(i, rssMiB), f(i, cpuS))
 		}
 		b.WriteString("\n")
 	}
@@ -245,7 +271,54 @@ func (r *result) table() string {
 		w, m, c := r.ratios(i)
 		fmt.Fprintf(&b, "%s / %s (medians): wall %.2fx, peak RSS %.2fx, CPU %.2fx\n", r.tools[i].name, r.tools[len(r.tools)-1].name, w, m, c)
 	}
+	if r.hasBaseline() {
+		per := r.perRoundVsBaseline()
+		fmt.Fprintf(&b, "%s / %s, per round: wall", r.tools[0].name, r.tools[1].name)
+		for _, p := range per {
+			fmt.Fprintf(&b, " %.3f", p[0])
+		}
+		b.WriteString("; peak RSS")
+		for _, p := range per {
+			fmt.Fprintf(&b, " %.3f", p[1])
+		}
+		b.WriteString("; CPU")
+		for _, p := range per {
+			fmt.Fprintf(&b, " %.3f", p[2])
+		}
+		b.WriteString("\n")
+		w, m, c := r.vsBaseline()
+		fmt.Fprintf(&b, "%s / %s: medians of the per-round ratios: wall %.3fx, peak RSS %.3fx, CPU %.3fx\n", r.tools[0].name, r.tools[1].name, w, m, c)
+	}
 	return b.String()
+}
+
+// hasBaseline reports whether a baseline kubetask ran (the tool after
+// kubetask, before kubectl).
+func (r *result) hasBaseline() bool { return len(r.tools) == 3 }
+
+// perRoundVsBaseline returns, per round, kubetask's wall, peak RSS and CPU
+// over the baseline's of the same round (the two run one after the other
+// in every round).
+func (r *result) perRoundVsBaseline() [][3]float64 {
+	var out [][3]float64
+	for k := range min(len(r.samples[0]), len(r.samples[1])) {
+		s, b := r.samples[0][k], r.samples[1][k]
+		out = append(out, [3]float64{wallS(s) / wallS(b), rssMiB(s) / rssMiB(b), cpuS(s) / cpuS(b)})
+	}
+	return out
+}
+
+// vsBaseline is the median over the rounds of perRoundVsBaseline.
+func (r *result) vsBaseline() (wall, rss, cpu float64) {
+	per := r.perRoundVsBaseline()
+	col := func(j int) float64 {
+		v := make([]float64, len(per))
+		for k, p := range per {
+			v[k] = p[j]
+		}
+		return benchresult.Median(v)
+	}
+	return col(0), col(1), col(2)
 }
 
 // record writes every round of every tool to the results file, and each
@@ -264,6 +337,12 @@ func (r *result) record(tb testing.TB, res *benchresult.Run) {
 			res.Add(tb, "Run/"+t.name, vals...)
 		}
 	}
+	if r.hasBaseline() {
+		for _, p := range r.perRoundVsBaseline() {
+			res.Add(tb, "Run/kubetask-over-"+r.tools[1].name, benchresult.Value{V: p[0], Unit: "wall-ratio"},
+				benchresult.Value{V: p[1], Unit: "rss-ratio"}, benchresult.Value{V: p[2], Unit: "cpu-ratio"})
+		}
+	}
 }
 
 // BenchmarkRun compares the tools over -pairs rounds and prints the table.
@@ -273,7 +352,11 @@ func BenchmarkRun(b *testing.B) {
 	if *pairs < 12 {
 		size = fmt.Sprintf("smaller than make bench-run's: %d rounds", *pairs)
 	}
-	res := benchresult.Start(b, "run", "pairs", fmt.Sprint(*pairs), "size", size)
+	config := []string{"pairs", fmt.Sprint(*pairs), "size", size}
+	if base := baselineBin(); base != "" {
+		config = append(config, "baseline", base)
+	}
+	res := benchresult.Start(b, "run", config...)
 	for range b.N {
 		r := bn.measure(b, *pairs)
 		fmt.Print(r.table())

@@ -31,13 +31,18 @@ var (
 	binErr  error
 )
 
-// kubetaskBin returns the binary under test, built by
-// clustertest.BuildKubetask from this checkout. The shared cluster built one
-// for its local node beside its directory (clustertest's layout); if it is
-// not there, it is built once in a directory removed with the cluster's.
+// kubetaskBin returns the binary under test: $KUBETASK_BENCH_BIN when set
+// (another build, say), else the one clustertest.BuildKubetask built from
+// this checkout. The shared cluster built one for its local node beside its
+// directory (clustertest's layout); if it is not there, it is built once in
+// a directory removed with the cluster's.
 func kubetaskBin(tb testing.TB) string {
 	tb.Helper()
 	binOnce.Do(func() {
+		if p := os.Getenv("KUBETASK_BENCH_BIN"); p != "" {
+			binPath, binErr = executable(p)
+			return
+		}
 		parent := filepath.Dir(clustertest.Cluster().Dir())
 		if st, err := os.Stat(filepath.Join(parent, "kubetask")); err == nil && st.Mode().IsRegular() && st.Mode()&0o100 != 0 {
 			binPath = filepath.Join(parent, "kubetask")
@@ -51,6 +56,23 @@ func kubetaskBin(tb testing.TB) string {
 		tb.Fatal(binErr)
 	}
 	return binPath
+}
+
+// executable returns path made absolute, or an error when it is not an
+// executable file.
+func executable(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("the kubetask binary to benchmark: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o100 == 0 {
+		return "", fmt.Errorf("the kubetask binary to benchmark: %s is not an executable file", abs)
+	}
+	return abs, nil
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
@@ -101,6 +123,13 @@ func startService(tb testing.TB, env *clustertest.Env, extra ...string) *service
 // no token.
 func startServiceEnv(tb testing.TB, env *clustertest.Env, environ []string, extra ...string) *service {
 	tb.Helper()
+	return startServiceBin(tb, kubetaskBin(tb), env, environ, extra...)
+}
+
+// startServiceBin is startServiceEnv with the kubetask binary bin (an older
+// build, for an A/B comparison): the flags given must be ones bin knows.
+func startServiceBin(tb testing.TB, bin string, env *clustertest.Env, environ []string, extra ...string) *service {
+	tb.Helper()
 	stateDir := tb.TempDir()
 	args := append([]string{"serve", "--kubeconfig", env.Kubeconfig, "--state-dir", stateDir,
 		"--listen", "127.0.0.1:0", "--namespaces", env.Namespace, "-n", env.Namespace,
@@ -108,7 +137,7 @@ func startServiceEnv(tb testing.TB, env *clustertest.Env, environ []string, extr
 	s := &service{ns: env.Namespace, stateDir: stateDir, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
 		// As many idle connections as clients: no client waits for a new connection.
 		http: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}}
-	s.cmd = exec.Command(kubetaskBin(tb), args...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	// KUBETASK_BENCH_SERVE_GOGC runs the service with another GOGC than
 	// serve's own default (cli.ServeGCPercent), e.g. 100 for the runtime's.
@@ -123,7 +152,7 @@ func startServiceEnv(tb testing.TB, env *clustertest.Env, environ []string, extr
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	tb.Cleanup(func() { s.stop(tb) })
-	tb.Logf("kubetask %s", strings.Join(args, " "))
+	tb.Logf("%s %s", bin, strings.Join(args, " "))
 
 	poll(tb, time.Minute, "kubetask serve to print its address and token", func() bool {
 		select {

@@ -239,6 +239,20 @@ func (m *cpuMeter) add(name string, pid int) {
 	}
 }
 
+// of returns the CPU time of the process named name since the meter
+// started measuring it; 0 when there is none or it is gone.
+func (m *cpuMeter) of(name string) time.Duration {
+	pid, ok := m.pids[name]
+	if !ok {
+		return 0
+	}
+	d, err := cpuTime(pid)
+	if err != nil {
+		return 0
+	}
+	return d - m.before[name]
+}
+
 // report returns each process's CPU time since the meter started, most
 // first, and the total.
 func (m *cpuMeter) report() (string, time.Duration) {

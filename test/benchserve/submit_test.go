@@ -94,6 +94,10 @@ type submitResult struct {
 	gcs float64
 	// peakRSS is the service's VmHWM once every outcome was in, in bytes.
 	peakRSS int64
+	// serviceCPU, apiserverCPU and etcdCPU are the CPU time of the
+	// service, kube-apiserver and etcd from the first submission to the
+	// last outcome.
+	serviceCPU, apiserverCPU, etcdCPU time.Duration
 }
 
 func (r submitResult) submitsPerSecond() float64 {
@@ -166,8 +170,17 @@ const openShare = 0.8
 // It runs twice, as ServeSubmit/shared (every task the same spec) and
 // ServeSubmit/distinct (each task a spec of its own);
 // KUBETASK_BENCH_SUBMIT_SPECS=shared or distinct runs one.
+//
+// With KUBETASK_BENCH_BASELINE_BIN set it compares that binary with the
+// one under test instead, in pairs on the same cluster (ab_test.go).
 func BenchmarkServeSubmit(b *testing.B) {
-	res := benchresult.Start(b, "serve")
+	base, head, ab := abBinaries(b)
+	var res *benchresult.Run
+	if ab {
+		res = benchresult.Start(b, "serve-ab", "baseline", base.label, "baseline-bin", base.bin, "pairs", strconv.Itoa(abPairs()))
+	} else {
+		res = benchresult.Start(b, "serve")
+	}
 	for _, specs := range []string{"shared", "distinct"} {
 		if only := os.Getenv("KUBETASK_BENCH_SUBMIT_SPECS"); only != "" && only != specs {
 			continue
@@ -175,6 +188,10 @@ func BenchmarkServeSubmit(b *testing.B) {
 		b.Run(specs, func(b *testing.B) {
 			sz := benchSubmitSize()
 			sz.distinct = specs == "distinct"
+			if ab {
+				benchServeSubmitAB(b, res, sz, base, head, abPairs())
+				return
+			}
 			benchServeSubmit(b, res, sz)
 		})
 	}
@@ -270,18 +287,20 @@ func runServeSubmit(tb testing.TB, sz submitSize) (closed, open submitResult) {
 	tb.Helper()
 	// The baseline first, in a namespace of its own, its pods gone before
 	// the service starts.
-	closed = serveSubmissions(tb, sz, runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.distinct, closedLoop(sz.clients)), closedLoop(sz.clients))
+	bin := kubetaskBin(tb)
+	closed = serveSubmissions(tb, bin, sz, runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.distinct, closedLoop(sz.clients)), closedLoop(sz.clients))
 	rate := openShare * closed.pods.perSecond()
 	pods := runPodCreates(tb, clustertest.New(tb), sz.tasks, sz.distinct, openLoop(rate))
-	open = serveSubmissions(tb, sz, pods, openLoop(rate))
+	open = serveSubmissions(tb, bin, sz, pods, openLoop(rate))
 	open.rate = rate
 	return closed, open
 }
 
-// serveSubmissions starts a service in a namespace of its own, submits
-// sz.tasks tasks through drive, waits for every outcome, and stops the
-// service. pods is the baseline the result is compared with.
-func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive driver) submitResult {
+// serveSubmissions starts a service of the kubetask binary bin in a
+// namespace of its own, submits sz.tasks tasks through drive, waits for
+// every outcome, and stops the service. pods is the baseline the result is
+// compared with.
+func serveSubmissions(tb testing.TB, bin string, sz submitSize, pods podCreateResult, drive driver) submitResult {
 	tb.Helper()
 	ctx := context.Background()
 	r := submitResult{size: sz, pods: pods}
@@ -291,7 +310,7 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 	// more than the per-caller limit (100) in flight whenever the latency
 	// passes 100 / rate (a run at a load of 11 had 44 of 500 answered 429).
 	// The limit of the whole service (1,000) stays.
-	s := startService(tb, env, "--parallelism", strconv.Itoa(sz.parallelism),
+	s := startServiceBin(tb, bin, env, nil, "--parallelism", strconv.Itoa(sz.parallelism),
 		"--qps", strconv.FormatFloat(float64(sz.qps), 'f', -1, 32), "--burst", strconv.Itoa(sz.burst),
 		"--max-requests-per-caller", "-1")
 	// The next phase does not share the machine with this service.
@@ -340,6 +359,7 @@ func serveSubmissions(tb testing.TB, sz submitSize, pods podCreateResult, drive 
 	last, outcomes := w.last(ids, false)
 	r.outcomes = last.Sub(start)
 	r.cpu, _ = cpu.report()
+	r.serviceCPU, r.apiserverCPU, r.etcdCPU = cpu.of("kubetask serve"), cpu.of("kube-apiserver"), cpu.of("etcd")
 	r.requests = requestReport(reqs, apiserverRequests(tb), 8)
 	m, err := s.metrics(ctx)
 	if err != nil {
