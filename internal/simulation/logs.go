@@ -110,7 +110,8 @@ func (s *apiServer) logChanged() {
 // kubelet's logs: each request a step and its answer another (an injected
 // failure is a 503), each line of the stream a step of its own (a failed
 // one breaks the stream), a follow stream open until the container ended
-// (all sent) or the pod is gone.
+// (all sent) or the pod is gone; a pod on no node has an empty log, as
+// kube-apiserver answers (test/integration's contract test).
 type logTransport struct {
 	srv   *apiServer
 	actor string
@@ -153,9 +154,16 @@ func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var c *containerLog
 	var uid string
 	var ferr error
+	var unbound bool
 	switch {
 	case pod == nil:
 		ferr = apierrors.NewNotFound(podsGR, name)
+	case !hasContainer(pod, q.Get("container")):
+		ferr = apierrors.NewBadRequest(fmt.Sprintf("container %s is not valid for pod %s", q.Get("container"), name))
+	case pod.Spec.NodeName == "":
+		// kube-apiserver answers an empty log for a pod on no node (its
+		// LogLocation has no node to ask): 200, nothing.
+		unbound = true
 	case q.Get("previous") == "true":
 		ferr = apierrors.NewBadRequest(fmt.Sprintf("previous terminated container %q in pod %q not found", q.Get("container"), name))
 	default:
@@ -174,6 +182,9 @@ func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if ferr != nil {
 		return statusResponse(req, ferr), nil
+	}
+	if unbound {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}}, Body: http.NoBody, Request: req}, nil
 	}
 	pr, pw := io.Pipe()
 	go t.stream(ctx, actor, name, uid, c, since, q.Get("follow") == "true", pw)
@@ -366,4 +377,17 @@ func (w *world) logFacts() {
 		}
 		w.hist.add(Event{Kind: KLog, Task: c.task, Attempt: c.attempt, UID: uid, Note: f.String(), Log: f})
 	}
+}
+
+// hasContainer: the pod has a container (or init container) of that name,
+// which kube-apiserver checks first.
+func hasContainer(p *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, c := range cs {
+			if c.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }

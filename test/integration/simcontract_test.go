@@ -144,6 +144,25 @@ var contractScenarios = map[string]contractScenario{
 		}
 		return out
 	},
+	"pods/log of a pod that has not started, with previous, of another container, of no pod": func(ctx context.Context, pods corev1client.PodInterface, name func(string) string, _ func(context.Context) error) []string {
+		p, err := pods.Create(ctx, contractPod(name("a"), nil), metav1.CreateOptions{})
+		if err != nil {
+			return []string{answer(err)}
+		}
+		read := func(pod string, opts *corev1.PodLogOptions) string {
+			rc, err := pods.GetLogs(pod, opts).Stream(ctx)
+			if err == nil {
+				_ = rc.Close()
+			}
+			return answer(err)
+		}
+		return []string{
+			read(p.Name, &corev1.PodLogOptions{Container: "main", Follow: true, Timestamps: true}),
+			read(p.Name, &corev1.PodLogOptions{Container: "main", Previous: true, Timestamps: true}),
+			read(p.Name, &corev1.PodLogOptions{Container: "other"}),
+			read(name("none"), &corev1.PodLogOptions{Container: "main"}),
+		}
+	},
 	"a watch from a resourceVersion the server no longer has ends with 410 Expired; from the list after it, it goes on": func(ctx context.Context, pods corev1client.PodInterface, name func(string) string, expire func(context.Context) error) []string {
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -194,7 +213,8 @@ var contractScenarios = map[string]contractScenario{
 // kube-apiserver and requires the same answers: what the simulator models
 // of the API server (scheduling gates and nodeName, finalizers and deletion
 // grace, UID preconditions, JSON-patch tests, activeDeadlineSeconds, 410 on
-// a watch from a version no longer held) is what the real one does. The
+// a watch from a version no longer held, pods/log refused for a container
+// that has not started) is what the real one does. The
 // simulator complements the real-cluster tests; this keeps it honest.
 func TestSimulatedAPIServerKeepsTheContract(t *testing.T) {
 	env := clustertest.New(t)
