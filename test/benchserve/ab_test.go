@@ -27,9 +27,23 @@ import (
 // every build since the per-caller limit knows; the flags the newer build
 // added (the namespace shares and caps of issue 33) keep their defaults.
 // The results go into a file of suite serve-ab, apart from serve's.
+// KUBETASK_BENCH_AB_LOOPS=closed (or open) runs only that loop in each
+// pair, KUBETASK_BENCH_SUBMIT_SPECS only those specs.
 
 // abPairs is the number of A/B pairs: $KUBETASK_BENCH_PAIRS, default 3.
 func abPairs() int { return envInt("KUBETASK_BENCH_PAIRS", 3) }
+
+// abLoops reports which loops a pair runs: $KUBETASK_BENCH_AB_LOOPS,
+// "closed", "open" or both (the default).
+func abLoops() (closed, open bool) {
+	switch os.Getenv("KUBETASK_BENCH_AB_LOOPS") {
+	case "closed":
+		return true, false
+	case "open":
+		return false, true
+	}
+	return true, true
+}
 
 // abBinary is one side of an A/B comparison.
 type abBinary struct {
@@ -65,6 +79,18 @@ type abFigures struct{ closed, open submitResult }
 // BenchmarkServeSubmit's.
 func (f abFigures) values() []benchresult.Value {
 	c, o := f.closed, f.open
+	var vs []benchresult.Value
+	if len(c.latencies) > 0 {
+		vs = append(vs, f.closedValues()...)
+	}
+	if len(o.latencies) > 0 {
+		vs = append(vs, f.openValues()...)
+	}
+	return vs
+}
+
+func (f abFigures) closedValues() []benchresult.Value {
+	c := f.closed
 	return []benchresult.Value{
 		{V: c.submitsPerSecond(), Unit: "submits/s"},
 		{V: ms(percentile(c.latencies, 0.5)), Unit: "submit-p50-ms"},
@@ -74,6 +100,14 @@ func (f abFigures) values() []benchresult.Value {
 		{V: c.apiserverCPU.Seconds(), Unit: "apiserver-cpu-s"},
 		{V: c.etcdCPU.Seconds(), Unit: "etcd-cpu-s"},
 		{V: float64(c.peakRSS) / (1 << 20), Unit: "serve-peak-rss-MiB"},
+		{V: c.executorCalls / float64(c.size.tasks), Unit: "serve-calls/task"},
+		{V: c.apiRequests / float64(c.size.tasks), Unit: "apiserver-requests/task"},
+	}
+}
+
+func (f abFigures) openValues() []benchresult.Value {
+	o := f.open
+	return []benchresult.Value{
 		{V: o.rate, Unit: "open-offered/s"},
 		{V: o.submitsPerSecond(), Unit: "open-submits/s"},
 		{V: ms(percentile(o.latencies, 0.5)), Unit: "open-submit-p50-ms"},
@@ -125,6 +159,7 @@ func benchServeSubmitAB(b *testing.B, res *benchresult.Run, sz submitSize, base,
 // head's.
 func runABPairs(tb testing.TB, sz submitSize, pods podCreateResult, rate float64, base, head abBinary, pairs int) [][2]abFigures {
 	tb.Helper()
+	closed, open := abLoops()
 	out := make([][2]abFigures, pairs)
 	for k := range pairs {
 		order := []int{0, 1}
@@ -133,10 +168,17 @@ func runABPairs(tb testing.TB, sz submitSize, pods podCreateResult, rate float64
 		}
 		bins := [2]abBinary{base, head}
 		for _, i := range order {
+			if !closed {
+				break
+			}
 			tb.Logf("pair %d: closed loop of %s (load average %s)", k+1, bins[i].label, loadAvg())
 			out[k][i].closed = serveSubmissions(tb, bins[i].bin, sz, pods, closedLoop(sz.clients))
+			tb.Logf("pair %d: closed loop of %s: API server requests %s", k+1, bins[i].label, out[k][i].closed.requests)
 		}
 		for _, i := range order {
+			if !open {
+				break
+			}
 			tb.Logf("pair %d: open loop of %s at %.1f/s (load average %s)", k+1, bins[i].label, rate, loadAvg())
 			out[k][i].open = serveSubmissions(tb, bins[i].bin, sz, pods, openLoop(rate))
 			out[k][i].open.rate = rate
@@ -193,8 +235,9 @@ func TestServeSubmitABTiny(t *testing.T) {
 	figs := runABPairs(t, sz, pods, openShare*pods.perSecond(), base, head, 1)
 	t.Log("\n" + abPairTable(1, base.label, figs[0][0].values(), figs[0][1].values()))
 	t.Log("\n" + abMedianTable(base.label, figs))
+	closed, open := abLoops()
 	for i, f := range figs[0] {
-		if len(f.closed.latencies) != sz.tasks || len(f.open.latencies) != sz.tasks || f.open.rate <= 0 {
+		if (closed && len(f.closed.latencies) != sz.tasks) || (open && (len(f.open.latencies) != sz.tasks || f.open.rate <= 0)) {
 			t.Errorf("side %d: %d closed and %d open submissions at %.1f/s, want %d of each at a positive rate",
 				i, len(f.closed.latencies), len(f.open.latencies), f.open.rate, sz.tasks)
 		}

@@ -68,6 +68,7 @@ type submitResult struct {
 	// The API server's requests (all clients) during the service's run,
 	// and the service's own counters.
 	requests        string
+	apiRequests     float64 // their total
 	executorCalls   float64 // kubetask_api_requests_total
 	captureFailures float64 // kubetask_log_capture_failures_total
 	// The mean time of each step of a submission in the service
@@ -360,7 +361,11 @@ func serveSubmissions(tb testing.TB, bin string, sz submitSize, pods podCreateRe
 	r.outcomes = last.Sub(start)
 	r.cpu, _ = cpu.report()
 	r.serviceCPU, r.apiserverCPU, r.etcdCPU = cpu.of("kubetask serve"), cpu.of("kube-apiserver"), cpu.of("etcd")
-	r.requests = requestReport(reqs, apiserverRequests(tb), 8)
+	reqsAfter := apiserverRequests(tb)
+	r.requests = requestReport(reqs, reqsAfter, 8)
+	for k, v := range reqsAfter {
+		r.apiRequests += max(v-reqs[k], 0)
+	}
 	m, err := s.metrics(ctx)
 	if err != nil {
 		tb.Fatal(err)
