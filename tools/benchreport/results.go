@@ -27,10 +27,20 @@ type run struct {
 func (r *run) suite() string { return r.config["suite"] }
 
 // smaller reports whether the run is not its suite's full run: its size
-// says so, or environment variables changed it.
+// says so, or environment variables changed it. The binaries a run
+// measures (KUBETASK_BENCH_BIN, and KUBETASK_BENCH_BASELINE_BIN beside it)
+// change what is measured, not how much.
 func (r *run) smaller() bool {
 	size, ok := r.config["size"]
-	return (ok && size != "full") || r.config["env"] != ""
+	if ok && size != "full" {
+		return true
+	}
+	for _, kv := range strings.Fields(r.config["env"]) {
+		if name, _, _ := strings.Cut(kv, "="); name != "KUBETASK_BENCH_BIN" && name != "KUBETASK_BENCH_BASELINE_BIN" {
+			return true
+		}
+	}
+	return false
 }
 
 // readRun reads one results file with benchfmt. The configuration is the
