@@ -60,7 +60,7 @@ components: build ## build (or reuse from the cache) etcd, kube-apiserver, sched
 	@ln -sf "$$($(BIN)/kubetask cluster build 2>/dev/null | awk '$$1=="kubectl"{print $$3}')" $(BIN)/kubectl
 
 LIGHTHOUSE := tools/lighthouse/node_modules/.bin/lighthouse
-lighthouse: $(LIGHTHOUSE) ## install the pinned Lighthouse that test/e2eweb runs (npm ci in tools/lighthouse)
+lighthouse: $(LIGHTHOUSE) ## install the pinned Lighthouse that test/e2e/web runs (npm ci in tools/lighthouse)
 $(LIGHTHOUSE): tools/lighthouse/package-lock.json
 	npm ci --prefix tools/lighthouse --no-audit --no-fund --ignore-scripts --loglevel=error
 	@touch $@
@@ -102,7 +102,7 @@ test-repeat: fmt vet importcheck components lighthouse ## run the whole suite N 
 	done; \
 	echo "$$(( $(N) - fails )) passed, $$fails failed"; [ $$fails -eq 0 ]
 
-# Every bench target writes its run's results file (test/benchresult: Go
+# Every bench target writes its run's results file (test/bench/benchresult: Go
 # benchmark format, with the commit, date, machine and load) into
 # docs/benchmarks-results; make bench-docs writes the docs' tables from the
 # latest file of each suite.
@@ -110,26 +110,26 @@ BENCH_RESULTS := $(CURDIR)/docs/benchmarks-results
 BENCH_ENV := KUBETASK_BENCH_RESULTS=$(BENCH_RESULTS) KUBETASK_BENCH_COMMIT=$(COMMIT)
 
 bench: components ## the comparison of docs/benchmarks.md (S0 minimal and equal-work, alternating pairs, Job controller, scale, memory, SQLite): about 25 min on 2 cores; KUBETASK_BENCH_SIZE=tiny for a smoke run
-	$(BENCH_ENV) $(GO) test ./test/bench -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 90m
+	$(BENCH_ENV) $(GO) test ./test/bench/executor -run '^$$' -bench BenchmarkExecutor -benchtime 1x -timeout 90m
 
 PAIRS ?= 12
 bench-run: components ## kubetask run against kubectl run on the local cluster (docs/benchmarks.md): PAIRS=12 rounds, BASELINE=path/to/kubetask adds an older build
-	$(BENCH_ENV) $(GO) test ./test/benchrun -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
+	$(BENCH_ENV) $(GO) test ./test/bench/run -run '^$$' -bench BenchmarkRun -benchtime 1x -timeout 30m -pairs $(PAIRS) $(if $(BASELINE),-baseline $(BASELINE))
 
-bench-fair: components ## fair slot order against FIFO (test/bench BenchmarkFairShare)
-	$(BENCH_ENV) $(GO) test ./test/bench -run '^$$' -bench BenchmarkFairShare -benchtime 1x -timeout 60m
+bench-fair: components ## fair slot order against FIFO (test/bench/executor BenchmarkFairShare)
+	$(BENCH_ENV) $(GO) test ./test/bench/executor -run '^$$' -bench BenchmarkFairShare -benchtime 1x -timeout 60m
 
-bench-storm: components ## outcomes through a storm of 410 Expired and API server faults (test/benchstorm)
-	$(BENCH_ENV) $(GO) test ./test/benchstorm -run '^$$' -bench BenchmarkStorm -benchtime 1x -timeout 60m
+bench-storm: components ## outcomes through a storm of 410 Expired and API server faults (test/bench/storm)
+	$(BENCH_ENV) $(GO) test ./test/bench/storm -run '^$$' -bench BenchmarkStorm -benchtime 1x -timeout 60m
 
-bench-serve: components ## kubetask serve: submissions against plain creates, log capture, replicas (test/benchserve)
-	$(BENCH_ENV) $(GO) test ./test/benchserve -run '^$$' -bench . -benchtime 1x -timeout 150m
+bench-serve: components ## kubetask serve: submissions against plain creates, log capture, replicas (test/bench/serve)
+	$(BENCH_ENV) $(GO) test ./test/bench/serve -run '^$$' -bench . -benchtime 1x -timeout 150m
 
-bench-recovery: components ## recovery after a restart of the executor or the API server (test/benchrecovery)
-	$(BENCH_ENV) $(GO) test ./test/benchrecovery -run '^$$' -bench BenchmarkRecovery -benchtime 1x -timeout 60m
+bench-recovery: components ## recovery after a restart of the executor or the API server (test/bench/recovery)
+	$(BENCH_ENV) $(GO) test ./test/bench/recovery -run '^$$' -bench BenchmarkRecovery -benchtime 1x -timeout 60m
 
-bench-machine: ## how much the machine itself drifts run to run (test/benchmachine)
-	$(BENCH_ENV) $(GO) test ./test/benchmachine -run '^$$' -bench BenchmarkMachineDrift -benchtime 1x -timeout 30m
+bench-machine: ## how much the machine itself drifts run to run (test/bench/machine)
+	$(BENCH_ENV) $(GO) test ./test/bench/machine -run '^$$' -bench BenchmarkMachineDrift -benchtime 1x -timeout 30m
 
 bench-docs: ## write docs/benchmarks.md's tables and README.md's figures from the latest results files (tools/benchreport)
 	cd tools/benchreport && $(GO) run . -root $(CURDIR)
@@ -138,7 +138,7 @@ bench-docs-check: ## the tests of tools/benchreport, and the docs are what make 
 	cd tools/benchreport && $(GO) test -count=1 ./...
 
 chaos: components ## the chaos suite at full size (docs/chaos.md): 3 replicas, 2,000+ tasks, 27 faults, the history checker's table; SEED=n replays a run
-	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m
+	KUBETASK_CHAOS_SEED=$(SEED) $(GO) test ./test/faults/chaos -run '^$$' -bench BenchmarkChaos -benchtime 1x -timeout 90m
 
 SEEDS ?= 1000
 sim: ## the deterministic simulator (docs/simulation.md) on SEEDS=1000 fresh seeds; stops at the first failing seed, shrinks it and prints its replay command

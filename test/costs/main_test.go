@@ -5,6 +5,10 @@
 // what it links. Each is an ordinary test with an exact or a tight bound,
 // so that a change that adds a request per task fails CI; the bounds and how
 // to update them are in docs/costs.md.
+//
+// In short: proves that requests and store calls per task, the binary's
+// size and what it links stay within their bounds; about 30 s in `go test
+// ./...` on the 2-core CI machine.
 package costs
 
 import (

@@ -6,7 +6,7 @@
 //	<!-- bench:end -->
 //
 // is replaced by what the latest results file of the block's suite in
-// docs/benchmarks-results says (test/benchresult writes them), naming that
+// docs/benchmarks-results says (test/bench/benchresult writes them), naming that
 // run's commit, date, machine and load. A suite with no results file is
 // marked "not measured at this commit".
 //
