@@ -29,7 +29,7 @@ import (
 // an API server: containers are real host processes (re-execs of this test
 // binary, in their own namespaces when run as root), timers run on a fake
 // clock, and the API is a fake clientset behind the node's status-only client.
-// test/integration/localnode_test.go proves the same node against a real
+// test/integration/cluster/localnode_test.go proves the same node against a real
 // control plane.
 
 // sink stands in for virtual-kubelet's status updates: it keeps every status the

@@ -21,5 +21,5 @@
 // The Lease is never what keeps an outcome single: two replicas that both
 // believe they own a shard derive the same pod names and write records by
 // compare-and-swap, so they create no second pod and record no second
-// outcome (test/e2ereplica forces that split brain).
+// outcome (test/e2e/replica forces that split brain).
 package replica

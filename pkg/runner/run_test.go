@@ -244,7 +244,7 @@ func TestRunRefusesAmbiguousRun(t *testing.T) {
 // be handled before acquire notes the pod's name. The "attached" event and the
 // log follower must still name the pod: before the fix the event said no pod
 // and the follower, given no pod name, ended at once without streaming a
-// line (TestRunAttachAfterKill, test/e2erun, failed so once in CI).
+// line (TestRunAttachAfterKill, test/e2e/run, failed so once in CI).
 func TestRunAttachNamesThePodFromTheEvent(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := newFake(clk)

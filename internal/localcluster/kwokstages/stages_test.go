@@ -11,7 +11,7 @@ import (
 )
 
 // TestStagesParse checks that the embedded file holds the expected stages,
-// each a well-formed Stage document (kwok itself is exercised in test/sim).
+// each a well-formed Stage document (kwok itself is exercised in test/integration/sim).
 func TestStagesParse(t *testing.T) {
 	want := []string{"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-exit-container", "pod-sidecars-stop", "pod-complete", "pod-delete"}
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(YAML), 4096)
