@@ -11,7 +11,7 @@ import (
 // request of which goes at once (no world picks the steps, no scheduler or
 // kubelet acts): it answers as the simulator's API server does, so that a
 // test can run one scenario against it and against kube-apiserver and
-// compare what each answers (test/integration's
+// compare what each answers (test/integration/cluster's
 // TestSimulatedAPIServerKeepsTheContract). Only pods and Leases are modelled.
 // expire drops the server's history of changes, as the simulator's
 // compaction fault does (a restart of kube-apiserver does it to the real

@@ -9,6 +9,6 @@
 // attempt, no run after its outcome, no two runs at once, one true
 // outcome, nothing left, liveness. The same seed gives the same history,
 // byte for byte. docs/simulation.md says what it models and what not;
-// ContractClient lets test/integration compare the simulated API server's
+// ContractClient lets test/integration/cluster compare the simulated API server's
 // answers with kube-apiserver's.
 package simulation

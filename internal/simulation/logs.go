@@ -111,7 +111,7 @@ func (s *apiServer) logChanged() {
 // failure is a 503), each line of the stream a step of its own (a failed
 // one breaks the stream), a follow stream open until the container ended
 // (all sent) or the pod is gone; a pod on no node has an empty log, as
-// kube-apiserver answers (test/integration's contract test).
+// kube-apiserver answers (test/integration/cluster's contract test).
 type logTransport struct {
 	srv   *apiServer
 	actor string

@@ -21,7 +21,7 @@ import (
 )
 
 // TestValidateOnServer checks what ValidateOnServer makes of the API server's answers
-// (the real API server's verdicts are in test/integration).
+// (the real API server's verdicts are in test/integration/cluster).
 func TestValidateOnServer(t *testing.T) {
 	podsGR := schema.GroupResource{Resource: "pods"}
 	invalid := func(errs ...*field.Error) error {

@@ -175,7 +175,7 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{`spec.template.spec.containers[1].name: Invalid value: "kubetask-result": this container name is reserved`},
 		},
 		// The pod template, checked with the API server's rules (ValidateOnServer and
-		// test/integration check the rest on a real API server).
+		// test/integration/cluster check the rest on a real API server).
 		"missing image": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base}]}}\n"),
 			want: []string{"spec.template.spec.containers[0].image: Required value"},
