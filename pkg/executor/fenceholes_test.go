@@ -504,3 +504,38 @@ func TestCaptureFollowsItsPodByUID(t *testing.T) {
 		t.Errorf("the capture names pod UID %q, want u-ours", lc.UID)
 	}
 }
+
+// A creation sent by a term whose request arrived after a newer term of
+// the instance created the pod of the same name (the request held on its
+// way past the newer term's beginning) finds that pod (AlreadyExists): it
+// is the newer term's, to record, not this term's to discard as "an
+// earlier term's". Discarded, the newer term recorded a deleted pod and the
+// task ended Failed/DeletedExternally although kubetask deleted it (the
+// simulator's seed 80149096).
+func TestCreateLeavesANewerTermsPod(t *testing.T) {
+	f := newFx(t, nil)
+	epoch := f.beginTerm()
+	f.submit("t", newTask())
+	mine := fencedPod(f.podOf("t", 0, created()), epoch)
+	newer := fencedPod(f.podOf("t", 0, created()), epoch+1)
+	newer.UID = "u-newer"
+	f.server(newer)
+	f.client.ClearActions()
+	_, _, err := f.ex.create(f.ctx, mine, epoch)
+	if !errors.Is(err, errNotClaimed) {
+		t.Errorf("create: %v, want errNotClaimed (a newer term's pod)", err)
+	}
+	if slices.Contains(f.actionVerbs(), "delete pods") || f.serverPod(newer.Name) == nil {
+		t.Errorf("the newer term's pod was deleted (requests %v)", f.actionVerbs())
+	}
+	// An earlier term's pod of the name is still discarded.
+	earlier := fencedPod(f.podOf("t", 0, created()), epoch-1)
+	earlier.UID = "u-earlier"
+	f.server(earlier)
+	if _, _, err := f.ex.create(f.ctx, mine, epoch); err == nil || errors.Is(err, errNotClaimed) {
+		t.Errorf("create beside an earlier term's pod: %v, want it discarded and created again", err)
+	}
+	if f.serverPod(earlier.Name) != nil {
+		t.Error("an earlier term's pod of the name was not discarded")
+	}
+}

@@ -583,9 +583,18 @@ func (e *Executor) create(ctx context.Context, pod *corev1.Pod, epoch int64) (*c
 		return nil, false, fmt.Errorf("%w: %s/%s", errNameTaken, pod.Namespace, pod.Name)
 	}
 	fenced, stamped := attempt.Fenced(live), live.Annotations[task.AnnotationEpoch] != ""
+	ownInstance := live.Annotations[task.AnnotationExecutor] == e.cfg.InstanceID
+	podEpoch, _ := strconv.ParseInt(live.Annotations[task.AnnotationEpoch], 10, 64)
 	switch {
-	case fenced && live.Annotations[task.AnnotationEpoch] == strconv.FormatInt(epoch, 10) && live.Annotations[task.AnnotationExecutor] == e.cfg.InstanceID:
+	case fenced && ownInstance && podEpoch == epoch:
 		return live, false, nil // this term's: an earlier try whose answer was lost
+	case fenced && ownInstance && podEpoch > epoch:
+		// A newer term of the instance created it: this request was sent
+		// before that term began and arrived after its creation. The pod
+		// is that term's to record; this term, fenced, leaves it alone
+		// (discarded, the newer term recorded a deleted pod: simulation
+		// seed 80149096).
+		return nil, false, fmt.Errorf("%w: pod %s/%s is term %d's, this term is %d", errNotClaimed, pod.Namespace, pod.Name, podEpoch, epoch)
 	case fenced:
 		e.cfg.Logger.Info("discarding a pod an earlier term created and never ran", "pod", pod.Namespace+"/"+pod.Name, "epoch", live.Annotations[task.AnnotationEpoch])
 		if err := attempt.Discard(ctx, e.client, live); err != nil {
