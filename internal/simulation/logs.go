@@ -187,13 +187,13 @@ func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}}, Body: http.NoBody, Request: req}, nil
 	}
 	pr, pw := io.Pipe()
-	go t.stream(ctx, actor, name, uid, c, since, q.Get("follow") == "true", pw)
+	go t.stream(ctx, actor, ns, name, uid, c, since, q.Get("follow") == "true", pw)
 	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}}, Body: pr, Request: req}, nil
 }
 
 // stream writes the log's lines from since (whole seconds, as the
 // kubelet's sinceTime) into pw, one step a line.
-func (t *logTransport) stream(ctx context.Context, actor, name, uid string, c *containerLog, since time.Time, follow bool, pw *io.PipeWriter) {
+func (t *logTransport) stream(ctx context.Context, actor, ns, name, uid string, c *containerLog, since time.Time, follow bool, pw *io.PipeWriter) {
 	s := t.srv
 	sent := 0
 	for {
@@ -201,7 +201,8 @@ func (t *logTransport) stream(ctx context.Context, actor, name, uid string, c *c
 		now := s.now()
 		all := c.lines(now)
 		lost := !c.lostAt.IsZero()
-		_, exists := s.pods[s.keyOf(uid)]
+		p := s.pods[ns+"/"+name]
+		exists := p != nil && string(p.UID) == uid
 		ended := !c.end.IsZero() && !c.end.After(now)
 		next := c.nextLine(now)
 		wake := s.logWake
@@ -240,16 +241,6 @@ func (t *logTransport) stream(ctx context.Context, actor, name, uid string, c *c
 			return
 		}
 	}
-}
-
-// keyOf is the key of the pod with uid ("" when none has it; srv.mu held).
-func (s *apiServer) keyOf(uid string) string {
-	for k, p := range s.pods {
-		if string(p.UID) == uid {
-			return k
-		}
-	}
-	return ""
 }
 
 // logsClient is a core client whose GetLogs requests go to the simulated
