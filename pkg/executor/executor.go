@@ -142,6 +142,7 @@ type Executor struct {
 	actions   map[string]*podAction // clean-up calls, by pod key
 	ungated   map[string]types.UID  // by task: the pod whose fence gate this process removed
 	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
+	stopped   map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
@@ -194,6 +195,7 @@ func New(cfg Config) (*Executor, error) {
 		actions:   map[string]*podAction{},
 		ungated:   map[string]types.UID{},
 		sealed:    map[string]sealing{},
+		stopped:   map[string]types.UID{},
 		captures:  map[captureKey]*captureRun{},
 		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),

@@ -224,6 +224,52 @@ func TestNextAttemptWaitsForThePreviousPodToStop(t *testing.T) {
 	}
 }
 
+// TestNextAttemptWaitsForAPreviousPodTheCacheDoesNotShow (simulation seed
+// 110000675): the outcome of a Keep task's attempt is decided on a fresh
+// read while the watch lags, so the cache has never shown the pod, whose
+// sidecar still runs. The retry waits for it as for a pod the cache shows,
+// and the pod is stopped meanwhile; once this process saw it stopped, a
+// later start asks the API server no more.
+func TestNextAttemptWaitsForAPreviousPodTheCacheDoesNotShow(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask(keep, retryOn("ExitCode")))
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := mainExited(1)
+	old := f.podOf("a", 0, w)
+	old.UID = "u-0"
+	f.server(old) // the cache shows nothing of it
+	f.update("a", func(r *store.Record) { r.PodUID = "u-0" })
+	f.clk.SetTime(w.Now())
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.record("a"); len(r.Attempts) != 1 || r.Attempts[0].PodUID != "u-0" || r.Attempt != 1 {
+		t.Fatalf("record %+v", r.Attempts)
+	}
+	f.clk.Step(time.Hour) // past the backoff; the watch still shows nothing
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/WaitingForPreviousPod" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	if _, ok := f.ex.creationOf("a"); ok {
+		t.Fatal("attempt 1 admitted while attempt 0's pod, which the cache does not show, runs")
+	}
+	if p := f.serverPod(old.Name); p == nil || p.Spec.ActiveDeadlineSeconds == nil {
+		t.Errorf("attempt 0's kept pod is not being stopped: %+v", p)
+	}
+	// The kubelet is done with it: attempt 1 starts.
+	stopped := f.podOf("a", 0, w.On("envoy").Terminated(0).Phase(corev1.PodFailed))
+	stopped.UID = "u-0"
+	f.server(stopped)
+	if _, _, err := f.sync("a"); err != nil || f.state("a") != "Pending/Creating" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	// Seen stopped: the next pass asks the API server nothing about it.
+	f.ex.dropCreation("a")
+	if _, verbs, err := f.sync("a"); err != nil || slices.Contains(verbs, "get pods") {
+		t.Fatalf("%v %v", err, verbs)
+	}
+}
+
 // TestUnknownTaskPodsAreReleasedAndDeleted: a pod of this instance whose
 // task the store does not know is released and deleted (nobody could report
 // it); a pod of another instance is left alone.

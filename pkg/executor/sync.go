@@ -372,6 +372,21 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 			return stopRecheck, nil
 		}
 	}
+	if p, err := e.previousUnseen(ctx, rec, ident, pods); err != nil {
+		return 0, err
+	} else if p != nil {
+		// The cache has not shown it yet (its watch lags: the outcome was
+		// decided on a fresh read), and it runs: it is stopped or deleted
+		// as the cache's copy would be, and the attempt waits for it.
+		out, _ := outcomeOf(rec, n-1)
+		d, err := e.finishPod(t, rec.ID, out, p, now)
+		if err != nil {
+			return 0, err
+		}
+		e.setProgress(rec, string(podstate.Pending), reasonWaitingForStop,
+			fmt.Sprintf("attempt %d starts once no container of pod %s (attempt %d) runs any more", n, p.Name, n-1), nil)
+		return min(max(d, time.Millisecond), stopRecheck), nil
+	}
 	pod, err := task.BuildPod(t, ident, n)
 	if err != nil {
 		return 0, fmt.Errorf("building pod of task %s: %w", rec.ID, err)
@@ -396,6 +411,60 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	}
 	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)
 	return 0, nil
+}
+
+// previousUnseen returns the pod of the previous attempt when the cache does
+// not show it and it may still run; nil when it stopped or is gone. Attempt
+// n starts only once no container of attempt n-1's pod runs (and n-1 started
+// only once n-2's stopped): pods of recorded attempts leave the cache when
+// they are gone or released, which happens only after they stopped, but a
+// lagging watch may also not have shown one yet while it runs on (a Keep
+// task's sidecar still stopping: simulation seed 110000675). So a pod the
+// cache does not show is read from the API server, unless this process saw
+// it stopped (noteStopped): one GET per retry after a restart, none else.
+func (e *Executor) previousUnseen(ctx context.Context, rec store.Record, ident task.Identity, pods map[int]*corev1.Pod) (*corev1.Pod, error) {
+	m := rec.Attempt - 1
+	if m < 0 || pods[m] != nil {
+		return nil, nil
+	}
+	out, ok := outcomeOf(rec, m)
+	if !ok || out.PodUID == "" {
+		return nil, nil // no pod was created
+	}
+	e.mu.Lock()
+	seen := e.stopped[rec.ID] == types.UID(out.PodUID)
+	e.mu.Unlock()
+	if seen {
+		return nil, nil
+	}
+	name := task.PodName(ident, m)
+	live, err := e.client.CoreV1().Pods(ident.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading pod %s/%s of attempt %d: %w", ident.Namespace, name, m, err)
+	case live.UID != types.UID(out.PodUID):
+		return nil, nil // gone; the name is someone else's now
+	}
+	pod := compactPod(live).pod()
+	if podstate.Stopped(pod) {
+		e.noteStopped(rec.ID, pod)
+		return nil, nil
+	}
+	return pod, nil
+}
+
+// noteStopped remembers that pod, of a recorded attempt of task id, was
+// seen with nothing running: for good, unless it was never bound to a node
+// and is not being deleted (a stale copy of a pod bound since).
+func (e *Executor) noteStopped(id string, pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+		return
+	}
+	e.mu.Lock()
+	e.stopped[id] = pod.UID
+	e.mu.Unlock()
 }
 
 // createFail counts the failed creations of one attempt's pod.
@@ -639,6 +708,7 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 	if !podstate.Stopped(pod) {
 		return stopRecheck, nil
 	}
+	e.noteStopped(id, pod)
 	held := hasFinalizer(pod)
 	if held && !e.capturesDone(e.captureCtx(), t, id, out.Attempt, pod) {
 		return 0, nil // the finalizer stays until the logs are archived; a capture's end brings the task back
@@ -1015,6 +1085,7 @@ func (e *Executor) forget(id string) {
 	delete(e.failures, id)
 	delete(e.ungated, id)
 	delete(e.sealed, id)
+	delete(e.stopped, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
