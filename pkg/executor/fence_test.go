@@ -422,6 +422,49 @@ func TestNewerTermSeenByAClaimCheckEndsTheTerm(t *testing.T) {
 	}
 }
 
+// A pod of a newer term of the instance ends this term, as a fenced write
+// does (simulation seed 100036257): the newer term's replica created the
+// gated pod, lost the answer of its record's write and handed the shard
+// back; this replica renewed the Lease it held, and every pass of the task
+// saw the newer term's pod, acted on nothing and wrote nothing, so nothing
+// ended the stale term and the pod stayed gated with the finalizer for good.
+func TestNewerTermsPodEndsTheStaleTerm(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	ctx := f.ex.termContext()
+	newer, err := f.ex.store.BeginTerm(f.ctx, "ex") // another process, which then left
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fencedPod(f.podOf("x", 0, created()), newer)
+	p.UID = "u-newer"
+	f.both(p)
+	_, verbs, err := f.sync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(verbs) != 0 {
+		t.Errorf("requests %v, want none (the stale term acts on nothing)", verbs)
+	}
+	select {
+	case <-ctx.Done():
+		if !errors.Is(context.Cause(ctx), errFenced) {
+			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
+		}
+	default:
+		t.Fatal("the stale term goes on beside a newer term's pod")
+	}
+	// The next term is newer than the pod's: the pod, never recorded, is
+	// discarded and the attempt created again.
+	f.beginTerm()
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if live := f.serverPod(p.Name); live != nil && live.DeletionTimestamp == nil {
+		t.Errorf("the earlier term's pod is kept: %+v", live.ObjectMeta)
+	}
+}
+
 // flakyStore fails its first calls of BeginTerm and List.
 type flakyStore struct {
 	store.Store

@@ -120,9 +120,22 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 		}
 	}
 	if newer {
-		// A newer term of this instance runs elsewhere: this one is stale,
-		// and its next store write or Lease renewal ends it. Act on nothing
-		// meanwhile; look again in case that term is gone by then.
+		// A newer term of this instance began elsewhere: this one is stale.
+		// Act on nothing. The store tells whether that term is still the
+		// newest: then this one ends now, as a fenced write would end it.
+		// Nothing else might end it: this process may hold the Lease again
+		// (the newer term's process handed it back), and a pass that acts on
+		// nothing writes nothing (simulation seed 100036257: the shard's
+		// next replica kept its stale term and left a task's pod gated for
+		// good). A newer term of its own then discards that pod.
+		epoch := e.epoch.Load()
+		cur, err := e.store.Epoch(ctx, e.cfg.InstanceID)
+		if err != nil {
+			return 0, fmt.Errorf("reading the instance's term (task %s shows a newer term's pod): %w", id, err)
+		}
+		if cur > epoch {
+			e.endFencedTerm(epoch, "a pod of a newer term showed", "task", id, "term", cur)
+		}
 		return e.cfg.RetryPeriod, nil
 	}
 	var errs []error
