@@ -28,11 +28,17 @@ type LogCapture struct {
 	Changed  <-chan struct{}
 }
 
-// captureKey names one capture.
+// captureKey names one capture: a container of the pod (uid) of an attempt.
+// The UID tells apart the pods of one attempt of two records of a task ID
+// used again after retention deleted the first (simulation seed 5030: a
+// process that had captured the first record's attempt 0 took its done
+// capture for the second's, and released that pod's finalizer with nothing
+// of its log archived).
 type captureKey struct {
 	id        string
 	attempt   int
 	container string
+	uid       types.UID
 }
 
 // captureRun is a capture started by the executor.
@@ -53,7 +59,7 @@ func (e *Executor) capturesDone(ctx context.Context, t *task.Task, id string, n 
 	}
 	all := true
 	for _, c := range logContainers(t) {
-		k := captureKey{id: id, attempt: n, container: c}
+		k := captureKey{id: id, attempt: n, container: c, uid: pod.UID}
 		e.capMu.Lock()
 		run, ok := e.captures[k]
 		if ok {

@@ -143,6 +143,7 @@ type Executor struct {
 	ungated   map[string]types.UID  // by task: the pod whose fence gate this process removed
 	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
 	stopped   map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
+	nonces    map[string]string     // by task: the nonce of the record the entries above are of (syncView)
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
@@ -196,6 +197,7 @@ func New(cfg Config) (*Executor, error) {
 		ungated:   map[string]types.UID{},
 		sealed:    map[string]sealing{},
 		stopped:   map[string]types.UID{},
+		nonces:    map[string]string{},
 		captures:  map[captureKey]*captureRun{},
 		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),

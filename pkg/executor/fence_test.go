@@ -32,7 +32,7 @@ import (
 // not take never decides an outcome.
 
 func TestClaimGone(t *testing.T) {
-	base := store.Record{ID: "x", Executor: "ex", Attempt: 2}
+	base := store.Record{ID: "x", Executor: "ex", Attempt: 2, Nonce: "n1"}
 	tests := map[string]struct {
 		edit func(*store.Record)
 		want bool // the claim is gone
@@ -43,13 +43,16 @@ func TestClaimGone(t *testing.T) {
 		"cancelled":          {func(r *store.Record) { r.CancelledAt = time.Unix(1, 0) }, true},
 		"at a later attempt": {func(r *store.Record) { r.Attempt = 3 }, true},
 		"pod recorded":       {func(r *store.Record) { r.PodCreated = true }, true},
+		// The ID used again after retention deleted the record the pod
+		// was built from: the new record is another task's.
+		"a later record of its ID":                {func(r *store.Record) { r.Nonce = "n2" }, true},
 		"retry backoff is no matter of the claim": {func(r *store.Record) { r.NextAttemptAt = time.Unix(1, 0) }, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			r := base
 			tc.edit(&r)
-			if got := claimGone(r, 2, "ex"); (got != "") != tc.want {
+			if got := claimGone(r, 2, "ex", "n1"); (got != "") != tc.want {
 				t.Errorf("claimGone = %q, want gone: %v", got, tc.want)
 			}
 		})

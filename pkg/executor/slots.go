@@ -368,7 +368,9 @@ func (e *Executor) createOne(ctx context.Context, id string) {
 		return
 	}
 	pod = fencedPod(pod, epoch)
-	check := func(ctx context.Context) error { return e.checkClaim(ctx, id, n, epoch) }
+	check := func(ctx context.Context) error {
+		return e.checkClaim(ctx, id, n, epoch, pod.Annotations[task.AnnotationNonce])
+	}
 	var (
 		obj     *corev1.Pod
 		adopted bool
@@ -446,10 +448,14 @@ func pinByAffinity(spec *corev1.PodSpec) {
 }
 
 // claimGone says why rec no longer wants a pod for attempt n from executor
-// instance, or "" when it does: the record is the instance's, unfinished,
-// not cancelled, at attempt n, and no pod of that attempt is recorded.
-func claimGone(rec store.Record, n int, instance string) string {
+// instance, built from a record with nonce, or "" when it does: the record
+// is that one (not a later record of its ID, used again after retention
+// deleted the earlier one), the instance's, unfinished, not cancelled, at
+// attempt n, and no pod of that attempt is recorded.
+func claimGone(rec store.Record, n int, instance, nonce string) string {
 	switch {
+	case rec.Nonce != nonce:
+		return "the task's record is a later one of its ID"
 	case rec.Executor != instance:
 		return "the task moved to executor " + rec.Executor
 	case rec.Terminal:
@@ -467,12 +473,12 @@ func claimGone(rec store.Record, n int, instance string) string {
 // checkClaim fails with errNotClaimed unless the record of task id still
 // wants the pod of attempt n from this instance and epoch is still the
 // instance's current one; with the store's error when it cannot tell.
-func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64) error {
+func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64, nonce string) error {
 	rec, err := e.store.Get(ctx, id)
 	if err != nil {
 		return fmt.Errorf("checking the claim of task %s: %w", id, err)
 	}
-	if why := claimGone(rec, n, e.cfg.InstanceID); why != "" {
+	if why := claimGone(rec, n, e.cfg.InstanceID, nonce); why != "" {
 		return fmt.Errorf("%w: %s", errNotClaimed, why)
 	}
 	cur, err := e.store.Epoch(ctx, e.cfg.InstanceID)
@@ -504,7 +510,7 @@ func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.P
 			claimErr = nil // recorded by an earlier try whose answer was lost
 			break
 		}
-		if why := claimGone(rec, n, e.cfg.InstanceID); why != "" {
+		if why := claimGone(rec, n, e.cfg.InstanceID, obj.Annotations[task.AnnotationNonce]); why != "" {
 			claimErr = fmt.Errorf("%w: %s", errNotClaimed, why)
 			break
 		}

@@ -98,6 +98,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
 		return 0, nil // another instance's task
 	}
+	e.recordOf(id, rec.Nonce)
 	// A finished task of an instance this one adopts from is not adopted
 	// (adopt moves unfinished ones), but its pods are: the gone instance may
 	// have recorded the outcome and stopped before releasing them, and
@@ -1099,12 +1100,31 @@ func (e *Executor) forget(id string) {
 	delete(e.ungated, id)
 	delete(e.sealed, id)
 	delete(e.stopped, id)
+	delete(e.nonces, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
 			delete(e.actions, key)
 		}
 	}
+}
+
+// recordOf notes that task id's record has nonce: when that is not the
+// record the executor's memory of id is of (the ID was used again after
+// retention deleted the earlier record, before a pass saw that one end),
+// that memory is forgotten first, so that nothing the executor learnt of
+// the earlier record (a creation's failures and its schedule timeout, a
+// sealed outcome, a pod seen stopped) is taken for the new one's.
+func (e *Executor) recordOf(id, nonce string) {
+	e.mu.Lock()
+	was, ok := e.nonces[id]
+	e.mu.Unlock()
+	if ok && was != nonce {
+		e.forget(id)
+	}
+	e.mu.Lock()
+	e.nonces[id] = nonce
+	e.mu.Unlock()
 }
 
 // stoppedByOthers reports whether reason is a pod-level stop by someone else
