@@ -112,7 +112,8 @@ type taskAttempt struct {
 // time when the world looked at every pod at every step.
 func (s *apiServer) taskOf(p *corev1.Pod) (string, int) {
 	if p.UID == "" {
-		return taskOf(p)
+		t, n := taskOf(p)
+		return s.hist.name(t, p.Annotations[task.AnnotationNonce]), n
 	}
 	s.idMu.Lock()
 	defer s.idMu.Unlock()
@@ -120,6 +121,7 @@ func (s *apiServer) taskOf(p *corev1.Pod) (string, int) {
 		return ta.task, ta.attempt
 	}
 	t, n := taskOf(p)
+	t = s.hist.name(t, p.Annotations[task.AnnotationNonce])
 	s.ids[p.UID] = taskAttempt{t, n}
 	return t, n
 }

@@ -18,6 +18,7 @@ const (
 	InvOwnPod     = "8 kubetask never deletes a running attempt's pod before its outcome"
 	InvBlame      = "9 an outcome blames someone else's deletion only after one"
 	InvLogs       = "10 logs archived"
+	InvOwnRecord  = "11 a record takes only its own pods (an ID used again)"
 )
 
 // Violation is one broken invariant, with the history event (Seq) that
@@ -83,6 +84,9 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 		case KRecord:
 			recorded[k] = e.UID
+			if p != nil && p.task != e.Task {
+				add(InvOwnRecord, e, "the record took pod %s, which is %s's (attempt %d)", e.UID, p.task, p.attempt)
+			}
 		case KCreate:
 			pods[e.UID] = &podLife{uid: e.UID, task: e.Task, attempt: e.Attempt}
 			if !strings.HasPrefix(e.Note, "gated") {
@@ -141,6 +145,9 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				continue
 			}
 			outcome[k] = e.Seq
+			if p != nil && p.task != e.Task {
+				add(InvOwnRecord, e, "the outcome names pod %s, which is %s's (attempt %d)", e.UID, p.task, p.attempt)
+			}
 			// The attempt's pod: the one the outcome names, else the last
 			// of its pods bound.
 			var ap *podLife

@@ -32,6 +32,7 @@ const (
 	KLeft      = "left"      // at the end: a pod is left (Note: finalizer, running)
 	KOpen      = "open"      // at the end: a task has no final outcome
 	KLog       = "log"       // at the end: a main container's log as written and as archived (Log)
+	KRetire    = "retire"    // retention deleted Task's finished record (its ID may be used again)
 )
 
 // Event is one line of a run's history.
@@ -80,6 +81,53 @@ type History struct {
 	start  time.Time
 	now    func() time.Time
 	Events []Event
+
+	// A task ID used again after retention deleted its record names two
+	// tasks, told apart by their records' nonces: the first record's is
+	// the ID, a later one's the ID and "#2" (plan.label). labels maps a
+	// record's nonce to its task's name, current an ID to the name its
+	// next record takes.
+	labels  map[string]string
+	current map[string]string
+}
+
+// name is the history's name of the task of record id with nonce: the ID,
+// or the name of the record a nonce was registered for.
+func (h *History) name(id, nonce string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l, ok := h.labels[nonce]; ok && nonce != "" {
+		return l
+	}
+	return id
+}
+
+// register names the record of id just created, with nonce, by the name
+// its ID's next record takes.
+func (h *History) register(id, nonce string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.labels == nil {
+		h.labels = map[string]string{}
+	}
+	if _, ok := h.labels[nonce]; ok || nonce == "" {
+		return
+	}
+	l, ok := h.current[id]
+	if !ok {
+		l = id
+	}
+	h.labels[nonce] = l
+}
+
+// reuse says that the next record of id is task label.
+func (h *History) reuse(id, label string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.current == nil {
+		h.current = map[string]string{}
+	}
+	h.current[id] = label
 }
 
 func (h *History) add(e Event) {

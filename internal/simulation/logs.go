@@ -39,7 +39,8 @@ const captureGiveUp = time.Minute
 // start, one every tickEvery while it runs, one at its end), so a reader
 // and the checker compute the same bytes.
 type containerLog struct {
-	task    string
+	task    string // the history's name of its task
+	id      string // its task's ID (the archive's key)
 	attempt int
 	start   time.Time
 	end     time.Time // zero: runs
@@ -341,33 +342,42 @@ func (w *world) logFacts() {
 	}
 	w.srv.mu.Unlock()
 	sort.Strings(uids)
-	logs := w.mem.(store.Logs)
 	for _, uid := range uids {
 		w.srv.mu.Lock()
 		c := *w.srv.clogs[uid]
 		w.srv.mu.Unlock()
-		end := c.end
-		if !c.lostAt.IsZero() && (end.IsZero() || c.lostAt.Before(end)) {
-			end = c.lostAt
-		}
-		if end.IsZero() {
-			end = time.Now() // still running: what it wrote so far
-		}
-		f := &LogFacts{Lost: !c.lostAt.IsZero()}
-		cc := c
-		cc.end = end
-		f.Written = cc.written()
-		b, info, err := logs.ReadLog(context.Background(), store.LogKey{TaskID: c.task, Attempt: c.attempt, Container: "main"}, 0, 1<<20)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			f.None = true
-		case err != nil:
-			panic(err)
-		default:
-			f.Archived, f.Complete = string(b), info.Complete
+		f := w.retired[uid] // a retired record's, as archived when it was deleted
+		if f == nil {
+			f = w.logFactsOf(c)
 		}
 		w.hist.add(Event{Kind: KLog, Task: c.task, Attempt: c.attempt, UID: uid, Note: f.String(), Log: f})
 	}
+}
+
+// logFactsOf is what container log c wrote until now and what the store
+// holds of it.
+func (w *world) logFactsOf(c containerLog) *LogFacts {
+	end := c.end
+	if !c.lostAt.IsZero() && (end.IsZero() || c.lostAt.Before(end)) {
+		end = c.lostAt
+	}
+	if end.IsZero() {
+		end = time.Now() // still running: what it wrote so far
+	}
+	f := &LogFacts{Lost: !c.lostAt.IsZero()}
+	cc := c
+	cc.end = end
+	f.Written = cc.written()
+	b, info, err := w.mem.(store.Logs).ReadLog(context.Background(), store.LogKey{TaskID: c.id, Attempt: c.attempt, Container: "main"}, 0, 1<<20)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		f.None = true
+	case err != nil:
+		panic(err)
+	default:
+		f.Archived, f.Complete = string(b), info.Complete
+	}
+	return f
 }
 
 // hasContainer: the pod has a container (or init container) of that name,

@@ -48,6 +48,9 @@ type Options struct {
 	// NoReplicas leaves out the scenario of replicas of a group that
 	// share the tasks by shards, join, leave and change their shard count.
 	NoReplicas bool
+	// NoRetention leaves out retention, which deletes finished records
+	// (oldest first), and the users who then use a task's ID again.
+	NoRetention bool
 	// Debug adds the executors' debug logs and every step the world
 	// released, held or failed to Result.Logs; it changes nothing else.
 	Debug bool
@@ -78,6 +81,10 @@ const (
 // plan is what a user wants of one task and what its container does.
 type plan struct {
 	id        string
+	label     string        // the history's name of the task: id, or id#2 for a record of an ID used again
+	prev      *plan         // the task whose ID this one uses again, once retention deleted its record
+	retired   bool          // retention deleted its record
+	gap       time.Duration // an ID used again: from the retention to the submission
 	instance  string
 	submitAt  time.Duration
 	cancelAt  time.Duration // 0: never
@@ -153,6 +160,11 @@ type world struct {
 	faults   int                 // faults injected (other than step errors)
 	held     map[*step]time.Time // steps held until then
 	stepLog  strings.Builder     // Debug: what the world did with each step
+	// retention: finished records are deleted, oldest first, once they
+	// are retainFor old and no pod of theirs holds kubetask's finalizer.
+	retention bool
+	retainFor time.Duration
+	retired   map[string]*LogFacts // by pod UID: a retired record's logs as archived when it was deleted
 }
 
 type restart struct {
@@ -196,7 +208,7 @@ func quietGlobals() {
 
 func run(opt Options) *Result {
 	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{}, //nolint:gosec // a seeded source that replays is the point
-		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}}
+		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}, retired: map[string]*LogFacts{}}
 	w.hist = &History{start: w.start, now: time.Now}
 	w.srv = newAPIServer(w.steps, w.hist, time.Now)
 	w.mem = store.NewMemory()
@@ -211,6 +223,11 @@ func run(opt Options) *Result {
 	w.feed = &feed{}
 	w.members = newMembers(w.mem)
 	w.drawReplicas()
+	w.retention = w.rng.IntN(3) == 0
+	w.retainFor = []time.Duration{0, 200 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
+	if opt.NoRetention {
+		w.retention = false
+	}
 	w.priorTerms()
 	w.plan()
 	switch {
@@ -254,7 +271,7 @@ func run(opt Options) *Result {
 func (w *world) validTasks() map[string]bool {
 	m := map[string]bool{}
 	for _, p := range w.plans {
-		m[p.id] = true
+		m[p.label] = true
 	}
 	return m
 }
@@ -285,32 +302,53 @@ func (w *world) plan() {
 	if w.opt.Tasks > 0 {
 		n = w.opt.Tasks
 	}
+	var again []*plan
 	for i := range n {
-		p := &plan{id: fmt.Sprintf("t%d", i), instance: "sim",
-			submitAt: time.Duration(w.rng.IntN(12000)) * time.Millisecond,
-			exit:     []int32{0, 0, 0, 1, 3}[w.rng.IntN(5)],
-			run:      time.Duration(50+w.rng.IntN(4000)) * time.Millisecond,
-			sigterm0: w.rng.IntN(2) == 0,
-			sidecar:  w.rng.IntN(4) != 0,
-			nodeName: w.rng.IntN(8) == 0,
-			retries:  int32(w.rng.IntN(3)), //nolint:gosec // 0 to 2
-			keep:     w.rng.IntN(5) == 0,
-		}
-		p.retryExit = p.retries > 0 && w.rng.IntN(2) == 0
-		if w.rng.IntN(5) == 0 {
-			// Users cancel within moments of the submission (a mistake
-			// seen at once) as often as later on.
-			within := []int{300, 2000, 6000}[w.rng.IntN(3)]
-			p.cancelAt = p.submitAt + time.Duration(1+w.rng.IntN(within))*time.Millisecond
+		p := w.drawPlan(fmt.Sprintf("t%d", i))
+		p.submitAt = time.Duration(w.rng.IntN(12000)) * time.Millisecond
+		if p.cancelAt > 0 {
+			p.cancelAt += p.submitAt
 		}
 		if w.adopt && p.submitAt < w.oldGone {
 			p.instance = "old"
 		}
-		if w.repl != nil {
-			p.instance = group
-		}
 		w.plans = append(w.plans, p)
+		// Its ID used again once retention deleted its record: drawn
+		// whether or not the run has retention.
+		reuse := w.rng.IntN(4) == 0
+		q := w.drawPlan(p.id)
+		q.label, q.prev = p.id+"#2", p
+		q.gap = time.Duration(w.rng.IntN(3000)) * time.Millisecond
+		if reuse && w.retention {
+			again = append(again, q)
+		}
 	}
+	w.plans = append(w.plans, again...)
+}
+
+// drawPlan draws what a user submits as task id, and when (relative to
+// the submission) the user cancels it.
+func (w *world) drawPlan(id string) *plan {
+	p := &plan{id: id, label: id, instance: "sim",
+		exit:     []int32{0, 0, 0, 1, 3}[w.rng.IntN(5)],
+		run:      time.Duration(50+w.rng.IntN(4000)) * time.Millisecond,
+		sigterm0: w.rng.IntN(2) == 0,
+		sidecar:  w.rng.IntN(4) != 0,
+		nodeName: w.rng.IntN(8) == 0,
+		retries:  int32(w.rng.IntN(3)), //nolint:gosec // 0 to 2
+		keep:     w.rng.IntN(5) == 0,
+	}
+	p.retryExit = p.retries > 0 && w.rng.IntN(2) == 0
+	if w.rng.IntN(5) == 0 {
+		// Users cancel within moments of the submission (a mistake
+		// seen at once) as often as later on.
+		within := []int{300, 2000, 6000}[w.rng.IntN(3)]
+		p.cancelAt = time.Duration(1+w.rng.IntN(within)) * time.Millisecond
+	}
+	if w.repl != nil {
+		p.instance = group
+	}
+	return p
 }
 
 // taskOfPlan is the task document a user submits for p.
@@ -545,7 +583,13 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 		at(r.at)
 	}
 	w.umu.Lock()
+	if t, ok := w.nextRetention(); ok {
+		at(t)
+	}
 	for _, p := range w.plans {
+		if p.prev != nil && !p.prev.retired || p.retired {
+			continue
+		}
 		if !p.submitted {
 			at(w.start.Add(p.submitAt))
 		}
@@ -664,11 +708,14 @@ func (w *world) crash(p *process, why string) {
 // done: every task is final and nothing of kubetask is left in the cluster.
 func (w *world) done() bool {
 	for _, p := range w.plans {
+		if p.retired {
+			continue
+		}
 		if !p.submitted {
 			return false
 		}
 		r, err := w.mem.Get(context.Background(), p.id)
-		if err != nil || !r.Terminal {
+		if err != nil || !r.Terminal || w.hist.name(r.ID, r.Nonce) != p.label {
 			return false
 		}
 	}
@@ -695,8 +742,14 @@ func (w *world) userChoices(now time.Time) []choice {
 	var cs []choice
 	w.umu.Lock()
 	defer w.umu.Unlock()
+	if c, ok := w.retentionChoice(now); ok {
+		cs = append(cs, c)
+	}
 	for _, p := range w.plans {
 		p := p
+		if p.prev != nil && !p.prev.retired || p.retired {
+			continue // its ID is still taken, or its record is gone
+		}
 		inst := p.instance
 		if w.adopt && w.now() >= w.oldGone {
 			inst = "sim"
@@ -715,8 +768,11 @@ func (w *world) userChoices(now time.Time) []choice {
 				if p.submitted {
 					note = "again, to " + proc.name
 				}
+				if p.prev != nil {
+					note += ", its ID used again"
+				}
 				p.submitted = true
-				w.hist.add(Event{Kind: KSubmit, Task: p.id, Note: note})
+				w.hist.add(Event{Kind: KSubmit, Task: p.label, Note: note})
 				w.send(proc, &p.submit, func(ctx context.Context) error {
 					_, err := proc.api.Submit(ctx, p.id, taskOfPlan(p))
 					return err
@@ -730,7 +786,7 @@ func (w *world) userChoices(now time.Time) []choice {
 					note = "again, " + note
 				}
 				p.cancelled = true
-				w.hist.add(Event{Kind: KCancel, Task: p.id, Note: note})
+				w.hist.add(Event{Kind: KCancel, Task: p.label, Note: note})
 				w.send(proc, &p.cancel, func(ctx context.Context) error { return proc.api.Cancel(ctx, p.id) })
 			}})
 		}
@@ -766,7 +822,7 @@ func (w *world) send(p *process, r *request, call func(context.Context) error) {
 func (w *world) planOf(pod *corev1.Pod) *plan {
 	t, _ := w.srv.taskOf(pod)
 	for _, p := range w.plans {
-		if p.id == t {
+		if p.label == t {
 			return p
 		}
 	}
@@ -842,7 +898,7 @@ func (w *world) clusterChoices(now time.Time) []choice {
 						State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts}}})
 				}
 				w.srv.commit(key, p)
-				w.srv.clogs[uid] = &containerLog{task: t, attempt: a, start: ts.Time}
+				w.srv.clogs[uid] = &containerLog{task: t, id: p.Annotations[task.AnnotationRun], attempt: a, start: ts.Time}
 				w.srv.logChanged()
 				w.hist.add(Event{Kind: KStart, Task: t, Attempt: a, UID: uid})
 			})})
@@ -1061,14 +1117,19 @@ func (w *world) endState() {
 	w.srv.mu.Unlock()
 	w.logFacts()
 	for _, p := range w.plans {
+		if p.retired {
+			continue
+		}
 		r, err := w.mem.Get(context.Background(), p.id)
 		switch {
 		case !p.submitted:
-			w.hist.add(Event{Kind: KOpen, Task: p.id, Note: "never submitted"})
+			w.hist.add(Event{Kind: KOpen, Task: p.label, Note: "never submitted"})
 		case err != nil:
-			w.hist.add(Event{Kind: KOpen, Task: p.id, Note: "no record"})
+			w.hist.add(Event{Kind: KOpen, Task: p.label, Note: "no record"})
+		case w.hist.name(r.ID, r.Nonce) != p.label:
+			w.hist.add(Event{Kind: KOpen, Task: p.label, Note: "the ID's record is " + w.hist.name(r.ID, r.Nonce) + "'s"})
 		case !r.Terminal:
-			w.hist.add(Event{Kind: KOpen, Task: p.id, Attempt: r.Attempt, Phase: r.Phase, Reason: r.Reason,
+			w.hist.add(Event{Kind: KOpen, Task: p.label, Attempt: r.Attempt, Phase: r.Phase, Reason: r.Reason,
 				Note: fmt.Sprintf("%s; record of %s, version %d, pod recorded %v", r.Message, r.Executor, r.Version, r.PodCreated)})
 		}
 	}

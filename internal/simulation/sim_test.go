@@ -30,8 +30,8 @@ func runSeed(t *testing.T, opt Options) *Result {
 // replayLine is the command that replays a run of opt: the options as the
 // run was given them.
 func replayLine(opt Options) string {
-	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v KUBETASK_SIM_NOREPLICAS=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
-		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption, opt.NoReplicas)
+	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v KUBETASK_SIM_NOREPLICAS=%v KUBETASK_SIM_NORETENTION=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
+		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption, opt.NoReplicas, opt.NoRetention)
 }
 
 func envInt(name string, def int) int {
@@ -51,7 +51,7 @@ func TestSimulation(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt := Options{Seed: seed, Tasks: envInt("KUBETASK_SIM_TASKS", 0), FaultLevel: envInt("KUBETASK_SIM_FAULTS", -1),
-			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
+			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
 		res := runSeed(t, opt)
 		t.Logf("seed %d: %d steps, %d events\n%s", seed, res.Steps, len(res.History.Events), res.History.String())
 		if os.Getenv("KUBETASK_SIM_LOGS") != "" {
@@ -85,7 +85,7 @@ func TestSimulation(t *testing.T) {
 		// Every scenario, adoption and replicas included
 		// (KUBETASK_SIM_NOADOPT=true, KUBETASK_SIM_NOREPLICAS=true leave
 		// them out).
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true"})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true"})
 		ran++
 		steps += res.Steps
 		if len(res.Violations) > 0 || len(res.Unknown) > 0 {
@@ -128,6 +128,13 @@ func shrink(t *testing.T, res *Result) *Result {
 	if !opt.NoReplicas {
 		o := opt
 		o.NoReplicas = true
+		if try(o) {
+			opt = o
+		}
+	}
+	if !opt.NoRetention {
+		o := opt
+		o.NoRetention = true
 		if try(o) {
 			opt = o
 		}
@@ -266,7 +273,7 @@ func TestHunt(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true"})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true"})
 		seen := map[string]bool{}
 		for _, v := range res.Violations {
 			if !seen[v.Invariant] {
@@ -283,7 +290,7 @@ func TestHunt(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("%d seeds from %d in %s (%.1f seeds/s)", n, base, el.Round(time.Millisecond), float64(n)/el.Seconds())
-	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs} {
+	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs, InvOwnRecord} {
 		if f := found[inv]; f != nil {
 			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)
 		} else {

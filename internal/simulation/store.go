@@ -83,6 +83,9 @@ func (s *simStore) Create(ctx context.Context, rec store.Record) (store.Record, 
 	}
 	out, created, err := s.inner.Create(context.Background(), rec)
 	if err == nil {
+		if created {
+			s.hist.register(out.ID, out.Nonce)
+		}
 		s.note(out)
 		if created && s.feed != nil {
 			s.feed.publish(store.Change{Executor: out.Executor, ID: out.ID})
@@ -162,24 +165,25 @@ func (s *simStore) note(rec store.Record) {
 	s.hist.mu.Lock()
 	seen := s.seen
 	s.hist.mu.Unlock()
-	if rec.PodCreated && rec.PodUID != "" && seen.podUID[rec.ID] != fmt.Sprint(rec.Attempt, rec.PodUID) {
-		seen.podUID[rec.ID] = fmt.Sprint(rec.Attempt, rec.PodUID)
-		s.hist.add(Event{Kind: KRecord, Task: rec.ID, Attempt: rec.Attempt, UID: rec.PodUID, Note: fmt.Sprintf("epoch %d", rec.PodEpoch)})
+	name := s.hist.name(rec.ID, rec.Nonce)
+	if rec.PodCreated && rec.PodUID != "" && seen.podUID[name] != fmt.Sprint(rec.Attempt, rec.PodUID) {
+		seen.podUID[name] = fmt.Sprint(rec.Attempt, rec.PodUID)
+		s.hist.add(Event{Kind: KRecord, Task: name, Attempt: rec.Attempt, UID: rec.PodUID, Note: fmt.Sprintf("epoch %d", rec.PodEpoch)})
 	}
-	for i := seen.attempts[rec.ID]; i < len(rec.Attempts); i++ {
+	for i := seen.attempts[name]; i < len(rec.Attempts); i++ {
 		a := rec.Attempts[i]
-		s.hist.add(Event{Kind: KOutcome, Task: rec.ID, Attempt: a.Attempt, UID: a.PodUID, Phase: a.Phase, Reason: a.Reason, Code: a.ExitCode})
+		s.hist.add(Event{Kind: KOutcome, Task: name, Attempt: a.Attempt, UID: a.PodUID, Phase: a.Phase, Reason: a.Reason, Code: a.ExitCode})
 	}
-	seen.attempts[rec.ID] = len(rec.Attempts)
-	if !rec.CancelledAt.IsZero() && !seen.cancelled[rec.ID] {
-		seen.cancelled[rec.ID] = true
-		s.hist.add(Event{Kind: KCancelled, Task: rec.ID, Attempt: rec.Attempt})
+	seen.attempts[name] = len(rec.Attempts)
+	if !rec.CancelledAt.IsZero() && !seen.cancelled[name] {
+		seen.cancelled[name] = true
+		s.hist.add(Event{Kind: KCancelled, Task: name, Attempt: rec.Attempt})
 		if s.feed != nil {
 			s.feed.publish(store.Change{Executor: rec.Executor, ID: rec.ID})
 		}
 	}
-	if rec.Terminal && !seen.terminal[rec.ID] {
-		seen.terminal[rec.ID] = true
-		s.hist.add(Event{Kind: KFinal, Task: rec.ID, Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Code: rec.ExitCode})
+	if rec.Terminal && !seen.terminal[name] {
+		seen.terminal[name] = true
+		s.hist.add(Event{Kind: KFinal, Task: name, Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Code: rec.ExitCode})
 	}
 }
