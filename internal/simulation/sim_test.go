@@ -219,7 +219,7 @@ func trace(res *Result, taskID string) string {
 // write the same history, byte for byte: 20 seeds as they come (a third
 // of them adopt) and 20 without adoption.
 func TestSameSeedSameHistory(t *testing.T) {
-	adopting := 0
+	adopting, reusing := 0, 0
 	for i := range 40 {
 		seed := int64(1 + i)
 		opt := Options{Seed: seed, FaultLevel: -1, NoAdoption: i >= 20}
@@ -227,6 +227,9 @@ func TestSameSeedSameHistory(t *testing.T) {
 		b := runSeed(t, opt).History.String()
 		if strings.Contains(a, "adopting") {
 			adopting++
+		}
+		if strings.Contains(a, "its ID used again") {
+			reusing++
 		}
 		if a != b {
 			al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
@@ -243,6 +246,9 @@ func TestSameSeedSameHistory(t *testing.T) {
 	}
 	if adopting < 3 {
 		t.Errorf("only %d of the seeds ran the adoption scenario", adopting)
+	}
+	if reusing < 3 {
+		t.Errorf("only %d of the seeds used a task ID again after retention", reusing)
 	}
 }
 
