@@ -16,6 +16,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/internal/localnode"
+	"github.com/kubetask/kubetask/internal/podnet"
 )
 
 // BenchmarkLocalNodeImageStart measures how long a pod takes from create to
@@ -156,6 +158,9 @@ func BenchmarkLocalNodeRuncStart(b *testing.B) {
 		m := measureRuncStart(b, "kubetask.test/probe:bench", n)
 		b.ReportMetric(ms(m.runcMinimal), "ms-runc-minimal")
 		b.ReportMetric(ms(m.runcSpec), "ms-runc-node-spec")
+		b.ReportMetric(ms(m.runcPodNet), "ms-runc-pod-net")
+		b.ReportMetric(ms(m.runcOverlay), "ms-runc-overlay")
+		b.ReportMetric(ms(m.runcAsNode), "ms-runc-as-node")
 		b.ReportMetric(ms(m.initAlone), "ms-init-alone")
 		b.ReportMetric(ms(m.podRunc), "ms-pod-runc")
 		b.ReportMetric(ms(m.podInit), "ms-pod-init")
@@ -165,6 +170,8 @@ func BenchmarkLocalNodeRuncStart(b *testing.B) {
 		r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 		b.Logf("%d of each, medians: runc alone %v (minimal config), %v (the node's config); the init alone %v; a pod from the image, create to Succeeded, %v with runc, %v with the init (ratio %.2f); a pod's extra for runc %v against runc alone's extra over the init alone %v (ratio %.2f)",
 			n, r(m.runcMinimal), r(m.runcSpec), r(m.initAlone), r(m.podRunc), r(m.podInit), float64(m.podRunc)/float64(m.podInit), r(podExtra), r(aloneExtra), float64(podExtra)/float64(aloneExtra))
+		b.Logf("runc alone with the node's config: %v in a new network namespace, %v in a pod's (made before, as the node makes it), %v on an overlay of the image (mounted before, unmounted after, as the node does), %v with both (as the node runs it)",
+			r(m.runcSpec), r(m.runcPodNet), r(m.runcOverlay), r(m.runcAsNode))
 	}
 }
 
@@ -179,12 +186,22 @@ func TestLocalNodeRuncStartTiny(t *testing.T) {
 	}
 	_, _ = loadProbeImage(t, "kubetask.test/probe:tiny")
 	m := measureRuncStart(t, "kubetask.test/probe:tiny", 2)
-	t.Logf("medians: runc alone %v (minimal), %v (the node's config); the init alone %v; pod %v with runc, %v with the init", m.runcMinimal, m.runcSpec, m.initAlone, m.podRunc, m.podInit)
+	t.Logf("medians: runc alone %v (minimal), %v (the node's config), %v (in a pod's network), %v (on an overlay), %v (both); the init alone %v; pod %v with runc, %v with the init",
+		m.runcMinimal, m.runcSpec, m.runcPodNet, m.runcOverlay, m.runcAsNode, m.initAlone, m.podRunc, m.podInit)
+	for name, d := range map[string]time.Duration{"pod network": m.runcPodNet, "overlay": m.runcOverlay, "both": m.runcAsNode} {
+		if d <= 0 {
+			t.Errorf("runc alone (%s) measured nothing", name)
+		}
+	}
 }
 
 // runcStart is what measureRuncStart measured: medians.
 type runcStart struct {
 	runcMinimal, runcSpec, initAlone, podRunc, podInit time.Duration
+	// runc alone with the node's config in a pod's network namespace, on
+	// an overlay of the image, and with both: where a pod's runc differs
+	// from runc alone.
+	runcPodNet, runcOverlay, runcAsNode time.Duration
 }
 
 // measureRuncStart starts two local nodes in this binary on the shared
@@ -246,6 +263,7 @@ func measureRuncStart(tb testing.TB, ref string, n int) runcStart {
 		tb.Fatal(err)
 	}
 	direct := newDirectRunc(tb, img.Rootfs, runcDir)
+	direct.podNet(tb)
 	initTmp := tb.TempDir()
 	initAlone := func(i int) time.Duration {
 		start := time.Now()
@@ -263,15 +281,19 @@ func measureRuncStart(tb testing.TB, ref string, n int) runcStart {
 		}
 		return time.Since(start)
 	}
-	var m [5][]time.Duration
+	var m [8][]time.Duration
 	for i := range n {
 		m[0] = append(m[0], direct.run(tb, direct.minimal))
 		m[1] = append(m[1], direct.run(tb, direct.nodeSpec))
 		m[2] = append(m[2], initAlone(i))
 		m[3] = append(m[3], run(fmt.Sprintf("runc-%d", i), runcNode))
 		m[4] = append(m[4], run(fmt.Sprintf("init-%d", i), initNode))
+		m[5] = append(m[5], direct.run(tb, direct.podNetSpec))
+		m[6] = append(m[6], direct.runOverlay(tb, direct.overlaySpec))
+		m[7] = append(m[7], direct.runOverlay(tb, direct.asNodeSpec))
 	}
-	return runcStart{runcMinimal: median(m[0]), runcSpec: median(m[1]), initAlone: median(m[2]), podRunc: median(m[3]), podInit: median(m[4])}
+	return runcStart{runcMinimal: median(m[0]), runcSpec: median(m[1]), initAlone: median(m[2]), podRunc: median(m[3]), podInit: median(m[4]),
+		runcPodNet: median(m[5]), runcOverlay: median(m[6]), runcAsNode: median(m[7])}
 }
 
 // directRunc runs runc by itself on bundles of a copy of an image's root
@@ -280,6 +302,11 @@ type directRunc struct {
 	runc, root        string // runc's binary and its state directory
 	minimal, nodeSpec string // the two bundles
 	n                 int
+	// The node's config in a pod's network namespace (podNet), on an
+	// overlay of the image mounted at each run (runOverlay), and both.
+	podNetSpec, overlaySpec, asNodeSpec string
+	lower                               string // the image's root: the overlay's lower layer
+	nodeConfig                          string // the node's config, as newDirectRunc edited it
 }
 
 // newDirectRunc makes two bundles whose root is a copy of rootfs: one with
@@ -294,7 +321,7 @@ func newDirectRunc(tb testing.TB, rootfs, nodeDir string) *directRunc {
 		tb.Fatal(err)
 	}
 	tmp := tb.TempDir()
-	d := &directRunc{runc: path, root: filepath.Join(tmp, "state"), minimal: filepath.Join(tmp, "minimal"), nodeSpec: filepath.Join(tmp, "node-spec")}
+	d := &directRunc{runc: path, root: filepath.Join(tmp, "state"), minimal: filepath.Join(tmp, "minimal"), nodeSpec: filepath.Join(tmp, "node-spec"), lower: rootfs}
 	var nodeConfig string
 	_ = filepath.WalkDir(filepath.Join(nodeDir, "pods"), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && nodeConfig == "" && e.Name() == "config.json" && filepath.Base(filepath.Dir(p)) == "bundle" {
@@ -354,7 +381,96 @@ func newDirectRunc(tb testing.TB, rootfs, nodeDir string) *directRunc {
 			}
 		}
 	})
+	d.nodeConfig = filepath.Join(d.nodeSpec, "config.json")
 	return d
+}
+
+// podNet makes the bundles of the node's config in a pod's network: a
+// sandbox of a pod network of its own (namespace, veth on a bridge,
+// address, routes: what the node makes before it starts a pod's
+// containers), joined by path as the node's config joins the pod's; and on
+// an overlay of the image, mounted by runOverlay at the bundle's "merged".
+func (d *directRunc) podNet(tb testing.TB) {
+	tb.Helper()
+	net, err := podnet.Setup(podnet.Config{Bridge: podnet.BridgeName(tb.TempDir())})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = net.Close() })
+	sb, err := net.NewSandbox("bench-runc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(sb.Close)
+	netns := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), sb.NetNS().Fd())
+	tmp := tb.TempDir()
+	d.podNetSpec, d.overlaySpec, d.asNodeSpec = filepath.Join(tmp, "pod-net"), filepath.Join(tmp, "overlay"), filepath.Join(tmp, "as-node")
+	for _, v := range []struct {
+		bundle         string
+		inPod, overlay bool
+	}{{d.podNetSpec, true, false}, {d.overlaySpec, false, true}, {d.asNodeSpec, true, true}} {
+		if err := os.MkdirAll(filepath.Join(v.bundle, "merged"), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		b, err := os.ReadFile(d.nodeConfig)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var s specs.Spec
+		if err := json.Unmarshal(b, &s); err != nil {
+			tb.Fatal(err)
+		}
+		if v.overlay {
+			s.Root.Path = filepath.Join(v.bundle, "merged")
+		}
+		if v.inPod {
+			for i, ns := range s.Linux.Namespaces {
+				if ns.Type == specs.NetworkNamespace {
+					s.Linux.Namespaces[i].Path = netns
+				}
+			}
+		}
+		if b, err = json.Marshal(&s); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(v.bundle, "config.json"), b, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// runOverlay mounts a fresh overlay of the image at the bundle's "merged"
+// (volatile, as the node mounts it), runs the bundle as run does, and
+// unmounts it after runc's run and before its delete, as the node unmounts
+// before it reports the result and deletes after.
+func (d *directRunc) runOverlay(tb testing.TB, bundle string) time.Duration {
+	tb.Helper()
+	d.n++
+	id := fmt.Sprintf("direct-%d", d.n)
+	layer := filepath.Join(bundle, "layer-"+strconv.Itoa(d.n))
+	upper, work, merged := filepath.Join(layer, "upper"), filepath.Join(layer, "work"), filepath.Join(bundle, "merged")
+	start := time.Now()
+	for _, dir := range []string{upper, work} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+d.lower+",upperdir="+upper+",workdir="+work+",volatile"); err != nil {
+		tb.Fatalf("mount the overlay: %v", err)
+	}
+	out, err := exec.Command(d.runc, "--root", d.root, "run", "--keep", "--bundle", bundle, id).CombinedOutput() //nolint:gosec // the test's runc
+	if uerr := unix.Unmount(merged, 0); uerr != nil {
+		tb.Fatalf("unmount the overlay: %v", uerr)
+	}
+	if err != nil {
+		tb.Fatalf("runc run %s: %v: %s", bundle, err, out)
+	}
+	if out, err := exec.Command(d.runc, "--root", d.root, "delete", "--force", id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
+		tb.Fatalf("runc delete %s: %v: %s", id, err, out)
+	}
+	took := time.Since(start)
+	_ = os.RemoveAll(layer)
+	return took
 }
 
 // run runs the bundle's command to its end with `runc run --keep` and
