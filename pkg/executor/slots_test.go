@@ -270,6 +270,36 @@ func TestNextAttemptWaitsForAPreviousPodTheCacheDoesNotShow(t *testing.T) {
 	}
 }
 
+// TestNextAttemptAfterAPodReleasedWithItsDeleteAsksNothing: a finished pod
+// with nothing left to read is deleted and released in one call and never
+// seen again; it was seen stopped then, so the next attempt starts without
+// reading it from the API server (test/costs' retry path counts requests).
+func TestNextAttemptAfterAPodReleasedWithItsDeleteAsksNothing(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("a", newTask(retryOn("ExitCode")))
+	f.update("a", func(r *store.Record) { r.PodCreated = true })
+	w := mainExited(3).On("envoy").Terminated(0).Phase(corev1.PodFailed)
+	old := f.podOf("a", 0, w)
+	f.both(old)
+	f.update("a", func(r *store.Record) { r.PodUID = string(old.UID) })
+	f.clk.SetTime(w.Now())
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if f.serverPod(old.Name) != nil {
+		t.Fatalf("attempt 0's finished pod was not deleted and released at once: %+v", f.serverPod(old.Name).ObjectMeta)
+	}
+	f.reflect(old.Name)
+	f.clk.Step(time.Hour)
+	_, verbs, err := f.sync("a")
+	if err != nil || f.state("a") != "Pending/Creating" {
+		t.Fatalf("%v %s", err, f.state("a"))
+	}
+	if slices.Contains(verbs, "get pods") {
+		t.Errorf("requests %v: attempt 0's pod, seen stopped, was read again", verbs)
+	}
+}
+
 // TestUnknownTaskPodsAreReleasedAndDeleted: a pod of this instance whose
 // task the store does not know is released and deleted (nobody could report
 // it); a pod of another instance is left alone.

@@ -678,6 +678,9 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 			return wait, nil
 		}
 	}
+	if podstate.Stopped(pod) {
+		e.noteStopped(id, pod) // before any branch: a pod released with its delete is not seen again
+	}
 	key := pod.Namespace + "/" + pod.Name
 	if a, ok := e.actionOf(key); ok {
 		switch {
@@ -722,7 +725,6 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 	if !podstate.Stopped(pod) {
 		return stopRecheck, nil
 	}
-	e.noteStopped(id, pod)
 	held := hasFinalizer(pod)
 	if held && !e.capturesDone(e.captureCtx(), t, id, out.Attempt, pod) {
 		return 0, nil // the finalizer stays until the logs are archived; a capture's end brings the task back
