@@ -22,8 +22,28 @@ import (
 // which is released only once its logs are archived, so that invariant 10
 // can be judged on what was archived when it went (world.retired).
 
+// finished caches oldestFinished until a record is written or deleted
+// (listing every record at each of the world's steps cost 7 % of a run).
+type finished struct {
+	writes int // seenRecords.writes when computed; -1: not computed
+	rec    store.Record
+	ok     bool
+}
+
 // oldestFinished is the finished record retention deletes next.
 func (w *world) oldestFinished() (store.Record, bool) {
+	w.hist.mu.Lock()
+	writes := w.seen.writes
+	w.hist.mu.Unlock()
+	if w.fin.writes == writes {
+		return w.fin.rec, w.fin.ok
+	}
+	r, ok := w.listOldestFinished()
+	w.fin = finished{writes: writes, rec: r, ok: ok}
+	return r, ok
+}
+
+func (w *world) listOldestFinished() (store.Record, bool) {
 	recs, err := w.mem.List(context.Background(), store.ListOptions{})
 	if err != nil {
 		panic(err)
@@ -102,6 +122,7 @@ func (w *world) retentionChoice(now time.Time) (choice, bool) {
 		if err != nil || n != 1 {
 			panic(fmt.Sprintf("retention of %s: deleted %d: %v", r.ID, n, err))
 		}
+		w.fin.writes = -1
 		p.retired = true
 		w.hist.add(Event{Kind: KRetire, Task: name, Note: fmt.Sprintf("finished %s before", now.Sub(r.UpdatedAt))})
 		for _, q := range w.plans {

@@ -165,6 +165,7 @@ type world struct {
 	retention bool
 	retainFor time.Duration
 	retired   map[string]*LogFacts // by pod UID: a retired record's logs as archived when it was deleted
+	fin       finished             // oldestFinished's cache
 }
 
 type restart struct {
@@ -211,7 +212,7 @@ func quietGlobals() {
 
 func run(opt Options) *Result {
 	w := &world{opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x5eed)), start: time.Now(), steps: &steps{}, //nolint:gosec // a seeded source that replays is the point
-		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}, retired: map[string]*LogFacts{}}
+		lost: map[string]bool{}, seen: newSeen(), held: map[*step]time.Time{}, retired: map[string]*LogFacts{}, fin: finished{writes: -1}}
 	w.hist = &History{start: w.start, now: time.Now}
 	w.srv = newAPIServer(w.steps, w.hist, time.Now)
 	w.mem = store.NewMemory()

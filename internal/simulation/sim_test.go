@@ -4,8 +4,10 @@
 package simulation
 
 import (
+	"crypto/sha256"
 	"flag"
 	"fmt"
+	"hash"
 	"os"
 	"strconv"
 	"strings"
@@ -276,10 +278,20 @@ func TestHunt(t *testing.T) {
 		}
 		f.seeds++
 	}
+	// KUBETASK_SIM_DIGEST=true: a digest of every history run, so that a
+	// change to the simulator that must not change the model (a faster
+	// harness) shows the same digest for the same seeds as before it.
+	var digest hash.Hash
+	if os.Getenv("KUBETASK_SIM_DIGEST") == "true" {
+		digest = sha256.New()
+	}
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
 		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true"})
+		if digest != nil {
+			digest.Write([]byte(res.History.String()))
+		}
 		seen := map[string]bool{}
 		for _, v := range res.Violations {
 			if !seen[v.Invariant] {
@@ -296,6 +308,9 @@ func TestHunt(t *testing.T) {
 	}
 	el := time.Since(start)
 	t.Logf("%d seeds from %d in %s (%.1f seeds/s)", n, base, el.Round(time.Millisecond), float64(n)/el.Seconds())
+	if digest != nil {
+		t.Logf("digest of the %d histories: %x", n, digest.Sum(nil))
+	}
 	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs, InvOwnRecord} {
 		if f := found[inv]; f != nil {
 			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)

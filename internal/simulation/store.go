@@ -40,6 +40,7 @@ type simStore struct {
 
 // seenRecords is what the history already holds of each record.
 type seenRecords struct {
+	writes    int // records written so far (under History.mu): oldestFinished's cache key
 	attempts  map[string]int
 	podUID    map[string]string
 	terminal  map[string]bool
@@ -164,6 +165,7 @@ func (s *simStore) Close() error { return nil }
 func (s *simStore) note(rec store.Record) {
 	s.hist.mu.Lock()
 	seen := s.seen
+	seen.writes++
 	s.hist.mu.Unlock()
 	name := s.hist.name(rec.ID, rec.Nonce)
 	if rec.PodCreated && rec.PodUID != "" && seen.podUID[name] != fmt.Sprint(rec.Attempt, rec.PodUID) {
