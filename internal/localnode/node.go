@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
@@ -30,6 +29,7 @@ import (
 	"github.com/kubetask/kubetask/internal/container"
 	"github.com/kubetask/kubetask/internal/imagestore"
 	"github.com/kubetask/kubetask/internal/podnet"
+	"github.com/kubetask/kubetask/internal/version"
 )
 
 const (
@@ -98,6 +98,7 @@ type Config struct {
 
 	podSubnet      netip.Prefix
 	runtime        *container.OCIRuntime
+	runtimeVersion string // the node's status.nodeInfo.containerRuntimeVersion (runtimeVersion)
 	runtimeWarning string
 }
 
@@ -145,6 +146,10 @@ func (c *Config) defaults() error {
 			return err
 		}
 		c.runtime = &container.OCIRuntime{Path: choice.path, Root: filepath.Join(dir, "runc")}
+		out, _ := exec.Command(choice.path, "--version").Output() //nolint:gosec // the runtime chosen above
+		c.runtimeVersion = runtimeVersion(RuntimeRunc, string(out))
+	} else {
+		c.runtimeVersion = runtimeVersion(RuntimeInit, version.Get().Version)
 	}
 	return nil
 }
@@ -341,7 +346,7 @@ func nodeSpec(cfg Config, port int) corev1.Node {
 				KubeletVersion:          KubeletVersion,
 				OperatingSystem:         runtime.GOOS,
 				Architecture:            runtime.GOARCH,
-				ContainerRuntimeVersion: "kubetask-local://" + strconv.Itoa(os.Getpid()),
+				ContainerRuntimeVersion: cfg.runtimeVersion,
 				OSImage:                 "kubetask local node (host processes, or loaded images)",
 			},
 			Conditions: []corev1.NodeCondition{

@@ -3,6 +3,7 @@ package localnode
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // The runtimes that run the containers of loaded images (Config.Runtime).
@@ -71,4 +72,22 @@ func chooseRuntime(asked string, images bool, lookPath func(string) (string, err
 		}
 		return runtimeChoice{name: asked, path: path}, nil
 	}
+}
+
+// runtimeVersion is what the node reports as its container runtime
+// (status.nodeInfo.containerRuntimeVersion, the CONTAINER-RUNTIME column of
+// kubectl get nodes -o wide), as a kubelet reports containerd's
+// ("containerd://1.7.24"): "runc://<version>" from the output of runc
+// --version for runc, "kubetask-init://<kubetask's version>" for the node's
+// own init. An output it cannot read says "unknown".
+func runtimeVersion(name, out string) string {
+	if name == RuntimeInit {
+		return "kubetask-init://" + out
+	}
+	first, _, _ := strings.Cut(out, "\n")
+	v, ok := strings.CutPrefix(strings.TrimSpace(first), "runc version ")
+	if !ok || v == "" || strings.ContainsAny(v, " \t") {
+		v = "unknown"
+	}
+	return "runc://" + v
 }

@@ -88,3 +88,22 @@ func TestValidateRuntimeFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestRuntimeVersion(t *testing.T) {
+	tests := []struct {
+		name, runtime, out, want string
+	}{
+		{"Debian's runc", RuntimeRunc, "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev\ngo: go1.19.8\nlibseccomp: 2.5.4\n", "runc://1.1.5+ds1"},
+		{"a release build", RuntimeRunc, "runc version 1.2.4\ncommit: v1.2.4-0-g6c52b3fc\n", "runc://1.2.4"},
+		{"no output (runc --version failed)", RuntimeRunc, "", "runc://unknown"},
+		{"something else on PATH", RuntimeRunc, "crun version 1.19\n", "runc://unknown"},
+		{"the node's init", RuntimeInit, "v0.4.1", "kubetask-init://v0.4.1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := runtimeVersion(tc.runtime, tc.out); got != tc.want {
+				t.Errorf("runtimeVersion(%q, %q) = %q, want %q", tc.runtime, tc.out, got, tc.want)
+			}
+		})
+	}
+}

@@ -537,6 +537,12 @@ func startRuntimeNode(tb testing.TB, env *clustertest.Env, name, runtime string)
 		if err == nil {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					// The node names what runs its containers, as a kubelet
+					// names containerd (kubectl get nodes -o wide).
+					want := map[string]string{"runc": "runc://", "init": "kubetask-init://"}[runtime]
+					if got := n.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(got, want) || got == "runc://unknown" {
+						tb.Errorf("node %s (runtime %s) reports container runtime %q, want %s<version>", name, runtime, got, want)
+					}
 					return dir
 				}
 			}
