@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,7 +60,8 @@ func newClusterCommand() *cobra.Command {
 type upFlags struct {
 	nodes, simNodes, apiserverPort int
 	timeout                        time.Duration
-	runtime                        string // the local nodes' --runtime; empty: theirs
+	runtime                        string   // the local nodes' --runtime; empty: theirs
+	given                          []string // the flags given that shape the cluster (applied when it starts)
 }
 
 func newClusterUpCommand(f *clusterFlags) *cobra.Command {
@@ -68,6 +71,11 @@ func newClusterUpCommand(f *clusterFlags) *cobra.Command {
 		Short: "Start the local cluster in the background (building its components on first use) and print its kubeconfig",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Flags().Visit(func(fl *pflag.Flag) {
+				if fl.Name != "timeout" {
+					u.given = append(u.given, "--"+fl.Name)
+				}
+			})
 			return clusterUp(cmd.Context(), f, u, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -104,6 +112,7 @@ func clusterUp(ctx context.Context, f *clusterFlags, u *upFlags, stdout, stderr 
 		return err
 	} else if st != nil && st.Status == localcluster.StatusReady && dir.SupervisorRunning() {
 		printUp(stdout, st, "the local cluster is already up")
+		u.noteIgnored(stderr)
 		return nil
 	}
 	// Build in the foreground so that progress and toolchain errors reach the user.
@@ -130,10 +139,20 @@ func clusterUp(ctx context.Context, f *clusterFlags, u *upFlags, stdout, stderr 
 	}
 	if already {
 		printUp(stdout, st, "the local cluster is already up")
+		u.noteIgnored(stderr)
 		return nil
 	}
 	printUp(stdout, st, fmt.Sprintf("the local cluster is up (ready in %s)", time.Since(start).Round(100*time.Millisecond)))
 	return nil
+}
+
+// noteIgnored tells the user that the flags given, which shape the cluster,
+// did nothing to a cluster already up.
+func (u *upFlags) noteIgnored(w io.Writer) {
+	if len(u.given) > 0 {
+		fmt.Fprintf(w, "note: %s shape the cluster when it starts and changed nothing: it is already up; to change them, run kubetask cluster down, then kubetask cluster up with them\n",
+			strings.Join(u.given, ", "))
+	}
 }
 
 // superviseArgs is the command line of the supervisor `cluster up` starts:

@@ -71,3 +71,22 @@ func TestRuntimeFlagRefusedBeforeStart(t *testing.T) {
 		}
 	}
 }
+
+// TestUpOnAClusterThatIsUpNamesTheFlagsItIgnored: `cluster up --runtime
+// init` on a cluster that is already up changes nothing, and says so,
+// naming the flags and what to do instead; with no such flag it says
+// nothing more.
+func TestUpOnAClusterThatIsUpNamesTheFlagsItIgnored(t *testing.T) {
+	var out bytes.Buffer
+	(&upFlags{given: []string{"--runtime", "--nodes"}}).noteIgnored(&out)
+	for _, want := range []string{"--runtime, --nodes", "changed nothing", "kubetask cluster down"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("note %q, want it to say %q", out.String(), want)
+		}
+	}
+	out.Reset()
+	(&upFlags{}).noteIgnored(&out)
+	if out.Len() != 0 {
+		t.Errorf("note %q with no flag given, want none", out.String())
+	}
+}

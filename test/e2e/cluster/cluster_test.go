@@ -144,8 +144,10 @@ func TestClusterUpStatusDown(t *testing.T) {
 	if r := kubetask(t, env, "cluster", "kubeconfig"); r.code != 0 || strings.TrimSpace(r.stdout) != kubeconfig {
 		t.Errorf("cluster kubeconfig: exit %d %q", r.code, r.stdout)
 	}
-	// Idempotent.
-	if r := kubetask(t, env, "cluster", "up", "--nodes", "0"); r.code != 0 || !strings.Contains(r.stdout, "already up") {
+	// Idempotent, and says that the flags that shape the cluster changed
+	// nothing of the one that is up.
+	if r := kubetask(t, env, "cluster", "up", "--nodes", "0", "--runtime", "init"); r.code != 0 || !strings.Contains(r.stdout, "already up") ||
+		!strings.Contains(r.stderr, "--nodes, --runtime shape the cluster when it starts and changed nothing") {
 		t.Errorf("second cluster up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
