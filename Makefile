@@ -68,7 +68,10 @@ $(LIGHTHOUSE): tools/lighthouse/package-lock.json
 up: components ## start the local cluster in the background (one local process node)
 	$(BIN)/kubetask cluster up
 
-demo: components ## run examples/local/sidecar-task.yaml with kubetask run on the local cluster (started if needed)
+# The demo builds only what it runs: `cluster up` builds the control plane's
+# four components (progress on stderr); kubectl and kwok, which `components`
+# also builds, wait for whoever needs them.
+demo: build ## run examples/local/sidecar-task.yaml with kubetask run on the local cluster (started, and its components built, if needed)
 	$(BIN)/kubetask cluster up >/dev/null
 	$(BIN)/kubetask run -f examples/local/sidecar-task.yaml --kubeconfig "$$($(BIN)/kubetask cluster kubeconfig)"
 
