@@ -200,7 +200,7 @@ export function mount(main, {params, navigate}) {
       const offset = a.finishedAt ? `+${fmtDuration(Date.parse(a.observedAt || a.finishedAt) - created)}` : '';
       items.push(h('li', {class: `tl-attempt ph-${(a.phase || '').toLowerCase()}`, dataset: {attempt: a.attempt}},
         h('div', {class: 'tl-head'},
-          h('strong', {}, `Attempt ${a.attempt + 1}`), ' ', badge(a.phase, a.reason),
+          h('strong', {}, `Attempt ${a.attempt}`), ' ', badge(a.phase, a.reason),
           a.exitCode != null ? h('span', {class: 'muted'}, ` exit code ${a.exitCode}`) : null,
           current && !t.terminal ? h('span', {class: 'muted'}, ' · current') : null),
         h('div', {class: 'tl-meta'},
@@ -248,7 +248,7 @@ export function mount(main, {params, navigate}) {
     for (let a = 0; a < n; a++) {
       const att = (t.attempts || []).find((x) => x.attempt === a);
       btns.push(h('button', {type: 'button', role: 'tab', id: `tab-${a}`, 'aria-selected': String(a === current), 'aria-controls': 'log-panel', tabindex: a === current ? 0 : -1,
-        class: att ? `ph-${(att.phase || '').toLowerCase()}` : '', onclick: () => selectAttempt(a)}, `Attempt ${a + 1}`));
+        class: att ? `ph-${(att.phase || '').toLowerCase()}` : '', onclick: () => selectAttempt(a)}, `Attempt ${a}`));
     }
     replace(tabs, btns);
     view.el.setAttribute('aria-labelledby', `tab-${current}`);

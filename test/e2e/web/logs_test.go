@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,8 +260,17 @@ func TestWebAttempts(t *testing.T) {
 	b.wait(time.Minute, "the task to succeed on its second attempt, its log shown", `document.querySelector('main').dataset.phase === 'Succeeded' && `+
 		`document.querySelector('#tab-1[aria-selected=true]') && `+lineVisible("second attempt: fine"))
 	timeline := eval[[]string](b, `[...document.querySelectorAll('.timeline .tl-attempt .tl-head')].map((e) => e.textContent)`)
-	if len(timeline) != 2 || !strings.HasPrefix(timeline[0], "Attempt 1 Failed · ExitCode exit code 1") || !strings.HasPrefix(timeline[1], "Attempt 2 Succeeded · Completed") {
+	if len(timeline) != 2 || !strings.HasPrefix(timeline[0], "Attempt 0 Failed · ExitCode exit code 1") || !strings.HasPrefix(timeline[1], "Attempt 1 Succeeded · Completed") {
 		t.Errorf("the timeline: %q", timeline)
+	}
+	// Attempts are counted as the API, the CLI (kubetask logs --attempt 0)
+	// and the pods' names (-0, -1) count them: from 0.
+	tabs := eval[[]string](b, `[...document.querySelectorAll('[role=tab]')].map((e) => e.textContent)`)
+	if !slices.Equal(tabs, []string{"Attempt 0", "Attempt 1"}) {
+		t.Errorf("the log's tabs: %q, want Attempt 0, Attempt 1", tabs)
+	}
+	if got := s.get(tk.ID).Attempts; len(got) != 2 || !strings.HasSuffix(got[0].Pod, "-0") || !strings.HasSuffix(got[1].Pod, "-1") {
+		t.Errorf("attempts %+v, want pods ending in -0 and -1", got)
 	}
 	b.do(chromedp.Click(chromedp.CSS("#tab-0")))
 	b.wait(20*time.Second, "the first attempt's log", `document.querySelector('#tab-0[aria-selected=true]') && `+lineVisible("first attempt: failing")+` && !`+lineVisible("second attempt"))
