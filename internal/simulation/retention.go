@@ -93,7 +93,10 @@ func (w *world) retentionChoice(now time.Time) (choice, bool) {
 			p = q
 		}
 	}
-	if p == nil || p.submit.busy || p.cancel.busy {
+	// Not while the user may still send the submission again (an answer
+	// lost, a retry due): sent after the deletion it would make a new
+	// record, which the history would take for this one's.
+	if p == nil || !p.submit.done || p.cancel.busy {
 		return choice{}, false
 	}
 	w.srv.mu.Lock()
