@@ -381,8 +381,7 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	}
 	for m, p := range pods {
 		if m < n && !podstate.Stopped(p) {
-			e.setProgress(rec, string(podstate.Pending), reasonWaitingForStop,
-				fmt.Sprintf("attempt %d starts once no container of pod %s (attempt %d) runs any more", n, p.Name, m), nil)
+			e.waitForPrevious(rec, p, m)
 			return stopRecheck, nil
 		}
 	}
@@ -397,8 +396,7 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 		if err != nil {
 			return 0, err
 		}
-		e.setProgress(rec, string(podstate.Pending), reasonWaitingForStop,
-			fmt.Sprintf("attempt %d starts once no container of pod %s (attempt %d) runs any more", n, p.Name, n-1), nil)
+		e.waitForPrevious(rec, p, n-1)
 		return min(max(d, time.Millisecond), stopRecheck), nil
 	}
 	pod, err := task.BuildPod(t, ident, n)
@@ -425,6 +423,13 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	}
 	e.setProgress(rec, string(podstate.Pending), reasonCreating, "creating pod "+pod.Name, nil)
 	return 0, nil
+}
+
+// waitForPrevious shows that rec's current attempt waits for pod, of
+// attempt m, to stop.
+func (e *Executor) waitForPrevious(rec store.Record, pod *corev1.Pod, m int) {
+	e.setProgress(rec, string(podstate.Pending), reasonWaitingForStop,
+		fmt.Sprintf("attempt %d starts once no container of pod %s (attempt %d) runs any more", rec.Attempt, pod.Name, m), nil)
 }
 
 // previousUnseen returns the pod of the previous attempt when the cache does
