@@ -365,6 +365,21 @@ func TestCancelledAfterAdmissionGetsNoPod(t *testing.T) {
 	}
 }
 
+// endedFenced reports whether the term of ctx has ended, and fails t when
+// it ended for another reason than errFenced.
+func endedFenced(ctx context.Context, t *testing.T) bool {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		if !errors.Is(context.Cause(ctx), errFenced) {
+			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
+		}
+		return true
+	default:
+		return false
+	}
+}
+
 // A write of this term refused as fenced (another process began a newer
 // term of the instance) ends the term at once.
 func TestFencedWriteEndsTheTerm(t *testing.T) {
@@ -379,12 +394,7 @@ func TestFencedWriteEndsTheTerm(t *testing.T) {
 	if _, _, err := f.sync("x"); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("sync: err %v, want ErrFenced", err)
 	}
-	select {
-	case <-ctx.Done():
-		if !errors.Is(context.Cause(ctx), errFenced) {
-			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
-		}
-	default:
+	if !endedFenced(ctx, t) {
 		t.Error("the term goes on after a fenced write")
 	}
 	if rec := f.record("x"); rec.PodCreated {
@@ -415,12 +425,7 @@ func TestNewerTermSeenByAClaimCheckEndsTheTerm(t *testing.T) {
 	if verbs := f.actionVerbs(); len(verbs) != 0 {
 		t.Errorf("requests %v, want none", verbs)
 	}
-	select {
-	case <-ctx.Done():
-		if !errors.Is(context.Cause(ctx), errFenced) {
-			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
-		}
-	default:
+	if !endedFenced(ctx, t) {
 		t.Error("the term goes on after its claim check found a newer term")
 	}
 }
@@ -449,12 +454,7 @@ func TestNewerTermsPodEndsTheStaleTerm(t *testing.T) {
 	if len(verbs) != 0 {
 		t.Errorf("requests %v, want none (the stale term acts on nothing)", verbs)
 	}
-	select {
-	case <-ctx.Done():
-		if !errors.Is(context.Cause(ctx), errFenced) {
-			t.Errorf("term ended by %v, want errFenced", context.Cause(ctx))
-		}
-	default:
+	if !endedFenced(ctx, t) {
 		t.Fatal("the stale term goes on beside a newer term's pod")
 	}
 	// The next term is newer than the pod's: the pod, never recorded, is

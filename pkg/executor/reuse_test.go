@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -56,14 +57,7 @@ func TestAnIDUsedAgainIsCapturedAgain(t *testing.T) {
 	if _, _, err := f.sync("a"); err != nil { // the capture starts; the outcome is recorded
 		t.Fatal(err)
 	}
-	select {
-	case lc := <-started:
-		if lc.UID != "u-first" {
-			t.Fatalf("capture of %s", lc.UID)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first record's capture did not start")
-	}
+	nextCapture(t, started, "u-first", "the first record's capture did not start")
 	if !f.record("a").Terminal {
 		t.Fatalf("first record %+v", f.record("a"))
 	}
@@ -78,13 +72,20 @@ func TestAnIDUsedAgainIsCapturedAgain(t *testing.T) {
 	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}
+	nextCapture(t, started, "u-second", "no capture of the new record's pod: the first record's done capture was taken for it")
+}
+
+// nextCapture waits for the next capture started and fails t unless it
+// follows the pod with uid (none within 5 s: t fails saying none).
+func nextCapture(t *testing.T, started <-chan LogCapture, uid types.UID, none string) {
+	t.Helper()
 	select {
 	case lc := <-started:
-		if lc.UID != "u-second" {
-			t.Errorf("capture of %s, want u-second", lc.UID)
+		if lc.UID != uid {
+			t.Fatalf("capture of %s, want %s", lc.UID, uid)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("no capture of the new record's pod: the first record's done capture was taken for it")
+		t.Fatal(none)
 	}
 }
 
