@@ -102,6 +102,10 @@ type plan struct {
 	cancel    request
 }
 
+// idle: the user sends nothing for p (any more): its ID is still taken by
+// the record p uses it again after, or retention deleted p's record.
+func (p *plan) idle() bool { return p.prev != nil && !p.prev.retired || p.retired }
+
 // request is a user's request (a submission, a cancellation), sent to a
 // process of the task's instance; the user sends it again after a failure,
 // to a process that lives then. Its fields are the world's and the user's
@@ -591,7 +595,7 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 		at(t)
 	}
 	for _, p := range w.plans {
-		if p.prev != nil && !p.prev.retired || p.retired {
+		if p.idle() {
 			continue
 		}
 		if !p.submitted {
@@ -751,7 +755,7 @@ func (w *world) userChoices(now time.Time) []choice {
 	}
 	for _, p := range w.plans {
 		p := p
-		if p.prev != nil && !p.prev.retired || p.retired {
+		if p.idle() {
 			continue // its ID is still taken, or its record is gone
 		}
 		inst := p.instance
