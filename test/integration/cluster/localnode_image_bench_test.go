@@ -457,9 +457,7 @@ func (d *directRunc) podNet(tb testing.TB) {
 // whole took, and how long until the overlay was unmounted.
 func (d *directRunc) runOverlay(tb testing.TB, bundle string) (all, path time.Duration) {
 	tb.Helper()
-	d.n++
-	id := fmt.Sprintf("direct-%d", d.n)
-	layer := filepath.Join(bundle, "layer-"+strconv.Itoa(d.n))
+	layer := filepath.Join(bundle, "layer-"+strconv.Itoa(d.n+1))
 	upper, work, merged := filepath.Join(layer, "upper"), filepath.Join(layer, "work"), filepath.Join(bundle, "merged")
 	start := time.Now()
 	for _, dir := range []string{upper, work} {
@@ -470,17 +468,12 @@ func (d *directRunc) runOverlay(tb testing.TB, bundle string) (all, path time.Du
 	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+d.lower+",upperdir="+upper+",workdir="+work+",volatile"); err != nil {
 		tb.Fatalf("mount the overlay: %v", err)
 	}
-	out, err := exec.Command(d.runc, "--root", d.root, "run", "--keep", "--bundle", bundle, id).CombinedOutput() //nolint:gosec // the test's runc
-	if uerr := unix.Unmount(merged, 0); uerr != nil {
-		tb.Fatalf("unmount the overlay: %v", uerr)
-	}
-	path = time.Since(start)
-	if err != nil {
-		tb.Fatalf("runc run %s: %v: %s", bundle, err, out)
-	}
-	if out, err := exec.Command(d.runc, "--root", d.root, "delete", "--force", id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
-		tb.Fatalf("runc delete %s: %v: %s", id, err, out)
-	}
+	d.runThen(tb, bundle, func() {
+		if err := unix.Unmount(merged, 0); err != nil {
+			tb.Fatalf("unmount the overlay: %v", err)
+		}
+		path = time.Since(start)
+	})
 	all = time.Since(start)
 	_ = os.RemoveAll(layer)
 	return all, path
@@ -491,10 +484,21 @@ func (d *directRunc) runOverlay(tb testing.TB, bundle string) (all, path time.Du
 // returns how long the two took.
 func (d *directRunc) run(tb testing.TB, bundle string) time.Duration {
 	tb.Helper()
+	return d.runThen(tb, bundle, nil)
+}
+
+// runThen is run with afterRun, when set, called between runc's run and
+// its delete (whether the run failed or not).
+func (d *directRunc) runThen(tb testing.TB, bundle string, afterRun func()) time.Duration {
+	tb.Helper()
 	d.n++
 	id := fmt.Sprintf("direct-%d", d.n)
 	start := time.Now()
-	if out, err := exec.Command(d.runc, "--root", d.root, "run", "--keep", "--bundle", bundle, id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
+	out, err := exec.Command(d.runc, "--root", d.root, "run", "--keep", "--bundle", bundle, id).CombinedOutput() //nolint:gosec // the test's runc
+	if afterRun != nil {
+		afterRun()
+	}
+	if err != nil {
 		tb.Fatalf("runc run %s: %v: %s", bundle, err, out)
 	}
 	if out, err := exec.Command(d.runc, "--root", d.root, "delete", "--force", id).CombinedOutput(); err != nil { //nolint:gosec // the test's runc
