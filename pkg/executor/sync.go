@@ -1125,10 +1125,13 @@ func (e *Executor) forget(id string) {
 func (e *Executor) recordOf(id, nonce string) {
 	e.mu.Lock()
 	was, ok := e.nonces[id]
-	e.mu.Unlock()
-	if ok && was != nonce {
-		e.forget(id)
+	if !ok || was == nonce {
+		e.nonces[id] = nonce // every pass: one lock
+		e.mu.Unlock()
+		return
 	}
+	e.mu.Unlock()
+	e.forget(id)
 	e.mu.Lock()
 	e.nonces[id] = nonce
 	e.mu.Unlock()
