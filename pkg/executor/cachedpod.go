@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +16,7 @@ import (
 // heap (env, volumes, managedFields ...), and even an empty corev1.Pod
 // struct is 1.2 KB (a fresh one with only the fields read, 3.9 KB), so the
 // caches hold a cachedPod instead: the few fields the executor reads, with
-// repeated strings interned: 0.7 KB for that pod, 1.1 KB with the cache's
+// repeated strings interned: 0.66 KB for that pod, 0.8 KB with the cache's
 // key and run index (BenchmarkPodCacheMemory). Readers get a *corev1.Pod
 // built from it (pod), so every decision is taken on the same view, whether
 // the pod came from the cache, a creation or a fresh read.
@@ -48,8 +49,12 @@ const (
 	ownRunAnnotation = 2
 )
 
-// cachedPod.present has a bit per key: this fails to compile with more keys.
-var _ [16 - len(sharedKeys) - len(ownKeys)]struct{}
+// sharedMeta.present and cachedPod.present have a bit per key: these fail
+// to compile with more keys.
+var (
+	_ [16 - len(sharedKeys)]struct{}
+	_ [16 - len(ownKeys)]struct{}
+)
 
 // cachedPod is what the executor keeps of a pod. pod() returns it as a
 // *corev1.Pod with exactly these fields (everything else zero):
@@ -82,13 +87,12 @@ type cachedPod struct {
 	name, resourceVersion string
 	uid                   types.UID // the fence matches a pod to its record by UID
 	namespace             interned
-	shared                [len(sharedKeys)]interned
+	shared                unique.Handle[sharedMeta] // zero: none of sharedKeys is set
 	own                   [len(ownKeys)]string
-	present               uint16 // bit i: sharedKeys[i] is set; bit len(sharedKeys)+j: ownKeys[j]
-	finalizers            []interned
+	present               uint16   // bit j: ownKeys[j] is set
+	finalizers            interned // each after a finalizerSep, in order
 	created               metav1.Time
 	nodeName              interned
-	restartPolicy         interned
 	phase                 interned
 	startTime             *metav1.Time
 	containers            []cachedContainer // regular ones, then init containers
@@ -106,6 +110,19 @@ type rarePodFields struct {
 	reason                     interned
 	message                    string
 }
+
+// sharedMeta are the values of sharedKeys on a pod, the same for many pods
+// (all those of one attempt number, executor, epoch and main container): a
+// cachedPod keeps one Handle to them, 8 bytes for the ten values.
+type sharedMeta struct {
+	vals          [len(sharedKeys)]string
+	present       uint16 // bit i: sharedKeys[i] is set
+	restartPolicy corev1.RestartPolicy
+}
+
+// finalizerSep joins a cachedPod's finalizers: a finalizer is a qualified
+// name, which has no NUL.
+const finalizerSep = "\x00"
 
 type cachedContainer struct {
 	name, image interned
@@ -128,10 +145,19 @@ type cachedStatus struct {
 	last         *corev1.ContainerState // trimmed; nil when empty (no restart yet)
 }
 
+// cachedCondition is a pod condition: its type, status, reason and
+// message are the same for many pods (PodScheduled True, with neither) and
+// kept once, its time is its own.
 type cachedCondition struct {
-	typ, status, reason interned
-	message             string
-	lastTransitionTime  metav1.Time
+	meta               unique.Handle[conditionMeta]
+	lastTransitionTime metav1.Time
+}
+
+type conditionMeta struct {
+	typ     corev1.PodConditionType
+	status  corev1.ConditionStatus
+	reason  string
+	message string
 }
 
 // compactPod returns what the executor keeps of pod. It copies what it keeps
@@ -146,14 +172,17 @@ func compactPod(pod *corev1.Pod) *cachedPod {
 		namespace:       intern(pod.Namespace),
 		created:         pod.CreationTimestamp,
 		nodeName:        intern(pod.Spec.NodeName),
-		restartPolicy:   intern(string(pod.Spec.RestartPolicy)),
 		phase:           intern(string(pod.Status.Phase)),
 		startTime:       copyPtr(pod.Status.StartTime),
 	}
+	meta := sharedMeta{restartPolicy: pod.Spec.RestartPolicy}
 	for i, k := range sharedKeys {
 		if v, ok := k.of(pod); ok {
-			c.shared[i], c.present = intern(v), c.present|1<<i
+			meta.vals[i], meta.present = v, meta.present|1<<i
 		}
+	}
+	if meta != (sharedMeta{}) {
+		c.shared = unique.Make(meta)
 	}
 	for j, k := range ownKeys {
 		if v, ok := k.of(pod); ok {
@@ -162,14 +191,11 @@ func compactPod(pod *corev1.Pod) *cachedPod {
 					v = have // the run ID is a label and an annotation: one copy
 				}
 			}
-			c.own[j], c.present = v, c.present|1<<(len(sharedKeys)+j)
+			c.own[j], c.present = v, c.present|1<<j
 		}
 	}
 	if len(pod.Finalizers) > 0 {
-		c.finalizers = make([]interned, len(pod.Finalizers))
-		for i, f := range pod.Finalizers {
-			c.finalizers[i] = intern(f)
-		}
+		c.finalizers = intern(finalizerSep + strings.Join(pod.Finalizers, finalizerSep))
 	}
 	if n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers); n > 0 {
 		c.containers = make([]cachedContainer, 0, n)
@@ -184,8 +210,8 @@ func compactPod(pod *corev1.Pod) *cachedPod {
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled || cond.Type == corev1.DisruptionTarget {
 			c.conditions = append(c.conditions, cachedCondition{
-				typ: intern(string(cond.Type)), status: intern(string(cond.Status)), reason: intern(cond.Reason),
-				message: cond.Message, lastTransitionTime: cond.LastTransitionTime,
+				meta:               unique.Make(conditionMeta{typ: cond.Type, status: cond.Status, reason: cond.Reason, message: cond.Message}),
+				lastTransitionTime: cond.LastTransitionTime,
 			})
 		}
 	}
@@ -280,7 +306,7 @@ func (c *cachedPod) pod() *corev1.Pod {
 			Namespace: c.namespace.String(), Name: c.name, UID: c.uid, ResourceVersion: c.resourceVersion,
 			CreationTimestamp: c.created,
 		},
-		Spec:   corev1.PodSpec{NodeName: c.nodeName.String(), RestartPolicy: corev1.RestartPolicy(c.restartPolicy.String())},
+		Spec:   corev1.PodSpec{NodeName: c.nodeName.String()},
 		Status: corev1.PodStatus{Phase: corev1.PodPhase(c.phase.String()), StartTime: c.startTime},
 	}
 	set := func(k metaKey, v string) {
@@ -293,21 +319,22 @@ func (c *cachedPod) pod() *corev1.Pod {
 		}
 		(*m)[k.key] = v
 	}
-	for i, k := range sharedKeys {
-		if c.present&(1<<i) != 0 {
-			set(k, c.shared[i].String())
+	if c.shared != (unique.Handle[sharedMeta]{}) {
+		meta := c.shared.Value()
+		p.Spec.RestartPolicy = meta.restartPolicy
+		for i, k := range sharedKeys {
+			if meta.present&(1<<i) != 0 {
+				set(k, meta.vals[i])
+			}
 		}
 	}
 	for j, k := range ownKeys {
-		if c.present&(1<<(len(sharedKeys)+j)) != 0 {
+		if c.present&(1<<j) != 0 {
 			set(k, c.own[j])
 		}
 	}
-	if c.finalizers != nil {
-		p.Finalizers = make([]string, len(c.finalizers))
-		for i, f := range c.finalizers {
-			p.Finalizers[i] = f.String()
-		}
+	if c.finalizers != (interned{}) {
+		p.Finalizers = strings.Split(c.finalizers.String()[len(finalizerSep):], finalizerSep)
 	}
 	for _, cc := range c.containers {
 		ctr := corev1.Container{Name: cc.name.String(), Image: cc.image.String()}
@@ -332,9 +359,9 @@ func (c *cachedPod) pod() *corev1.Pod {
 		}
 	}
 	for _, cc := range c.conditions {
+		m := cc.meta.Value()
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
-			Type: corev1.PodConditionType(cc.typ.String()), Status: corev1.ConditionStatus(cc.status.String()),
-			Reason: cc.reason.String(), Message: cc.message, LastTransitionTime: cc.lastTransitionTime})
+			Type: m.typ, Status: m.status, Reason: m.reason, Message: m.message, LastTransitionTime: cc.lastTransitionTime})
 	}
 	if r := c.rare; r != nil {
 		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = r.deletionTimestamp, r.deletionGracePeriodSeconds

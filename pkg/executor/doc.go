@@ -5,7 +5,7 @@
 //   - Pods are watched with one pod cache per namespace, built from client-go's
 //     parts as an informer is (a Reflector, a RealFIFO, an Indexer; one
 //     LIST+WATCH filtered by kubetask's labels). The caches keep of each pod
-//     only what the executor reads (about 1.1 KB per pod with the index, for
+//     only what the executor reads (about 0.8 KB per pod with the index, for
 //     a two-container pod of 25 KB; CachedPod lists the fields), and every
 //     decision, also one on a fresh read, is taken on that view. The
 //     Reflector relists on 410 Expired, apiserver restarts and dropped

@@ -135,23 +135,19 @@ type Executor struct {
 	waiting, unseen atomic.Int64
 
 	mu        sync.Mutex
-	live      map[string]progress   // latest derived state of unfinished tasks (not persisted)
+	memos     map[string]*taskMemo  // by task: what a pass leaves for the next (taskMemo)
 	gates     map[string]gateMemo   // scheduling-gate observations, by pod key
 	failures  map[string]createFail // failed creations of the current attempt, by task
 	creations map[string]*creation  // admitted pod creations, by task ID
 	actions   map[string]*podAction // clean-up calls, by pod key
-	ungated   map[string]types.UID  // by task: the pod whose fence gate this process removed
 	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
 	stopped   map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
-	nonces    map[string]string     // by task: the nonce of the record the entries above are of (syncView)
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
 	runCtx    context.Context            // Start's context, for captures
 	lines     map[string][]waiter        // tasks waiting for a parallelism slot, by namespace, in line order
 	inLine    map[string]placed          // the tasks in lines, with their place
-	phaseMu   sync.Mutex
-	phases    map[string]string // latest phase per task, for the tasks gauge; guarded by phaseMu
 	startedAt time.Time
 	started   bool
 	gate      *gate // open while this process holds the instance Lease and its caches synced
@@ -184,20 +180,17 @@ func New(cfg Config) (*Executor, error) {
 		cfg:       cfg,
 		store:     cfg.Store,
 		metrics:   newMetrics(cfg.Registerer),
-		live:      map[string]progress{},
+		memos:     map[string]*taskMemo{},
 		gates:     map[string]gateMemo{},
 		failures:  map[string]createFail{},
 		creations: map[string]*creation{},
 		lines:     map[string][]waiter{},
 		inLine:    map[string]placed{},
-		phases:    map[string]string{},
 		creates:   make(chan string, cfg.Parallelism),
 		cleanups:  make(chan string, cfg.Parallelism),
 		actions:   map[string]*podAction{},
-		ungated:   map[string]types.UID{},
 		sealed:    map[string]sealing{},
 		stopped:   map[string]types.UID{},
-		nonces:    map[string]string{},
 		captures:  map[captureKey]*captureRun{},
 		runCtx:    context.Background(),
 		gate:      newGate(cfg.Clock),
@@ -796,7 +789,12 @@ func (e *Executor) Get(ctx context.Context, id string) (Status, error) {
 	}
 	if !rec.Terminal {
 		e.mu.Lock()
-		p, ok := e.live[id]
+		var p progress
+		m := e.memos[id]
+		ok := m != nil && m.hasLive
+		if ok {
+			p = m.live
+		}
 		e.mu.Unlock()
 		if ok && p.attempt == rec.Attempt {
 			rec.Phase, rec.Reason, rec.Message, rec.ExitCode = p.phase, p.reason, p.message, p.exitCode
@@ -861,20 +859,27 @@ func (e *Executor) emit(ev Event) {
 // observe keeps the kubetask_tasks gauge: the tasks this process has seen,
 // by their latest phase (terminal phases included).
 func (e *Executor) observe(id, phase string, terminal bool) {
-	e.phaseMu.Lock()
-	defer e.phaseMu.Unlock()
-	if old, ok := e.phases[id]; ok {
-		if old == phase && !terminal {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.memos[id]
+	if m != nil && m.hasPhase {
+		if m.phase.String() == phase && !terminal {
 			return
 		}
-		e.metrics.tasks.WithLabelValues(old).Dec()
+		e.metrics.tasks.WithLabelValues(m.phase.String()).Dec()
 	}
 	e.metrics.tasks.WithLabelValues(phase).Inc()
 	if terminal {
-		delete(e.phases, id) // final: nothing will move it again
+		if m != nil { // final: nothing will move it again
+			m.phase, m.hasPhase = interned{}, false
+			e.tidyMemoLocked(id, m)
+		}
 		return
 	}
-	e.phases[id] = phase
+	if m == nil {
+		m = e.memoLocked(id)
+	}
+	m.phase, m.hasPhase = intern(phase), true
 }
 
 func maxTime(a, b time.Time) time.Time {

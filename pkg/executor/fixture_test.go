@@ -80,7 +80,7 @@ func newFx(t *testing.T, mod func(*Config)) *fx {
 		return false, nil, nil
 	})
 	f.beginTerm()
-	f.idx = cache.NewIndexer(podKey, cache.Indexers{runIndex: indexByRun})
+	f.idx = newPodIndexer()
 	ex.indexers.Store(&[]cache.Indexer{f.idx})
 	if ex.queue != nil { // a RecordOnly executor has none
 		t.Cleanup(ex.queue.ShutDown)

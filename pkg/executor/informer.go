@@ -102,7 +102,6 @@ func (e *Executor) podCacheOptions(ns string) podCacheOptions {
 	return podCacheOptions{
 		Namespace: ns,
 		Client:    client,
-		Indexers:  cache.Indexers{runIndex: indexByRun},
 		Transform: compactTransform,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { e.podEvent(obj, false) },
@@ -145,19 +144,6 @@ func compactTransform(obj any) (any, error) {
 		return compactPod(pod), nil
 	}
 	return obj, nil
-}
-
-const runIndex = "run"
-
-func indexByRun(obj any) ([]string, error) {
-	pod, ok := obj.(*cachedPod)
-	if !ok {
-		return nil, nil
-	}
-	if id := pod.run(); id != "" {
-		return []string{id}, nil
-	}
-	return nil, nil
 }
 
 // podEvent handles a pod cache's event: the pod's task is synced again, an

@@ -136,8 +136,6 @@ type podCacheOptions struct {
 	// Client is the client behind the ListerWatcher: it tells client-go
 	// whether streaming lists can be used (a fake clientset cannot).
 	Client any
-	// Indexers of the cache's indexer.
-	Indexers cache.Indexers
 	// Transform, when set, changes each object before it is cached. It
 	// must return a pod or a *cachedPod (the only objects the key function
 	// knows besides tombstones) and return a *cachedPod unchanged.
@@ -174,7 +172,7 @@ type podCacheOptions struct {
 // newPodCache returns a podCache over lw; Run runs it.
 func newPodCache(lw *cache.ListWatch, o podCacheOptions) *podCache {
 	c := &podCache{namespace: o.Namespace, opts: o, inner: lw, storm: newStormLists()}
-	c.indexer = cache.NewIndexer(podKey, o.Indexers)
+	c.indexer = newPodIndexer()
 	c.fifo = cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         "pods " + namespaceName(o.Namespace),
 		KeyFunction:  podKey,

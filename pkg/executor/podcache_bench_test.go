@@ -43,21 +43,23 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 		{"json", func(p *corev1.Pod) ([]byte, error) { return json.Marshal(p) },
 			func(b []byte) (*corev1.Pod, error) { p := &corev1.Pod{}; return p, json.Unmarshal(b, p) }},
 	}
-	byRunOfPod := cache.Indexers{runIndex: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Labels[task.LabelRun] != "" {
-			return []string{p.Labels[task.LabelRun]}, nil
-		}
-		return nil, nil
-	}}
+	byRunOfPod := func() cache.Indexer {
+		return cache.NewIndexer(podKey, cache.Indexers{runIndex: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Labels[task.LabelRun] != "" {
+				return []string{p.Labels[task.LabelRun]}, nil
+			}
+			return nil, nil
+		}})
+	}
 	variants := []struct {
 		name      string
 		transform func(*corev1.Pod) any
-		indexers  cache.Indexers // nil: not in an indexer
+		store     func() cache.Indexer // nil: not in an indexer
 	}{
 		{"whole", func(p *corev1.Pod) any { return p }, byRunOfPod},
 		{"trimBefore13", func(p *corev1.Pod) any { trimBefore13(p); return p }, byRunOfPod},
 		{"compactCorev1Pod", func(p *corev1.Pod) any { return compactPod(p).pod() }, byRunOfPod},
-		{"cachedPod", func(p *corev1.Pod) any { return compactPod(p) }, cache.Indexers{runIndex: indexByRun}},
+		{"cachedPod", func(p *corev1.Pod) any { return compactPod(p) }, func() cache.Indexer { return newPodIndexer() }},
 		{"cachedPodAlone", func(p *corev1.Pod) any { return compactPod(p) }, nil},
 	}
 	var table []string
@@ -81,8 +83,8 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 				for b.Loop() {
 					held := make([]any, n)
 					var idx cache.Indexer
-					if v.indexers != nil {
-						idx = cache.NewIndexer(podKey, v.indexers)
+					if v.store != nil {
+						idx = v.store()
 					}
 					before := heapAfterGC()
 					for i, raw := range wire {

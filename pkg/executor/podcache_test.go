@@ -143,7 +143,6 @@ func testCacheOptions(rec *recorder) podCacheOptions {
 	return podCacheOptions{
 		Namespace: "ns",
 		Client:    fake.NewClientset(), // no streaming lists
-		Indexers:  cache.Indexers{runIndex: indexByRun},
 		Handler:   rec.handler(),
 		Backoff:   testBackoff,
 		Blind:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "blind"}),

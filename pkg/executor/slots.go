@@ -550,14 +550,18 @@ func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.P
 // task's sync remove it again.
 func (e *Executor) noteUngated(id string, uid types.UID) {
 	e.mu.Lock()
-	e.ungated[id] = uid
+	e.memoLocked(id).ungated = uid
 	e.mu.Unlock()
 }
 
 func (e *Executor) ungatedBy(id string, uid types.UID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.ungated[id] == uid
+	var ungated types.UID
+	if m := e.memos[id]; m != nil {
+		ungated = m.ungated
+	}
+	return ungated == uid
 }
 
 // create creates pod, gated and stamped with the term's epoch. On

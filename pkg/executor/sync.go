@@ -49,6 +49,54 @@ type progress struct {
 	exitCode               *int32
 }
 
+// taskMemo is what the executor remembers of one task between its passes,
+// kept in one map entry per task: a map entry costs about as much as what
+// most of these hold, and a tracked pod's task has all three.
+type taskMemo struct {
+	// live is the latest derived state of an unfinished task (not
+	// persisted), when hasLive.
+	live progress
+	// nonce is that of the record the memory of the task is of, when
+	// nonceKnown (recordOf; syncView).
+	nonce string
+	// ungated is the pod whose fence gate this process removed (noteUngated).
+	ungated types.UID
+	// phase is the task's latest phase in the kubetask_tasks gauge, when
+	// hasPhase (observe): a task that forget drops keeps it.
+	phase                         interned
+	hasLive, nonceKnown, hasPhase bool // 112 B in all, a size class of Go's allocator
+}
+
+// memoLocked returns task id's memo, a new one when it has none; e.mu is
+// held.
+func (e *Executor) memoLocked(id string) *taskMemo {
+	m := e.memos[id]
+	if m == nil {
+		m = &taskMemo{}
+		e.memos[id] = m
+	}
+	return m
+}
+
+// dropLiveLocked forgets task id's derived state, and its memo once that
+// holds nothing; e.mu is held.
+func (e *Executor) dropLiveLocked(id string) {
+	m := e.memos[id]
+	if m == nil {
+		return
+	}
+	m.live, m.hasLive = progress{}, false
+	e.tidyMemoLocked(id, m)
+}
+
+// tidyMemoLocked drops m, task id's memo, when it holds nothing; e.mu is
+// held.
+func (e *Executor) tidyMemoLocked(id string, m *taskMemo) {
+	if *m == (taskMemo{}) {
+		delete(e.memos, id)
+	}
+}
+
 // gateMemo remembers whether the pod of a task's attempt was seen with
 // scheduling gates and when it was first seen without them
 // (podstate.Policy.UngatedAt).
@@ -581,7 +629,8 @@ func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev
 	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: typ, Pod: pod.Namespace + "/" + pod.Name,
 		Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
 	e.mu.Lock()
-	e.live[rec.ID] = progress{attempt: updated.Attempt, phase: updated.Phase, reason: updated.Reason, message: updated.Message}
+	m := e.memoLocked(rec.ID)
+	m.live, m.hasLive = progress{attempt: updated.Attempt, phase: updated.Phase, reason: updated.Reason, message: updated.Message}, true
 	e.mu.Unlock()
 	return updated, nil
 }
@@ -661,7 +710,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	}
 	e.emit(ev)
 	e.mu.Lock()
-	delete(e.live, rec.ID)
+	e.dropLiveLocked(rec.ID)
 	delete(e.sealed, rec.ID)
 	e.mu.Unlock()
 	e.observe(rec.ID, updated.Phase, updated.Terminal)
@@ -997,12 +1046,13 @@ func (e *Executor) persistPending(ctx context.Context, rec store.Record, reason,
 func (e *Executor) setProgress(rec store.Record, phase, reason, message string, exit *int32) {
 	p := progress{attempt: rec.Attempt, phase: phase, reason: reason, message: message, exitCode: exit}
 	e.mu.Lock()
-	cur, ok := e.live[rec.ID]
-	if !ok {
+	m := e.memoLocked(rec.ID)
+	cur := m.live
+	if !m.hasLive {
 		cur = progress{attempt: rec.Attempt, phase: rec.Phase, reason: rec.Reason, message: rec.Message, exitCode: rec.ExitCode}
 	}
 	same := cur.attempt == p.attempt && cur.phase == p.phase && cur.reason == p.reason && cur.message == p.message
-	e.live[rec.ID] = p
+	m.live, m.hasLive = p, true
 	e.mu.Unlock()
 	if same {
 		return
@@ -1100,14 +1150,15 @@ func (e *Executor) sealedOutcome(id string, n int, pod *corev1.Pod) (sealing, bo
 func (e *Executor) forget(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.live, id)
+	if m := e.memos[id]; m != nil { // all but its phase in the tasks gauge
+		*m = taskMemo{phase: m.phase, hasPhase: m.hasPhase}
+		e.tidyMemoLocked(id, m)
+	}
 	e.deleteCreationLocked(id)
 	delete(e.gates, id)
 	delete(e.failures, id)
-	delete(e.ungated, id)
 	delete(e.sealed, id)
 	delete(e.stopped, id)
-	delete(e.nonces, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
@@ -1124,16 +1175,17 @@ func (e *Executor) forget(id string) {
 // sealed outcome, a pod seen stopped) is taken for the new one's.
 func (e *Executor) recordOf(id, nonce string) {
 	e.mu.Lock()
-	was, ok := e.nonces[id]
-	if !ok || was == nonce {
-		e.nonces[id] = nonce // every pass: one lock
+	m := e.memoLocked(id)
+	if !m.nonceKnown || m.nonce == nonce {
+		m.nonceKnown, m.nonce = true, nonce // every pass: one lock
 		e.mu.Unlock()
 		return
 	}
 	e.mu.Unlock()
 	e.forget(id)
 	e.mu.Lock()
-	e.nonces[id] = nonce
+	m = e.memoLocked(id)
+	m.nonceKnown, m.nonce = true, nonce
 	e.mu.Unlock()
 }
 
