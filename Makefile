@@ -18,7 +18,7 @@ VERSION_PKG := github.com/kubetask/kubetask/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
 export SOURCE_DATE_EPOCH
 
-.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run bench-fair bench-storm bench-serve bench-recovery bench-machine bench-docs bench-docs-check chaos sim clean
+.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run bench-fair bench-storm bench-serve bench-recovery bench-machine bench-demo bench-docs bench-docs-check chaos sim clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ bench-recovery: components ## recovery after a restart of the executor or the AP
 
 bench-machine: ## how much the machine itself drifts run to run (test/bench/machine)
 	$(BENCH_ENV) $(GO) test ./test/bench/machine -run '^$$' -bench BenchmarkMachineDrift -benchtime 1x -timeout 30m
+
+bench-demo: ## cold `make demo` on a fresh machine: a fresh clone, empty Go, module and component caches (tools/bench-demo.sh): about 15-20 min
+	tools/bench-demo.sh
 
 bench-docs: ## write docs/benchmarks.md's tables and README.md's figures from the latest results files (tools/benchreport)
 	cd tools/benchreport && $(GO) run . -root $(CURDIR)

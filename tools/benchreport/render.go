@@ -24,6 +24,16 @@ type figure struct {
 	label, suite, name, unit string
 }
 
+// goal is one line of a goals table: a figure of a suite's latest run and
+// the bound it should meet (at least, or at most, target).
+type goal struct {
+	figure
+	atMost bool
+	target float64
+	// show is the goal as a person reads it ("≥ 0.95x").
+	show string
+}
+
 // suites names the command that writes each suite's results, for the
 // caption and for "not measured".
 var suites = map[string]string{
@@ -34,6 +44,7 @@ var suites = map[string]string{
 	"recovery": "make bench-recovery",
 	"machine":  "make bench-machine",
 	"fair":     "make bench-fair",
+	"demo":     "make bench-demo",
 }
 
 // tables are the blocks `<!-- bench:begin table=NAME -->` names.
@@ -49,6 +60,8 @@ var tables = map[string]table{
 		{"lag-p99-ms", "outcome lag p99 ms"},
 		{"durable-lag-p99-ms", "lag to the durable write p99 ms"},
 		{"client-cpu-s/1k-tasks", "client CPU-s per 1,000 tasks"},
+		{"apiserver-cpu-s/1k-tasks", "kube-apiserver CPU-s per 1,000 tasks"},
+		{"cores-busy", "cores busy"},
 	}},
 	"pairs": {suite: "bench", prefix: "Pairs/", columns: []column{
 		{"tasks/s", "tasks/s"},
@@ -101,7 +114,27 @@ var headlines = map[string][]figure{
 	},
 }
 
-var blockRE = regexp.MustCompile(`(?s)(<!-- bench:begin (table|figures)=([a-z0-9-]+) -->\n)(.*?)(<!-- bench:end -->)`)
+// goalSets are the blocks `<!-- bench:begin goals=NAME -->` names: issue
+// 34's goals, each judged on the median of the suite's latest run.
+var goalSets = map[string][]goal{
+	"34": {
+		{figure{"executor / equal-work S0, 2,000 tasks, alternating pairs", "bench", "Pairs/kubetask", "x-S0-equal"}, false, 0.95, "≥ 0.95x"},
+		{figure{"executor / equal-work S0, 10,000 tasks", "bench", "Executor/kubetask-at-scale", "x-S0-equal"}, false, 0.95, "≥ 0.95x"},
+		{figure{"executor / Job controller, equal concurrency (16 syncs), no client limit", "bench", "Executor/kubetask/unlimited", "x-Job-equal-syncs"}, false, 2, "≥ 2x"},
+		{figure{"executor / Job controller, equal concurrency (16 syncs), equal QPS 200", "bench", "Executor/kubetask/200", "x-Job-equal-syncs"}, false, 2, "≥ 2x"},
+		{figure{"executor heap per tracked pod, 10,000 pods", "bench", "Memory/kubetask-executor", "B/pod"}, true, 1024, "≤ 1 KB"},
+		{figure{"outcome lag p99 to the durable write, no faults", "bench", "Pairs/kubetask", "durable-lag-p99-ms"}, true, 50, "≤ 50 ms"},
+		{figure{"outcome lag p99 through the harsh storm", "storm", "Storm", "harsh-lag-p99-s"}, true, 1, "≤ 1 s"},
+		{figure{"kubetask run / kubectl run, wall time", "run", "Run", "wall-ratio"}, true, 1, "≤ 1.0x"},
+		{figure{"kubetask run / kubectl run, peak RSS", "run", "Run", "rss-ratio"}, true, 1, "≤ 1.0x"},
+		{figure{"submissions / plain pod creates, distinct specs, closed loop", "serve", "ServeSubmit/distinct", "submits/podcreates"}, false, 0.8, "≥ 0.8x"},
+		{figure{"submissions to kubetask serve, distinct specs, open loop, p99", "serve", "ServeSubmit/distinct", "open-submit-p99-ms"}, true, 100, "< 100 ms"},
+		{figure{"SQLite durable writes, 64 writers", "bench", "Store/SQLite-64-writers", "writes/s"}, false, 20000, "≥ 20,000/s"},
+		{figure{"cold `make demo` on a fresh machine", "demo", "Demo/cold", "s"}, true, 13 * 60, "≤ 13 min (780 s)"},
+	},
+}
+
+var blockRE = regexp.MustCompile(`(?s)(<!-- bench:begin (table|figures|goals)=([a-z0-9-]+) -->\n)(.*?)(<!-- bench:end -->)`)
 
 // generate rewrites every bench block of doc from runs; an unknown block
 // name is an error.
@@ -125,6 +158,13 @@ func generate(doc string, runs map[string]*run) (string, error) {
 				return m
 			}
 			body = renderFigures(fs, runs)
+		case "goals":
+			gs, ok := goalSets[sm[3]]
+			if !ok {
+				err = fmt.Errorf("unknown goals %q", sm[3])
+				return m
+			}
+			body = renderGoals(gs, runs)
 		}
 		return sm[1] + body + sm[5]
 	})
@@ -222,6 +262,44 @@ func renderTable(t table, r *run) string {
 		fmt.Fprintf(&b, "| %s | %d | %s |\n", label, reps, strings.Join(cells, " | "))
 	}
 	return b.String()
+}
+
+// renderGoals is a goals table: each goal's figure (the median of its
+// suite's latest run), whether it is met, and by how much it is missed.
+func renderGoals(gs []goal, runs map[string]*run) string {
+	var b strings.Builder
+	b.WriteString("| figure | goal | median (min–max) | n | met? | run |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, g := range gs {
+		r := runs[g.suite]
+		st, ok := stat{}, false
+		if r != nil {
+			st, ok = r.stat(g.name, g.unit)
+		}
+		if !ok {
+			fmt.Fprintf(&b, "| %s | %s | not measured at this commit | | | `%s` |\n", g.label, g.show, suites[g.suite])
+			continue
+		}
+		smoke := ""
+		if r.smaller() {
+			smoke = ", a smoke run"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %d | %s | `%s` at `%s`, %s, load %s%s |\n", g.label, g.show, cell(st), g.unit, st.n, verdict(g, st.median),
+			suites[g.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0], smoke)
+	}
+	return b.String()
+}
+
+// verdict says whether median meets g, and otherwise by how much it misses
+// it, relative to the target.
+func verdict(g goal, median float64) string {
+	miss := (g.target - median) / g.target
+	if g.atMost {
+		miss = (median - g.target) / g.target
+	}
+	if miss <= 0 {
+		return "met"
+	}
+	return fmt.Sprintf("**missed by %.0f %%**", math.Max(1, math.Round(miss*100)))
 }
 
 func renderFigures(fs []figure, runs map[string]*run) string {

@@ -75,6 +75,37 @@ func TestGenerateFigures(t *testing.T) {
 	}
 }
 
+// TestGenerateGoals: a goal met, one missed (at least and at most), by how
+// much, and one not measured.
+func TestGenerateGoals(t *testing.T) {
+	runs, err := latestRuns("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := renderGoals([]goal{
+		{figure{"pairs", "bench", "Pairs/kubetask", "x-S0-equal"}, false, 0.95, "≥ 0.95x"},
+		{figure{"pairs, lower", "bench", "Pairs/kubetask", "x-S0-equal"}, false, 0.75, "≥ 0.75x"},
+		{figure{"lag", "bench", "Executor/kubetask/unlimited", "durable-lag-p99-ms"}, true, 10, "≤ 10 ms"},
+		{figure{"lag, higher", "bench", "Executor/kubetask/unlimited", "durable-lag-p99-ms"}, true, 12, "≤ 12 ms"},
+		{figure{"demo", "demo", "Demo/cold", "s"}, true, 780, "≤ 13 min"},
+	}, runs)
+	run := "`make bench` at `0123456`, 2026-12-06, load 4.10, a smoke run"
+	want := `| figure | goal | median (min–max) | n | met? | run |
+| --- | --- | --- | --- | --- | --- |
+| pairs | ≥ 0.95x | 0.800 (0.800–0.950) x-S0-equal | 3 | **missed by 16 %** | ` + run + ` |
+| pairs, lower | ≥ 0.75x | 0.800 (0.800–0.950) x-S0-equal | 3 | met | ` + run + ` |
+| lag | ≤ 10 ms | 12.0 durable-lag-p99-ms | 1 | **missed by 20 %** | ` + run + ` |
+| lag, higher | ≤ 12 ms | 12.0 durable-lag-p99-ms | 1 | met | ` + run + ` |
+| demo | ≤ 13 min | not measured at this commit | | | ` + "`make bench-demo`" + ` |
+`
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if _, err := generate("<!-- bench:begin goals=34 -->\n<!-- bench:end -->\n", runs); err != nil {
+		t.Errorf("issue 34's goals: %v", err)
+	}
+}
+
 func TestGenerateUnknownBlock(t *testing.T) {
 	if _, err := generate("<!-- bench:begin table=nope -->\n<!-- bench:end -->\n", nil); err == nil {
 		t.Error("an unknown table generated without an error")
