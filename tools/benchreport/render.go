@@ -90,6 +90,7 @@ var tables = map[string]table{
 	"recovery": {suite: "recovery"},
 	"machine":  {suite: "machine"},
 	"fair":     {suite: "fair"},
+	"demo":     {suite: "demo"},
 }
 
 // headlines are the blocks `<!-- bench:begin figures=NAME -->` names.
