@@ -876,9 +876,7 @@ func (e *Executor) observe(id, phase string, terminal bool) {
 		}
 		return
 	}
-	if m == nil {
-		m = e.memoLocked(id)
-	}
+	m = e.memoLocked(id)
 	m.phase, m.hasPhase = intern(phase), true
 }
 

@@ -41,12 +41,18 @@ func newPodIndexer() *podIndexer {
 }
 
 // Add stores obj in place of the object with its key, if any.
-func (x *podIndexer) Add(obj any) error { return x.put(obj, x.Indexer.Add) }
+func (x *podIndexer) Add(obj any) error { return x.change(obj, x.Indexer.Add, true) }
 
 // Update stores obj in place of the object with its key, if any.
-func (x *podIndexer) Update(obj any) error { return x.put(obj, x.Indexer.Update) }
+func (x *podIndexer) Update(obj any) error { return x.change(obj, x.Indexer.Update, true) }
 
-func (x *podIndexer) put(obj any, store func(any) error) error {
+// Delete removes the object with obj's key, if any.
+func (x *podIndexer) Delete(obj any) error { return x.change(obj, x.Indexer.Delete, false) }
+
+// change applies store(obj) to the store and the same change to the run
+// index, as one step to readers: the object stored with obj's key before
+// leaves the index, and obj enters it when stored.
+func (x *podIndexer) change(obj any, store func(any) error, stored bool) error {
 	key, err := podKey(obj)
 	if err != nil {
 		return fmt.Errorf("indexing pod: %w", err)
@@ -63,27 +69,8 @@ func (x *podIndexer) put(obj any, store func(any) error) error {
 	if had {
 		x.unindex(old)
 	}
-	x.index(obj)
-	return nil
-}
-
-// Delete removes the object with obj's key, if any.
-func (x *podIndexer) Delete(obj any) error {
-	key, err := podKey(obj)
-	if err != nil {
-		return fmt.Errorf("indexing pod: %w", err)
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	old, had, err := x.GetByKey(key)
-	if err != nil {
-		return err
-	}
-	if err := x.Indexer.Delete(obj); err != nil {
-		return err
-	}
-	if had {
-		x.unindex(old)
+	if stored {
+		x.index(obj)
 	}
 	return nil
 }
