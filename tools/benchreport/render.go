@@ -271,11 +271,7 @@ func renderGoals(gs []goal, runs map[string]*run) string {
 	var b strings.Builder
 	b.WriteString("| figure | goal | median (min–max) | n | met? | run |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, g := range gs {
-		r := runs[g.suite]
-		st, ok := stat{}, false
-		if r != nil {
-			st, ok = r.stat(g.name, g.unit)
-		}
+		r, st, ok := g.measure(runs)
 		if !ok {
 			fmt.Fprintf(&b, "| %s | %s | not measured at this commit | | | `%s` |\n", g.label, g.show, suites[g.suite])
 			continue
@@ -284,8 +280,7 @@ func renderGoals(gs []goal, runs map[string]*run) string {
 		if r.smaller() {
 			smoke = ", a smoke run"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s %s | %d | %s | `%s` at `%s`, %s, load %s%s |\n", g.label, g.show, cell(st), g.unit, st.n, verdict(g, st.median),
-			suites[g.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0], smoke)
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %d | %s | %s%s |\n", g.label, g.show, cell(st), g.unit, st.n, verdict(g, st.median), g.source(r), smoke)
 	}
 	return b.String()
 }
@@ -307,11 +302,7 @@ func renderFigures(fs []figure, runs map[string]*run) string {
 	var b strings.Builder
 	b.WriteString("| figure | median (min–max) | n | run |\n| --- | --- | --- | --- |\n")
 	for _, f := range fs {
-		r := runs[f.suite]
-		st, ok := stat{}, false
-		if r != nil {
-			st, ok = r.stat(f.name, f.unit)
-		}
+		r, st, ok := f.measure(runs)
 		if !ok {
 			fmt.Fprintf(&b, "| %s | not measured at this commit | | `%s` |\n", f.label, suites[f.suite])
 			continue
@@ -320,10 +311,27 @@ func renderFigures(fs []figure, runs map[string]*run) string {
 		if r.smaller() {
 			smoke = ", smaller than the suite's full run (a smoke run)"
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %d | `%s` at `%s`, %s, load %s%s |\n", f.label, cell(st), f.unit, st.n,
-			suites[f.suite], shortCommit(r.config["commit"]), strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0], smoke)
+		fmt.Fprintf(&b, "| %s | %s %s | %d | %s%s |\n", f.label, cell(st), f.unit, st.n, f.source(r), smoke)
 	}
 	return b.String()
+}
+
+// measure returns f's suite's latest run and f's figure in it; false when
+// the suite has no run or the run does not have the figure.
+func (f figure) measure(runs map[string]*run) (*run, stat, bool) {
+	r := runs[f.suite]
+	if r == nil {
+		return nil, stat{}, false
+	}
+	st, ok := r.stat(f.name, f.unit)
+	return r, st, ok
+}
+
+// source names r, the run f's figure comes from: command, commit, day and
+// load at its start.
+func (f figure) source(r *run) string {
+	return fmt.Sprintf("`%s` at `%s`, %s, load %s", suites[f.suite], shortCommit(r.config["commit"]),
+		strings.SplitN(r.config["date"], "T", 2)[0], strings.Fields(r.config["load-start"] + " ?")[0])
 }
 
 func shortCommit(c string) string {
