@@ -68,6 +68,10 @@ type Config struct {
 	// AuditPolicy is the audit policy (YAML) used with AuditLogPath;
 	// empty means PodAuditPolicy.
 	AuditPolicy string
+	// Profiling turns kube-apiserver's /debug/pprof handlers on (off by
+	// default, as --profiling=false has it), for benchmarks that profile
+	// the API server's CPU per task.
+	Profiling bool
 	// LocalNodes is the number of local process nodes (kubetask node run) to start.
 	LocalNodes int
 	// NodeRuntime is the local nodes' --runtime (what runs the containers of
@@ -394,7 +398,7 @@ func (c *Cluster) apiserverArgs() []string {
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
-		"--profiling=false",
+		fmt.Sprintf("--profiling=%t", c.cfg.Profiling),
 		"--v=1",
 	}
 	if c.cfg.OnDemandExpiry {

@@ -45,6 +45,14 @@ func NewClient(rc *rest.Config, qps float32, burst int, reg prometheus.Registere
 func countingConfig(rc *rest.Config, qps float32, burst int, n prometheus.Counter) *rest.Config {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = qps, burst
+	// Uncompressed responses: kube-apiserver gzips a streaming list (the
+	// pod caches' WatchListClient) for as long as the watch stays open,
+	// each flush of events in a gzip stream of its own, and so spends CPU
+	// on every pod change for the life of the executor, and the executor
+	// again to inflate it (the CPU profiles of `make bench`'s pairs,
+	// KUBETASK_BENCH_PROFILES, show both); the only answers compression
+	// would shrink are the pod lists of a relist.
+	rc.DisableCompression = true
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			if check, ok := r.Context().Value(sendCheckKey{}).(func(context.Context) error); ok {

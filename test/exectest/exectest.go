@@ -4,6 +4,7 @@
 package exectest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -382,4 +385,32 @@ func MostAtOnce(runs []MainRun) int {
 		most = max(most, n)
 	}
 	return most
+}
+
+// EtcdPodRequests is kube-apiserver's etcd_requests_total for pods, by
+// operation (get, create, update, delete ...), read from its metrics. It
+// shows what request counts do not: an update or a delete that lost a race
+// with another writer of the same pod is read and written again inside the
+// API server, one request from the client, two or more from etcd's side.
+func EtcdPodRequests(ctx context.Context, env *clustertest.Env) (map[string]float64, error) {
+	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parsing kube-apiserver's metrics: %w", err)
+	}
+	by := map[string]float64{}
+	for _, m := range fams["etcd_requests_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if l["resource"] == "pods" && l["group"] == "" {
+			by[l["operation"]] += m.GetCounter().GetValue()
+		}
+	}
+	return by, nil
 }

@@ -49,6 +49,8 @@ type Options struct {
 	// written to logs/audit.log in the cluster directory:
 	// Cluster().AuditLogPath().
 	Audit bool
+	// Profiling: see localcluster.Config.Profiling.
+	Profiling bool
 }
 
 // shared is this test binary's cluster.
@@ -159,6 +161,7 @@ func config(ctx context.Context, dir string, opts Options) (localcluster.Config,
 			Kwok:              paths[components.Kwok.Name],
 		},
 		OnDemandExpiry: opts.OnDemandExpiry,
+		Profiling:      opts.Profiling,
 		SimNodes:       opts.SimNodes,
 		LocalNodes:     opts.LocalNodes,
 	}

@@ -55,6 +55,8 @@ type tracker struct {
 	terminated map[string]time.Time
 	deleted    int
 	lastDelete time.Time
+	// last is the last pod deleted, as the watch last showed it.
+	last *corev1.Pod
 }
 
 func newTracker(key func(*corev1.Pod) string) *tracker {
@@ -88,10 +90,17 @@ func (tr *tracker) start(ctx context.Context, tb testing.TB, client kubernetes.I
 			tr.observe(obj)
 		},
 		UpdateFunc: func(_, obj any) { tr.observe(obj) },
-		DeleteFunc: func(any) {
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			pod, _ := obj.(*corev1.Pod)
 			tr.mu.Lock()
 			tr.deleted++
 			tr.lastDelete = time.Now()
+			if pod != nil {
+				tr.last = pod
+			}
 			tr.mu.Unlock()
 		},
 	})
@@ -99,6 +108,13 @@ func (tr *tracker) start(ctx context.Context, tb testing.TB, client kubernetes.I
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		tb.Fatal("tracker informer did not sync")
 	}
+}
+
+// lastPod is the last pod deleted (nil for none).
+func (tr *tracker) lastPod() *corev1.Pod {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.last
 }
 
 func (tr *tracker) counts() (created, deleted int, last time.Time) {

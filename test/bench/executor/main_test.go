@@ -28,5 +28,5 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
 		nodes = benchNodes
 	}
-	clustertest.MainWith(m, clustertest.Options{SimNodes: nodes, LocalNodes: -1})
+	clustertest.MainWith(m, clustertest.Options{SimNodes: nodes, LocalNodes: -1, Profiling: profilesDir() != ""})
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -91,10 +92,12 @@ type measure struct {
 	start    time.Time
 	cpu      cpuSample
 	requests map[string]float64
+	etcd     map[string]float64 // kube-apiserver's etcd requests for pods by operation
 }
 
 func startMeasure(ctx context.Context, env *clustertest.Env) measure {
-	return measure{start: time.Now(), cpu: sampleCPU(env.Cluster), requests: apiserverRequestsBy(ctx, env.Client)}
+	etcd, _ := exectest.EtcdPodRequests(ctx, env)
+	return measure{start: time.Now(), cpu: sampleCPU(env.Cluster), requests: apiserverRequestsBy(ctx, env.Client), etcd: etcd}
 }
 
 // finish fills r's per-task request and CPU figures from m to now.
@@ -113,6 +116,7 @@ func (m measure) finish(ctx context.Context, env *clustertest.Env, r *row) {
 		n   float64
 	}
 	var verbs []verb
+	etcd, _ := exectest.EtcdPodRequests(ctx, env)
 	for k, v := range apiserverRequestsBy(ctx, env.Client) {
 		if d := v - m.requests[k]; d > 0 {
 			verbs = append(verbs, verb{k, d / float64(r.tasks)})
@@ -131,8 +135,14 @@ func (m measure) finish(ctx context.Context, env *clustertest.Env, r *row) {
 		}
 		fmt.Fprintf(&top, " %s %.2f;", v.key, v.n)
 	}
-	fmt.Fprintf(os.Stderr, "  %s: %d tasks in %.1f s (%.1f tasks/s); apiserver requests per task:%s\n  CPU during the run:\n%s",
-		r.name, r.tasks, r.elapsed.Seconds(), r.tasksPerSecond(), top.String(), cpuReport(m.cpu, cpu, wall))
+	var ops strings.Builder
+	for _, op := range slices.Sorted(maps.Keys(etcd)) {
+		if d := (etcd[op] - m.etcd[op]) / float64(r.tasks); d >= 0.01 {
+			fmt.Fprintf(&ops, " %s %.2f;", op, d)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "  %s: %d tasks in %.1f s (%.1f tasks/s); apiserver requests per task:%s\n  kube-apiserver's etcd requests for pods per task:%s\n  CPU during the run:\n%s",
+		r.name, r.tasks, r.elapsed.Seconds(), r.tasksPerSecond(), top.String(), ops.String(), cpuReport(m.cpu, cpu, wall))
 }
 
 // lagsOf returns, for every key outcome has, outcome minus seen.
@@ -170,6 +180,8 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 	defer stop()
 	reqs0 := exectest.MetricSum(reg, "kubetask_api_requests_total")
 	m := startMeasure(ctx, env)
+	prof := startProfiles(tb, env, "kubetask")
+	defer prof.stop()
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("t%05d", i)
 		if _, err := ex.Submit(ctx, id, quickTask(id)); err != nil {
@@ -181,6 +193,8 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 		terminal, _ := out.counts()
 		return terminal == n && deleted == n, fmt.Sprintf("%s: %d pods created, %d outcomes, %d pods gone", time.Since(m.start).Round(time.Second), created, terminal, deleted)
 	})
+	prof.stop()
+	prof.savePod(tb, tr.lastPod())
 	_, _, lastDelete := tr.counts()
 	r := row{name: name, tasks: n, qps: qps, elapsed: lastDelete.Sub(m.start)}
 	r.clientReq = (exectest.MetricSum(reg, "kubetask_api_requests_total") - reqs0) / float64(n)
@@ -357,7 +371,7 @@ const floorExecutor = "floor"
 // attempt.Delete, then the finalizer released with one JSON patch
 // (attempt.ReleaseSeen): 3 requests per task. The equal-work S0 sends the
 // executor's floor of 4 (docs/costs.md), in its order: the pod created
-// gated with the fence's scheduling gate and epoch annotation, the gate
+// gated with the fence's scheduling gate, epoch and nonce annotations, the gate
 // removed right after the create returns (attempt.Ungate, by the creating
 // goroutine, as the executor's creator does once its store records the
 // pod), then the delete and the release.
@@ -403,7 +417,11 @@ func floorRun(tb testing.TB, n, inFlight int, equal bool) row {
 		if err := t.Validate(); err != nil {
 			tb.Fatal(err)
 		}
-		if built[i], err = task.BuildPod(t, task.Identity{Namespace: env.Namespace, Name: id, RunID: id, Executor: floorExecutor}, 0); err != nil {
+		ident := task.Identity{Namespace: env.Namespace, Name: id, RunID: id, Executor: floorExecutor}
+		if equal {
+			ident.Nonce = fmt.Sprintf("n%015d", i) // the executor's pods carry their record's nonce
+		}
+		if built[i], err = task.BuildPod(t, ident, 0); err != nil {
 			tb.Fatal(err)
 		}
 		if equal {
@@ -417,6 +435,12 @@ func floorRun(tb testing.TB, n, inFlight int, equal bool) row {
 	}
 	reqs0 := requests()
 	m := startMeasure(ctx, env)
+	profName := "S0-minimal"
+	if equal {
+		profName = "S0-equal"
+	}
+	prof := startProfiles(tb, env, profName)
+	defer prof.stop()
 
 	done := make(chan *corev1.Pod, n)
 	decided := map[string]time.Time{}
@@ -502,6 +526,8 @@ func floorRun(tb testing.TB, n, inFlight int, equal bool) row {
 		created, deleted, _ := tr.counts()
 		return deleted == n, fmt.Sprintf("%s: %d pods created, %d pods gone", time.Since(m.start).Round(time.Second), created, deleted)
 	})
+	prof.stop()
+	prof.savePod(tb, tr.lastPod())
 	_, _, lastDelete := tr.counts()
 	r := row{name: "S0 minimal", tasks: n, qps: "unlimited", elapsed: lastDelete.Sub(m.start), note: "create, delete, release"}
 	if equal {

@@ -117,6 +117,27 @@ func BenchmarkExecutor(b *testing.B) {
 	}
 }
 
+// BenchmarkPairs is the suite's pairs alone: the equal-work S0 and the
+// executor without a rate limit, alternating, KUBETASK_BENCH_PAIRS times
+// with KUBETASK_BENCH_BASE tasks each. It prints its table and writes no
+// results file: it is for looking into the executor's cost per task, with
+// KUBETASK_BENCH_PROFILES (profilesDir) above all:
+//
+//	KUBETASK_BENCH_PROFILES=/tmp/prof KUBETASK_BENCH_PAIRS=1 go test ./test/bench/executor -run '^$' -bench BenchmarkPairs -benchtime 1x -timeout 30m
+func BenchmarkPairs(b *testing.B) {
+	sz := sizeFromEnv()
+	for i := 0; i < b.N; i++ {
+		var rows []row
+		for range max(sz.pairs, 1) {
+			eq := floorRun(b, sz.base, 0, true)
+			ex := executorRun(b, "kubetask", "unlimited", executor.Config{Parallelism: sz.base, Workers: suiteWorkers, CreateConcurrency: 8, QPS: executor.Unlimited}, sz.base)
+			ex.equalS0 = eq.tasksPerSecond()
+			rows = append(rows, eq, ex)
+		}
+		fmt.Print("\n" + table(rows))
+	}
+}
+
 // TestBenchTiny runs the suite with a few tasks, so the benchmark's code is
 // exercised in CI; its numbers mean nothing.
 func TestBenchTiny(t *testing.T) {
@@ -141,10 +162,14 @@ func TestBenchTiny(t *testing.T) {
 	}
 }
 
+// suiteWorkers is the executor's Workers in every run of the suite, and the
+// Job controller's concurrent Job syncs at equal concurrency.
+const suiteWorkers = 16
+
 func runSuite(tb testing.TB, sz suiteSize) []row {
 	tb.Helper()
 	defer setControllerManagerLimit(tb, 1000, 1000, 0)
-	const workers = 16
+	const workers = suiteWorkers
 	cfg := func(n int, qps float32, burst int) executor.Config {
 		return executor.Config{Parallelism: n, Workers: workers, CreateConcurrency: 8, QPS: qps, Burst: burst}
 	}
