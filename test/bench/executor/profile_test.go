@@ -24,9 +24,10 @@ import (
 // in windows of apiserverWindow seconds from the run's start to its end; go
 // tool pprof merges them when given all). Compare two runs with
 //
-//	go tool pprof -top -diff_base 'dir/S0-1-apiserver-*' 'dir/kubetask-1-apiserver-*'
+//	go tool pprof -proto dir/S0-equal-1-apiserver-*.pprof > dir/s0.pb.gz
+//	go tool pprof -top -cum -diff_base dir/s0.pb.gz dir/kubetask-2-apiserver-*.pprof
 //
-// (the 1 is the run's number in the suite). Profiling costs both processes
+// (the number is the run's in the suite). Profiling costs both processes
 // CPU: figures of a profiled run are not the suite's.
 func profilesDir() string { return os.Getenv("KUBETASK_BENCH_PROFILES") }
 
