@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strings"
 )
 
 // OpenSQLiteOneTxPerWrite opens a SQLite store on the write path before group
@@ -79,6 +81,7 @@ var SQLiteStatements = map[string]string{
 	"log keys":             sqliteReadSQL.logKeys,
 	"retention candidates": sqliteWriteSQL.finished,
 	"retention delete":     sqliteWriteSQL.deleteTask,
+	"move state":           sqliteWriteSQL.moveState,
 	// The statements of the triggers, which EXPLAIN QUERY PLAN of the
 	// statements that fire them does not show.
 	"trigger: labels of a task": `DELETE FROM task_labels WHERE task_id = ?`,
@@ -133,4 +136,36 @@ func SQLiteBulkLoad(ctx context.Context, s Store, n int, gen func(i int) Record)
 		}
 	}
 	return nil
+}
+
+// SQLiteSchemaVersion is the SQLite schema version of this binary.
+var SQLiteSchemaVersion = len(sqliteMigrations)
+
+// SQLiteMigrateTo creates the database at path, or migrates it, to the
+// first n migrations, as a binary of schema version n would when it opens
+// it, and closes it.
+func SQLiteMigrateTo(ctx context.Context, path string, n int) error {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return migrateSQLite(ctx, db, sqliteMigrations[:n:n])
+}
+
+// SQLiteInsertAtSchema writes rec into db as it is (times and version
+// included) as a binary of schema version 4 did: without the cluster
+// column (which rec's Cluster must then leave empty).
+func SQLiteInsertAtSchema(ctx context.Context, db *sql.DB, rec Record, version int) error {
+	if version != 4 {
+		return fmt.Errorf("schema version %d: only 4 is known here", version)
+	}
+	args, err := recordArgs(rec)
+	if err != nil {
+		return err
+	}
+	const n = 28 // up to cancelled_by
+	cols := strings.Split(sqliteColumns, ",")[:n]
+	_, err = db.ExecContext(ctx, "INSERT INTO tasks ("+strings.Join(cols, ",")+") VALUES (?"+strings.Repeat(", ?", n-1)+")", args[:n]...)
+	return err
 }

@@ -28,8 +28,9 @@ func NewMemoryWithClock(clk clock.PassiveClock) Store {
 }
 
 // NewMemoryWithOptions is NewMemory with options. The store also implements
-// Pager, Logs and Retention; its Page filters and sorts every record (it is
-// meant for tests and small embeddings, not for a million records).
+// Pager, Logs, Retention and Clusters; its Page filters and sorts every
+// record (it is meant for tests and small embeddings, not for a million
+// records).
 func NewMemoryWithOptions(opts Options) Store {
 	return &memory{
 		clock:      opts.clock(),
@@ -37,6 +38,7 @@ func NewMemoryWithOptions(opts Options) Store {
 		recs:       map[string]Record{},
 		epochs:     map[string]int64{},
 		logs:       map[string]map[LogKey]*memoryLog{},
+		clusters:   map[string]Cluster{},
 	}
 }
 
@@ -56,8 +58,10 @@ type memory struct {
 	// epochs holds each executor instance's fencing epoch.
 	epochs map[string]int64
 	// logs holds each task's logs by task ID.
-	logs   map[string]map[LogKey]*memoryLog
-	closed bool
+	logs map[string]map[LogKey]*memoryLog
+	// clusters holds the clusters' rows by name (Clusters).
+	clusters map[string]Cluster
+	closed   bool
 }
 
 // memoryLog is one archived log.
@@ -174,6 +178,9 @@ func (m *memory) List(ctx context.Context, opts ListOptions) ([]Record, error) {
 	var out []Record
 	for _, rec := range m.recs {
 		if opts.Executor != "" && rec.Executor != opts.Executor {
+			continue
+		}
+		if opts.Cluster != "" && rec.Cluster != opts.Cluster {
 			continue
 		}
 		if opts.NonTerminal && rec.Terminal {
@@ -329,5 +336,6 @@ func (m *memory) Close() error {
 	m.closed = true
 	m.recs = nil
 	m.logs = nil
+	m.clusters = nil
 	return nil
 }

@@ -15,6 +15,10 @@ func TestMemory(t *testing.T) {
 	storetest.RunWithOptions(t, func(t *testing.T, opts store.Options) store.Store { return store.NewMemoryWithOptions(opts) })
 }
 
+func TestMemoryClusters(t *testing.T) {
+	storetest.RunClusters(t, func(*testing.T) store.Store { return store.NewMemory() })
+}
+
 func TestMemoryClock(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)

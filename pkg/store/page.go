@@ -118,7 +118,8 @@ func (q pageQuery) filterHash() string {
 		Terminal                             *bool
 		Namespaces                           []string `json:",omitempty"` // sorted; omitted when empty, so older tokens stay valid
 		None                                 bool     `json:",omitempty"`
-	}{q.Namespace, q.Phase, q.Reason, q.NamePrefix, q.Labels, q.createdFrom, q.createdTo, q.Terminal, q.Namespaces, q.none})
+		Cluster                              string   `json:",omitempty"` // omitted when empty, so older tokens stay valid
+	}{q.Namespace, q.Phase, q.Reason, q.NamePrefix, q.Labels, q.createdFrom, q.createdTo, q.Terminal, q.Namespaces, q.none, q.Cluster})
 	if err != nil { // strings, ints and bools always encode
 		panic(fmt.Sprintf("page filters encoding: %v", err))
 	}
@@ -162,6 +163,7 @@ func (q pageQuery) matches(rec Record) bool {
 	switch {
 	case q.none,
 		q.Namespace != "" && rec.Namespace != q.Namespace,
+		q.Cluster != "" && rec.Cluster != q.Cluster,
 		len(q.Namespaces) > 0 && !slices.Contains(q.Namespaces, rec.Namespace),
 		q.Phase != "" && rec.Phase != q.Phase,
 		q.Reason != "" && rec.Reason != q.Reason,

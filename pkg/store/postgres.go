@@ -22,10 +22,11 @@ import (
 
 // OpenPostgres connects to the PostgreSQL database at url (a postgres:// URL
 // or a keyword/value string, as libpq takes them), creates or migrates its
-// schema, and returns a durable Store that also implements Pager, Logs and
-// Retention. Several processes may open the same database at once (several
-// `kubetask serve` replicas): every write is a PostgreSQL transaction of its
-// own, and the compare-and-swap of Update holds across processes.
+// schema, and returns a durable Store that also implements Pager, Logs,
+// Retention and Clusters. Several processes may open the same database at
+// once (several `kubetask serve` replicas): every write is a PostgreSQL
+// transaction of its own, and the compare-and-swap of Update (and of Move
+// and PutCluster) holds across processes.
 //
 // Durability: a write call returns nil only after its transaction
 // committed, with synchronous_commit on (a session whose server or role
@@ -241,6 +242,28 @@ var postgresMigrations = []string{
 	`ALTER TABLE kubetask_members
 		ADD COLUMN shards integer NOT NULL DEFAULT 0,
 		ADD COLUMN joined bigint  NOT NULL DEFAULT 0;`,
+	// Migration 6: many clusters (docs/multicluster.md). The cluster each
+	// task is placed on ('' for a record written before, or not placed, and
+	// in the rows an older binary still writes: its statements do not name
+	// it), with an index for List's filter (as tasks_by_executor) and one
+	// for Page's (in page order, as the other page indexes); the indexes
+	// are built in the migration's transaction, a while on a large table,
+	// once. And the clusters' rows: state, since when (Unix nanoseconds)
+	// and why, labels (JSON, NULL for nil), mode and version (Clusters).
+	`ALTER TABLE tasks ADD COLUMN cluster bytea NOT NULL DEFAULT ''::bytea;
+	CREATE INDEX tasks_by_cluster ON tasks (cluster, terminal, id);
+	CREATE INDEX tasks_by_cluster_created ON tasks (cluster, created_at, id);
+	CREATE TABLE kubetask_clusters (
+		name       text COLLATE "C" NOT NULL PRIMARY KEY,
+		state      text   NOT NULL,
+		since      bigint NOT NULL,
+		reason     bytea  NOT NULL,
+		message    bytea  NOT NULL,
+		labels     json,
+		mode       text   NOT NULL,
+		version    bigint NOT NULL,
+		updated_at bigint NOT NULL
+	);`,
 }
 
 var _ Store = (*postgresStore)(nil)
@@ -401,46 +424,65 @@ func (s *postgresStore) migrate(ctx context.Context, migrations []string) error 
 const postgresColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
 	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch,
-	submitted_by, cancelled_by`
+	submitted_by, cancelled_by, cluster`
 
 // postgresSQL are the statements of the record paths.
 var postgresSQL = struct {
-	create, update, get, version, beginTerm, epoch string
+	create, update, move, moveState, get, version, beginTerm, epoch string
 }{
 	// One statement, so one transaction: the task, and its labels as rows
 	// unless the ID exists. It returns a row only when it created the task.
 	create: `WITH t AS (
 			INSERT INTO tasks (` + postgresColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-				$23, $24, $25, $26, $27, $28)
+				$23, $24, $25, $26, $27, $28, $29)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id, created_at
 		), l AS (
 			INSERT INTO task_labels (task_id, key, value, created_at)
-			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($29::bytea[], $30::bytea[]) AS x (k, v)
+			SELECT t.id, x.k, x.v, t.created_at FROM t, unnest($30::bytea[], $31::bytea[]) AS x (k, v)
 		)
 		SELECT created_at FROM t`,
-	// The version check is part of the UPDATE: of concurrent updates from
-	// one version, the first to lock the row writes it and the others,
-	// re-checking the row once it is committed, match nothing. The labels
-	// follow in the same statement, only when the update matched and the
-	// labels changed (the stored JSON, canonical since json.Marshal sorts
-	// the keys, differs): keys no longer there are deleted, new ones
-	// inserted, changed ones updated; a label that stays is not touched.
-	// A fenced write ($25, the epoch, not 0) also requires the epoch to be
-	// its instance's current one, read under a share lock of the instance's
-	// term row: BeginTerm's update of that row waits for the write to
-	// commit, and a write that comes after it reads the new epoch.
-	update: `WITH u AS (
+	// update writes a record from its version (postgresUpdateSQL).
+	update: postgresUpdateSQL(""),
+	// move is update that also requires the stored record to be unfinished
+	// and without a pod (Clusters.Move), checked on the row it locks as the
+	// version is; moveState then tells why a move matched nothing.
+	move:      postgresUpdateSQL(" AND NOT t.pod_created AND NOT t.terminal"),
+	moveState: `SELECT version, pod_created, terminal FROM tasks WHERE id = $1`,
+	get:       `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
+	version:   `SELECT version FROM tasks WHERE id = $1`,
+	beginTerm: `INSERT INTO kubetask_terms (instance, epoch, started_at) VALUES ($1, 1, $2)
+		ON CONFLICT (instance) DO UPDATE SET epoch = kubetask_terms.epoch + 1, started_at = excluded.started_at
+		RETURNING epoch`,
+	epoch: `SELECT epoch FROM kubetask_terms WHERE instance = $1`,
+}
+
+// postgresUpdateSQL is the statement that writes every column of a record
+// but id and created_at (args: postgresUpdateArgs) if the stored version is
+// the expected one, the fence lets the write through and the further
+// conditions cond on the row (t) hold. The version check is part of the
+// UPDATE: of concurrent updates from one version, the first to lock the row
+// writes it and the others, re-checking the row once it is committed, match
+// nothing. The labels follow in the same statement, only when the update
+// matched and the labels changed (the stored JSON, canonical since
+// json.Marshal sorts the keys, differs): keys no longer there are deleted,
+// new ones inserted, changed ones updated; a label that stays is not
+// touched. A fenced write ($25, the epoch, not 0) also requires the epoch
+// to be its instance's current one, read under a share lock of the
+// instance's term row: BeginTerm's update of that row waits for the write
+// to commit, and a write that comes after it reads the new epoch.
+func postgresUpdateSQL(cond string) string {
+	return `WITH u AS (
 			UPDATE tasks AS t SET
 				namespace = $3, name = $4, executor = $5, task = $6, attempt = $7, phase = $8,
 				reason = $9, message = $10, exit_code = $11, retryable = $12, result = $13,
 				terminal = $14, cancelled_at = $15, next_attempt_at = $16, pod_created = $17,
 				attempts = $18, updated_at = $19, version = $2 + 1, labels = $20, origin = $21,
 				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27,
-				submitted_by = $29, cancelled_by = $30
+				submitted_by = $29, cancelled_by = $30, cluster = $31
 			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
-			WHERE t.id = $1 AND t.version = $2
+			WHERE t.id = $1 AND t.version = $2` + cond + `
 				AND ($25 = 0 OR $25 = (SELECT epoch FROM kubetask_terms WHERE instance = $28::text FOR SHARE))
 			RETURNING t.id, t.created_at, old.labels IS DISTINCT FROM $20::json::text AS relabel
 		), d AS (
@@ -452,13 +494,7 @@ var postgresSQL = struct {
 			WHERE u.relabel AND NOT EXISTS (SELECT 1 FROM task_labels AS l WHERE l.task_id = u.id AND l.key = x.k AND l.value = x.v)
 			ON CONFLICT (task_id, key) DO UPDATE SET value = excluded.value
 		)
-		SELECT created_at FROM u`,
-	get:     `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
-	version: `SELECT version FROM tasks WHERE id = $1`,
-	beginTerm: `INSERT INTO kubetask_terms (instance, epoch, started_at) VALUES ($1, 1, $2)
-		ON CONFLICT (instance) DO UPDATE SET epoch = kubetask_terms.epoch + 1, started_at = excluded.started_at
-		RETURNING epoch`,
-	epoch: `SELECT epoch FROM kubetask_terms WHERE instance = $1`,
+		SELECT created_at FROM u`
 }
 
 // errBadID reports an ID that PostgreSQL's text cannot hold.
@@ -728,7 +764,11 @@ func (s *postgresStore) List(ctx context.Context, opts ListOptions) (_ []Record,
 	)
 	if opts.Executor != "" {
 		args = append(args, []byte(opts.Executor))
-		where = append(where, "executor = $1")
+		where = append(where, fmt.Sprintf("executor = $%d", len(args)))
+	}
+	if opts.Cluster != "" {
+		args = append(args, []byte(opts.Cluster))
+		where = append(where, fmt.Sprintf("cluster = $%d", len(args)))
 	}
 	if opts.NonTerminal {
 		where = append(where, "NOT terminal")
@@ -791,7 +831,7 @@ func postgresArgs(rec Record) ([]any, error) {
 		rec.Terminal, nanosOrNil(rec.CancelledAt), nanosOrNil(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
 		labels, bytesOf(rec.Origin), bytesOf(rec.Nonce), rec.Epoch, bytesOf(rec.PodUID), rec.PodEpoch,
-		rec.SubmittedBy.String(), rec.CancelledBy.String(),
+		rec.SubmittedBy.String(), rec.CancelledBy.String(), bytesOf(rec.Cluster),
 	}, nil
 }
 
@@ -809,8 +849,8 @@ func postgresCreateArgs(rec Record) ([]any, error) {
 // postgresUpdateArgs returns postgresSQL.update's arguments: the ID, the
 // expected version, the columns from namespace to attempts, updated_at,
 // labels, origin, the labels as arrays, nonce, epoch, pod_uid, pod_epoch,
-// the executor as text (for the fence), submitted_by and cancelled_by. created_at is not written and the
-// new version is computed.
+// the executor as text (for the fence), submitted_by, cancelled_by and
+// cluster. created_at is not written and the new version is computed.
 func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	a, err := postgresArgs(rec) // in postgresColumns order
 	if err != nil {
@@ -818,7 +858,7 @@ func postgresUpdateArgs(rec Record, expected int64) ([]any, error) {
 	}
 	keys, values := labelArrays(rec.Labels)
 	args := append([]any{a[0], expected}, a[1:17]...)
-	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor, a[26], a[27]), nil
+	return append(args, a[18], a[20], a[21], keys, values, a[22], a[23], a[24], a[25], rec.Executor, a[26], a[27], a[28]), nil
 }
 
 // bytesOf returns s as a non-nil byte slice (an empty string is an empty
@@ -851,7 +891,7 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 	var (
 		rec                                                   Record
 		namespace, name, executor, phase, reason, msg, origin []byte
-		nonce, podUID                                         []byte
+		nonce, podUID, cluster                                []byte
 		attempt                                               int32
 		cancelledAt, nextAttemptAt                            *int64
 		attempts, labels                                      []byte
@@ -862,13 +902,13 @@ func scanPostgresRecord(row pgx.Row) (Record, error) {
 		&phase, &reason, &msg, &rec.ExitCode, &rec.Retryable, &rec.Result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
 		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &origin,
-		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch, &submittedBy, &cancelledBy); err != nil {
+		&nonce, &rec.Epoch, &podUID, &rec.PodEpoch, &submittedBy, &cancelledBy, &cluster); err != nil {
 		return Record{}, err
 	}
 	if err := parseActors(&rec, submittedBy, cancelledBy); err != nil {
 		return Record{}, err
 	}
-	rec.Nonce, rec.PodUID = string(nonce), string(podUID)
+	rec.Nonce, rec.PodUID, rec.Cluster = string(nonce), string(podUID), string(cluster)
 	rec.Namespace, rec.Name, rec.Executor = string(namespace), string(name), string(executor)
 	rec.Phase, rec.Reason, rec.Message, rec.Origin = string(phase), string(reason), string(msg), string(origin)
 	rec.Attempt = int(attempt)

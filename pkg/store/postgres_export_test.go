@@ -48,6 +48,9 @@ var PostgresStatements = map[string]struct {
 	"create":               {postgresSQL.create, createArgs()},
 	"update":               {postgresSQL.update, updateArgs()},
 	"list by executor":     {`SELECT ` + postgresColumns + ` FROM tasks WHERE executor = $1 AND NOT terminal ORDER BY id`, []any{[]byte("x")}},
+	"list by cluster":      {`SELECT ` + postgresColumns + ` FROM tasks WHERE cluster = $1 AND NOT terminal ORDER BY id`, []any{[]byte("x")}},
+	"move":                 {postgresSQL.move, updateArgs()},
+	"move state":           {postgresSQL.moveState, []any{"x"}},
 	"log state":            {postgresLogSQL.state, logKeyArgs()},
 	"log create":           {postgresLogSQL.create, logKeyArgs()},
 	"log last byte":        {postgresLogSQL.lastByte, logKeyArgs()},
@@ -86,17 +89,21 @@ func PostgresSetting(ctx context.Context, s Store, name string) (string, error) 
 	return v, err
 }
 
-// PostgresInsertAtSchema writes rec as a binary of schema version 1 to 3
+// PostgresInsertAtSchema writes rec as a binary of schema version 1 to 5
 // did: versions 1 and 2 without the fence's columns (nonce, epoch, pod_uid,
-// pod_epoch), 3 without the actors (submitted_by, cancelled_by).
+// pod_epoch), 3 without the actors (submitted_by, cancelled_by), 4 and 5
+// without the cluster.
 func PostgresInsertAtSchema(ctx context.Context, c *pgx.Conn, rec Record, version int) error {
 	args, err := postgresArgs(rec)
 	if err != nil {
 		return err
 	}
 	n := 22
-	if version == 3 {
+	switch version {
+	case 3:
 		n = 26
+	case 4, 5:
+		n = 28
 	}
 	cols := strings.Split(postgresColumns, ",")[:n]
 	marks := make([]string, len(cols))

@@ -102,11 +102,11 @@ var postgresColumnsOfT, postgresColumnsOfP = postgresColumnsOf("t"), postgresCol
 // CreatedAfter and CreatedBefore bound the range of whichever index is read.
 // Within a shape the planner chooses by the statistics of the values asked
 // for: the index of a selective filter (tasks_by_reason, tasks_by_namespace,
-// tasks_by_phase, tasks_by_terminal_created), or for a common value the
-// ordered range of tasks_by_created, checking the filter on each row, which
-// finds a page's rows after a few times as many; and when the filters
-// together match few rows, it may read them from two indexes and sort them
-// (never more than the matches of those ranges).
+// tasks_by_cluster_created, tasks_by_phase, tasks_by_terminal_created), or
+// for a common value the ordered range of tasks_by_created, checking the
+// filter on each row, which finds a page's rows after a few times as many;
+// and when the filters together match few rows, it may read them from two
+// indexes and sort them (never more than the matches of those ranges).
 //
 // Several namespaces (PageOptions.Namespaces) are one such statement per
 // namespace, each limited to limit+1 rows, merged in page order (UNION ALL,
@@ -161,6 +161,9 @@ func postgresPageRangeSQL(q pageQuery, arg func(v any) string) string {
 			nss[i] = bytesOf(ns)
 		}
 		where = append(where, "t.namespace = ANY("+arg(nss)+")")
+	}
+	if q.Cluster != "" {
+		where = append(where, "t.cluster = "+arg(bytesOf(q.Cluster)))
 	}
 	if q.Phase != "" {
 		where = append(where, "t.phase = "+arg(bytesOf(q.Phase)))

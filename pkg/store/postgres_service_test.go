@@ -16,10 +16,10 @@ import (
 )
 
 // postgresPlanFixture fills a new database with 20,000 tasks (20 namespaces,
-// 4 phases, 8 reasons, names by team and app, two labels each), 30 more
-// whose values are rare, and the logs of 2,000 of them, then analyzes it, so
-// the planner has the statistics of a table where an index beats a scan. It
-// returns a connection to it.
+// 4 phases, 8 reasons, 3 clusters, names by team and app, two labels each),
+// 30 more whose values are rare, and the logs of 2,000 of them, then
+// analyzes it, so the planner has the statistics of a table where an index
+// beats a scan. It returns a connection to it.
 func postgresPlanFixture(t *testing.T) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
@@ -37,7 +37,7 @@ func postgresPlanFixture(t *testing.T) *pgx.Conn {
 	for _, q := range []string{
 		`INSERT INTO tasks (id, namespace, name, executor, labels, origin, task, attempt, phase, reason, message,
 			exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created, attempts,
-			created_at, updated_at, version)
+			created_at, updated_at, version, cluster)
 		SELECT format('task-%s', lpad(i::text, 6, '0')),
 			convert_to('team-' || i % 20, 'UTF8'),
 			convert_to(format('team-%s-app-%s-%s', i % 20, i % 7, i), 'UTF8'),
@@ -47,19 +47,22 @@ func postgresPlanFixture(t *testing.T) *pgx.Conn {
 			convert_to((ARRAY['Pending', 'Running', 'Succeeded', 'Failed'])[1 + i % 4], 'UTF8'),
 			convert_to((ARRAY['Submitted', 'ContainerRunning', 'Completed', 'Error', 'OOMKilled', 'Evicted', 'DeadlineExceeded', 'Cancelled'])[1 + i % 8], 'UTF8'),
 			'', NULL, false, NULL, i % 4 >= 2, NULL, NULL, true, '[]',
-			1800000000000000000 + i::bigint * 1000000, 1800000000000000000 + i::bigint * 1000000 + 5, 3
+			1800000000000000000 + i::bigint * 1000000, 1800000000000000000 + i::bigint * 1000000 + 5, 3,
+			convert_to('cluster-' || i % 3, 'UTF8')
 		FROM generate_series(1, 20000) AS i`,
-		// 30 tasks whose namespace, phase, reason, name and app label are
-		// rare, so the planner's statistics make their indexes the best.
+		// 30 tasks whose namespace, phase, reason, name, cluster and app
+		// label are rare, so the planner's statistics make their indexes
+		// the best.
 		`INSERT INTO tasks (id, namespace, name, executor, labels, origin, task, attempt, phase, reason, message,
 			exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created, attempts,
-			created_at, updated_at, version)
+			created_at, updated_at, version, cluster)
 		SELECT format('task-%s', lpad(i::text, 6, '0')), convert_to('rare-ns', 'UTF8'),
 			convert_to('rare-name-' || i, 'UTF8'), convert_to('exec-0', 'UTF8'),
 			json_build_object('app', 'rare-app', 'env', 'prod'), '', '{}', 0,
 			convert_to('Unknown', 'UTF8'), convert_to('Rare', 'UTF8'),
 			'', NULL, false, NULL, false, NULL, NULL, true, '[]',
-			1800000000000000000 + i::bigint * 1000000, 1800000000000000000 + i::bigint * 1000000 + 5, 3
+			1800000000000000000 + i::bigint * 1000000, 1800000000000000000 + i::bigint * 1000000 + 5, 3,
+			convert_to('rare-cluster', 'UTF8')
 		FROM generate_series(20001, 20030) AS i`,
 		`INSERT INTO task_labels (task_id, key, value, created_at)
 		SELECT t.id, convert_to(l.key, 'UTF8'), convert_to(l.value, 'UTF8'), t.created_at
@@ -244,6 +247,9 @@ func TestPostgresPagePlans(t *testing.T) {
 		"no filter":              {opts: store.PageOptions{}, indexes: []string{created}, ordered: true},
 		"namespace, rare":        {opts: store.PageOptions{Namespace: "rare-ns"}, indexes: []string{"tasks_by_namespace", "tasks_by_namespace_phase"}},
 		"namespace":              {opts: store.PageOptions{Namespace: "team-3"}, indexes: []string{"tasks_by_namespace", created}},
+		"cluster, rare":          {opts: store.PageOptions{Cluster: "rare-cluster"}, indexes: []string{"tasks_by_cluster_created", "tasks_by_cluster"}},
+		"cluster":                {opts: store.PageOptions{Cluster: "cluster-1"}, indexes: []string{"tasks_by_cluster_created", created}},
+		"namespace, cluster":     {opts: store.PageOptions{Namespace: "team-3", Cluster: "cluster-1"}, indexes: []string{"tasks_by_namespace", "tasks_by_cluster_created", "tasks_by_cluster", created}},
 		"phase, rare":            {opts: store.PageOptions{Phase: "Unknown"}, indexes: []string{"tasks_by_phase"}},
 		"phase":                  {opts: store.PageOptions{Phase: "Failed"}, indexes: []string{"tasks_by_phase", created}},
 		"reason, rare":           {opts: store.PageOptions{Reason: "Rare"}, indexes: []string{"tasks_by_reason"}},

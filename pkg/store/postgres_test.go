@@ -58,6 +58,13 @@ func TestPostgres(t *testing.T) {
 	storetest.RunWithOptions(t, openPostgres)
 }
 
+// TestPostgresClusters runs the conformance suite of many clusters against
+// the PostgreSQL store, each case on a database of its own.
+func TestPostgresClusters(t *testing.T) {
+	t.Parallel()
+	storetest.RunClusters(t, func(t *testing.T) store.Store { return openPostgres(t, store.Options{}) })
+}
+
 // postgresSchema returns the applied migrations, in order.
 func postgresSchema(t *testing.T, c *pgx.Conn) []int {
 	t.Helper()
@@ -137,14 +144,19 @@ func TestPostgresMigrationForward(t *testing.T) {
 			}
 			var before store.Record
 			c := rawPostgres(t, url)
-			switch {
-			case k >= 4:
-				before = mustCreate(t, old, storetest.Sample("old"))
-			case k > 0:
-				// What a binary of that schema wrote: no actors, and
-				// before 3 no fence columns.
+			if k > 0 {
+				// What a binary of that schema wrote: no cluster (in the
+				// record or its attempts), before 4 no actors, and before
+				// 3 no fence columns. (The old store's own statements are
+				// this binary's, which name the newer columns.)
 				before = storetest.Sample("old")
-				before.SubmittedBy, before.CancelledBy = store.Actor{}, store.Actor{}
+				before.Cluster = ""
+				for i := range before.Attempts {
+					before.Attempts[i].Cluster = ""
+				}
+				if k < 4 {
+					before.SubmittedBy, before.CancelledBy = store.Actor{}, store.Actor{}
+				}
 				if k < 3 {
 					before.Nonce, before.PodUID, before.PodEpoch = "", "", 0
 					before.Attempts[0].PodUID = ""
@@ -166,6 +178,19 @@ func TestPostgresMigrationForward(t *testing.T) {
 			if k > 0 {
 				if diff := cmp.Diff(before, mustGet(t, s, "old")); diff != "" {
 					t.Errorf("record of the older binary (-before +after):\n%s", diff)
+				}
+			}
+			if k >= 4 {
+				// An older binary still running beside this one writes
+				// as it did, naming no cluster: its record is on
+				// cluster "".
+				after := before
+				after.ID = "old-after"
+				if err := store.PostgresInsertAtSchema(ctx, c, after, k); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(after, mustGet(t, s, "old-after")); diff != "" {
+					t.Errorf("record of the older binary, written after the migration (-written +read):\n%s", diff)
 				}
 			}
 			mustCreate(t, s, storetest.Sample("new"))

@@ -32,6 +32,9 @@ type PageOptions struct {
 	Namespaces []string
 	// NamePrefix matches the start of the task's name.
 	NamePrefix string
+	// Cluster matches the cluster the task is placed on (Record.Cluster)
+	// exactly.
+	Cluster string
 	// Labels match the task's labels (metadata.labels) exactly, each of them.
 	Labels map[string]string
 	// CreatedAfter and CreatedBefore bound CreatedAt (after: inclusive,

@@ -52,7 +52,8 @@ import (
 // Schema: a database of an earlier release is migrated forward when it is
 // opened (see sqliteMigrations), in one transaction; migration 2 adds the
 // labels, origin, page indexes, log archive and retention index to a
-// version-1 database, which on a large file takes a while, once.
+// version-1 database, and migration 5 the cluster column and its two
+// indexes, which on a large file takes a while, once.
 func OpenSQLite(ctx context.Context, path string) (Store, error) {
 	return OpenSQLiteWithOptions(ctx, path, Options{})
 }
@@ -64,9 +65,10 @@ func OpenSQLiteWithClock(ctx context.Context, path string, clk clock.PassiveCloc
 }
 
 // OpenSQLiteWithOptions is OpenSQLite with options. The store also
-// implements Pager, Logs and Retention: Page serves every filter from an
-// index (see sqlitePageSQL), AppendLog and DeleteFinishedBefore are writes
-// of the group-commit writer with the guarantees of Update above.
+// implements Pager, Logs, Retention and Clusters: Page serves every filter
+// from an index (see sqlitePageSQL); AppendLog, DeleteFinishedBefore,
+// PutCluster and Move are writes of the group-commit writer with the
+// guarantees of Update above.
 func OpenSQLiteWithOptions(ctx context.Context, path string, opts Options) (Store, error) {
 	return openSQLiteStore(ctx, path, sqliteOptions{Options: opts})
 }
@@ -213,6 +215,27 @@ var sqliteMigrations = []string{
 	// JSON; '' when unknown).
 	`ALTER TABLE tasks ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
 	ALTER TABLE tasks ADD COLUMN cancelled_by TEXT NOT NULL DEFAULT '';`,
+
+	// 5: many clusters (docs/multicluster.md). The cluster each task is
+	// placed on ('' for a record written before, or not placed), with an
+	// index for List's filter (as tasks_by_executor) and one for Page's (in
+	// page order, as the other page indexes); and the clusters' rows, their
+	// state, since when (Unix nanoseconds) and why, labels (JSON, NULL for
+	// nil), mode and version (Clusters).
+	`ALTER TABLE tasks ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+	CREATE INDEX tasks_by_cluster ON tasks (cluster, terminal, id);
+	CREATE INDEX tasks_by_cluster_created ON tasks (cluster, created_at, id);
+	CREATE TABLE clusters (
+		name       TEXT    NOT NULL PRIMARY KEY,
+		state      TEXT    NOT NULL,
+		since      INTEGER NOT NULL,
+		reason     TEXT    NOT NULL,
+		message    TEXT    NOT NULL,
+		labels     TEXT,
+		mode       TEXT    NOT NULL,
+		version    INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 var (
@@ -320,7 +343,13 @@ func openSQLite(ctx context.Context, path string, opts sqliteOptions) (_ *sqlite
 
 // migrate creates or upgrades the schema in one transaction.
 func (s *sqliteStore) migrate(ctx context.Context) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	return migrateSQLite(ctx, s.w, sqliteMigrations)
+}
+
+// migrateSQLite brings the schema of db to len(migrations) in one
+// transaction.
+func migrateSQLite(ctx context.Context, db *sql.DB, migrations []string) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("database open: %w", err)
 	}
@@ -337,18 +366,18 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("schema version: %w", err)
 	}
-	if version > len(sqliteMigrations) {
-		return fmt.Errorf("schema version %d is newer than this binary's %d", version, len(sqliteMigrations))
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this binary's %d", version, len(migrations))
 	}
-	if version == len(sqliteMigrations) {
+	if version == len(migrations) {
 		return nil
 	}
-	for i := version; i < len(sqliteMigrations); i++ {
-		if _, err := tx.ExecContext(ctx, sqliteMigrations[i]); err != nil {
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
 			return fmt.Errorf("schema migration %d: %w", i+1, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(sqliteMigrations)); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(migrations)); err != nil {
 		return fmt.Errorf("schema version: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -361,7 +390,7 @@ func (s *sqliteStore) migrate(ctx context.Context) error {
 const sqliteColumns = `id, namespace, name, executor, task, attempt, phase, reason, message,
 	exit_code, retryable, result, terminal, cancelled_at, next_attempt_at, pod_created,
 	attempts, created_at, updated_at, version, labels, origin, nonce, epoch, pod_uid, pod_epoch,
-	submitted_by, cancelled_by`
+	submitted_by, cancelled_by, cluster`
 
 func (s *sqliteStore) Create(ctx context.Context, rec Record) (Record, bool, error) {
 	if rec.ID == "" {
@@ -407,10 +436,11 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 	// and the WHERE clause takes the ID, the expected version and the fence
 	// (see sqliteWriteSQL.update).
 	// progress (sqliteWriteSQL.progress) leaves out namespace (1), name (2),
-	// executor (3) and terminal (12) and requires them as they are.
-	progress := append(append(append(args[4:12:12], args[13:17]...), args[18:]...),
-		rec.ID, expected, args[1], args[2], args[3], args[12], rec.Epoch, rec.Epoch, rec.Executor)
-	args = append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
+	// executor (3), terminal (12) and cluster (28) and requires them as they
+	// are.
+	progress := append(append(append(args[4:12:12], args[13:17]...), args[18:28]...),
+		rec.ID, expected, args[1], args[2], args[3], args[28], args[12], rec.Epoch, rec.Epoch, rec.Executor)
+	args = sqliteUpdateArgs(args, rec, expected)
 	if s.fullUpdates {
 		progress = nil
 	}
@@ -419,6 +449,13 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, res.err)
 	}
 	return res.rec, nil
+}
+
+// sqliteUpdateArgs returns sqliteWriteSQL.update's arguments from rec's columns
+// (args, in sqliteColumns order): every column but id (0) and created_at
+// (17), then the ID, the expected version and the fence.
+func sqliteUpdateArgs(args []any, rec Record, expected int64) []any {
+	return append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
 }
 
 func (s *sqliteStore) BeginTerm(ctx context.Context, instance string) (int64, error) {
@@ -450,6 +487,9 @@ func (s *sqliteStore) List(ctx context.Context, opts ListOptions) ([]Record, err
 	var args []any
 	if opts.Executor != "" {
 		where, args = append(where, "executor = ?"), append(args, opts.Executor)
+	}
+	if opts.Cluster != "" {
+		where, args = append(where, "cluster = ?"), append(args, opts.Cluster)
 	}
 	if opts.NonTerminal {
 		where = append(where, "terminal = 0")
@@ -547,7 +587,7 @@ func recordArgs(rec Record) ([]any, error) {
 		rec.Terminal, timeArg(rec.CancelledAt), timeArg(rec.NextAttemptAt), rec.PodCreated,
 		attempts, rec.CreatedAt.UnixNano(), rec.UpdatedAt.UnixNano(), rec.Version,
 		labels, rec.Origin, rec.Nonce, rec.Epoch, rec.PodUID, rec.PodEpoch,
-		rec.SubmittedBy.String(), rec.CancelledBy.String(),
+		rec.SubmittedBy.String(), rec.CancelledBy.String(), rec.Cluster,
 	}, nil
 }
 
@@ -592,7 +632,7 @@ func scanRecord(row scanner) (Record, error) {
 		&rec.Phase, &rec.Reason, &rec.Message, &exitCode, &rec.Retryable, &result,
 		&rec.Terminal, &cancelledAt, &nextAttemptAt, &rec.PodCreated,
 		&attempts, &createdAt, &updatedAt, &rec.Version, &labels, &rec.Origin,
-		&rec.Nonce, &rec.Epoch, &rec.PodUID, &rec.PodEpoch, &submittedBy, &cancelledBy); err != nil {
+		&rec.Nonce, &rec.Epoch, &rec.PodUID, &rec.PodEpoch, &submittedBy, &cancelledBy, &rec.Cluster); err != nil {
 		return Record{}, err
 	}
 	if err := parseActors(&rec, submittedBy, cancelledBy); err != nil {

@@ -71,7 +71,8 @@ var sqliteColumnsOfT, sqliteColumnsOfP = sqliteColumnsOf("t"), sqliteColumnsOf("
 //     The sort takes only the keys (rowids) from the index, which covers
 //     them when no other filter needs the row, and the page's rows are read
 //     afterwards by rowid;
-//   - namespace: tasks_by_namespace; phase: tasks_by_phase;
+//   - namespace: tasks_by_namespace; cluster: tasks_by_cluster_created;
+//     phase: tasks_by_phase;
 //   - terminal: tasks_by_terminal_created;
 //   - none: tasks_by_created (CreatedAfter and CreatedBefore bound the range
 //     of whichever index is read).
@@ -135,6 +136,8 @@ func sqlitePageRangeSQL(q pageQuery) (string, []any) {
 		deferred = true
 	case q.Namespace != "":
 		from = "tasks AS t INDEXED BY tasks_by_namespace"
+	case q.Cluster != "":
+		from = "tasks AS t INDEXED BY tasks_by_cluster_created"
 	case q.Phase != "":
 		from = "tasks AS t INDEXED BY tasks_by_phase"
 	case q.Terminal != nil:
@@ -147,6 +150,9 @@ func sqlitePageRangeSQL(q pageQuery) (string, []any) {
 	}
 	if len(q.Namespaces) > 0 {
 		add("t.namespace IN (?"+strings.Repeat(", ?", len(q.Namespaces)-1)+")", anys(q.Namespaces)...)
+	}
+	if q.Cluster != "" {
+		add("t.cluster = ?", q.Cluster)
 	}
 	if q.Phase != "" {
 		add("t.phase = ?", q.Phase)

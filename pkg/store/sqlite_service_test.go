@@ -38,6 +38,7 @@ func TestSQLitePagePlans(t *testing.T) {
 	}{
 		"no filter":        {opts: store.PageOptions{}, index: "tasks_by_created"},
 		"namespace":        {opts: store.PageOptions{Namespace: "a"}, index: "tasks_by_namespace", search: "namespace=?"},
+		"cluster":          {opts: store.PageOptions{Cluster: "a"}, index: "tasks_by_cluster_created", search: "cluster=?"},
 		"phase":            {opts: store.PageOptions{Phase: "a"}, index: "tasks_by_phase", search: "phase=?"},
 		"reason":           {opts: store.PageOptions{Reason: "a"}, index: "tasks_by_reason", search: "reason=?"},
 		"name prefix":      {opts: store.PageOptions{NamePrefix: "etl-"}, index: "tasks_by_name", search: "name>? AND name<?", sorted: true},
@@ -56,6 +57,8 @@ func TestSQLitePagePlans(t *testing.T) {
 			index: "tasks_by_namespace_phase", search: "namespace=? AND phase=?",
 			lookups: []string{"SEARCH l1 EXISTS USING PRIMARY KEY (task_id=? AND key=?)"}},
 		"namespace, reason":     {opts: store.PageOptions{Namespace: "a", Reason: "b"}, index: "tasks_by_reason", search: "reason=?"},
+		"namespace, cluster":    {opts: store.PageOptions{Namespace: "a", Cluster: "b"}, index: "tasks_by_namespace", search: "namespace=?"},
+		"cluster, phase":        {opts: store.PageOptions{Cluster: "a", Phase: "b"}, index: "tasks_by_cluster_created", search: "cluster=?"},
 		"phase, terminal":       {opts: store.PageOptions{Phase: "a", Terminal: &yes}, index: "tasks_by_phase", search: "phase=?"},
 		"namespace, terminal":   {opts: store.PageOptions{Namespace: "a", Terminal: &yes}, index: "tasks_by_namespace", search: "namespace=?"},
 		"reason, name prefix":   {opts: store.PageOptions{Reason: "a", NamePrefix: "b"}, index: "tasks_by_reason", search: "reason=?"},
@@ -284,11 +287,12 @@ func TestSQLiteMigrationFromV1(t *testing.T) {
 
 	s := openSQLite(t, path)
 	defer s.Close()
-	if v := schemaVersion(t, path); v != 4 {
-		t.Fatalf("schema version after open: %d, want 4", v)
+	if v := schemaVersion(t, path); v != store.SQLiteSchemaVersion {
+		t.Fatalf("schema version after open: %d, want %d", v, store.SQLiteSchemaVersion)
 	}
 	old := mustGet(t, s, "old-done")
-	if old.Labels != nil || old.Origin != "" || !old.SubmittedBy.IsZero() || !old.CancelledBy.IsZero() || old.Version != 3 || !old.Terminal || !old.CreatedAt.Equal(t0) || len(old.Attempts) != 0 || old.Attempts == nil {
+	if old.Labels != nil || old.Origin != "" || !old.SubmittedBy.IsZero() || !old.CancelledBy.IsZero() || old.Cluster != "" ||
+		old.Version != 3 || !old.Terminal || !old.CreatedAt.Equal(t0) || len(old.Attempts) != 0 || old.Attempts == nil {
 		t.Errorf("migrated record: %+v", old)
 	}
 	p, l, r := s.(store.Pager), s.(store.Logs), s.(store.Retention)
@@ -336,11 +340,94 @@ func TestSQLiteMigrationFromV1(t *testing.T) {
 	// Opening again migrates nothing and keeps everything.
 	s = openSQLite(t, path)
 	defer s.Close()
-	if v := schemaVersion(t, path); v != 4 {
-		t.Errorf("schema version after the second open: %d, want 4", v)
+	if v := schemaVersion(t, path); v != store.SQLiteSchemaVersion {
+		t.Errorf("schema version after the second open: %d, want %d", v, store.SQLiteSchemaVersion)
 	}
 	if got := mustGet(t, s, "old-running"); got.Labels["app"] != "web" {
 		t.Errorf("labels after reopen: %v", got.Labels)
+	}
+}
+
+// TestSQLiteMigrationFromV4 opens a database of schema version 4 (before
+// clusters) with records in it, written as that release wrote them: the
+// store migrates it at open, the records read back as they were, placed on
+// cluster "" (theirs and their attempts'), and the clusters' features work
+// on it: a record moves to a cluster, filters find it there, and a
+// cluster's row is written.
+func TestSQLiteMigrationFromV4(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	if err := store.SQLiteMigrateTo(ctx, path, 4); err != nil {
+		t.Fatal(err)
+	}
+	if v := schemaVersion(t, path); v != 4 {
+		t.Fatalf("schema version of the old database: %d, want 4", v)
+	}
+	db := rawSQLite(t, path)
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var before []store.Record
+	for i, id := range []string{"old-claimed", "old-placed"} {
+		rec := storetest.Sample(id)
+		rec.Cluster = "" // what version 4 wrote: no cluster, in the record or its attempts
+		for j := range rec.Attempts {
+			rec.Attempts[j].Cluster = ""
+		}
+		if id == "old-placed" {
+			rec.PodCreated, rec.PodUID, rec.PodEpoch = false, "", 0
+		}
+		rec.Version = 2
+		rec.CreatedAt, rec.UpdatedAt = t0.Add(time.Duration(i)*time.Second), t0.Add(time.Minute)
+		if err := store.SQLiteInsertAtSchema(ctx, db, rec, 4); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, rec)
+	}
+	db.Close()
+
+	s := openSQLite(t, path)
+	defer s.Close()
+	if v := schemaVersion(t, path); v != store.SQLiteSchemaVersion {
+		t.Fatalf("schema version after open: %d, want %d", v, store.SQLiteSchemaVersion)
+	}
+	for _, want := range before {
+		got := mustGet(t, s, want.ID)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("record of the older binary (-before +after):\n%s", diff)
+		}
+		if got.Cluster != "" || got.Attempts[0].Cluster != "" {
+			t.Errorf("%s: cluster %q, attempt's %q; want both empty", want.ID, got.Cluster, got.Attempts[0].Cluster)
+		}
+	}
+	c := s.(store.Clusters)
+	if _, err := c.Move(ctx, before[0], "exec-east", "east"); !errors.Is(err, store.ErrClaimed) {
+		t.Errorf("Move of the old record with a pod: %v, want ErrClaimed", err)
+	}
+	moved, err := c.Move(ctx, before[1], "exec-east", "east")
+	if err != nil {
+		t.Fatalf("Move of the old record without a pod: %v", err)
+	}
+	if moved.Cluster != "east" || moved.Executor != "exec-east" || moved.Version != 3 {
+		t.Errorf("moved: cluster %q executor %q version %d", moved.Cluster, moved.Executor, moved.Version)
+	}
+	list, err := s.List(ctx, store.ListOptions{Cluster: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"old-placed"}, recordIDs(list)); diff != "" {
+		t.Errorf("List of cluster east (-want +got):\n%s", diff)
+	}
+	page, err := s.(store.Pager).Page(ctx, store.PageOptions{Cluster: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"old-placed"}, recordIDs(page.Records)); diff != "" {
+		t.Errorf("Page of cluster east (-want +got):\n%s", diff)
+	}
+	if _, err := c.PutCluster(ctx, store.Cluster{Name: "east", State: store.ClusterReady}); err != nil {
+		t.Errorf("PutCluster: %v", err)
+	}
+	if problems := integrityCheck(t, path); problems != "ok" {
+		t.Errorf("integrity check: %s", problems)
 	}
 }
 
@@ -357,7 +444,8 @@ func recordIDs(recs []store.Record) []string {
 func TestSQLiteNewerSchemaRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tasks.db")
 	openSQLite(t, path).Close()
-	if _, err := rawSQLite(t, path).Exec(`UPDATE schema_version SET version = 5`); err != nil {
+	newer := store.SQLiteSchemaVersion + 1
+	if _, err := rawSQLite(t, path).Exec(`UPDATE schema_version SET version = ?`, newer); err != nil {
 		t.Fatal(err)
 	}
 	s, err := store.OpenSQLite(context.Background(), path)
@@ -368,7 +456,7 @@ func TestSQLiteNewerSchemaRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), "newer") || !strings.Contains(err.Error(), path) {
 		t.Errorf("error does not say the schema is newer, or does not name the file: %v", err)
 	}
-	if v := schemaVersion(t, path); v != 5 {
+	if v := schemaVersion(t, path); v != newer {
 		t.Errorf("schema version changed to %d", v)
 	}
 }

@@ -44,6 +44,12 @@ func TestSQLite(t *testing.T) {
 	})
 }
 
+func TestSQLiteClusters(t *testing.T) {
+	storetest.RunClusters(t, func(t *testing.T) store.Store {
+		return openSQLite(t, filepath.Join(t.TempDir(), "tasks.db"))
+	})
+}
+
 func TestSQLiteClock(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -633,20 +639,21 @@ func mustGet(t *testing.T, s store.Store, id string) store.Record {
 }
 
 // TestSQLiteUpdateKeepsEveryIndex: an Update that changes a task's
-// namespace, name, executor or terminal flag (the columns the progress
-// statement leaves out and requires as stored) is written in full, one that
-// keeps them by the progress statement; either way Get, the lists served
-// from those indexes and SQLite's own integrity check (every index entry
-// matches its row) agree with the record written.
+// namespace, name, executor, cluster or terminal flag (the columns the
+// progress statement leaves out and requires as stored) is written in full,
+// one that keeps them by the progress statement; either way Get, the lists
+// served from those indexes and SQLite's own integrity check (every index
+// entry matches its row) agree with the record written.
 func TestSQLiteUpdateKeepsEveryIndex(t *testing.T) {
 	for name, change := range map[string]func(*store.Record){
 		"progress only": func(r *store.Record) { r.Phase, r.Reason = "Running", "ContainerRunning" },
 		"namespace":     func(r *store.Record) { r.Namespace = "other" },
 		"name":          func(r *store.Record) { r.Name = "renamed" },
 		"executor":      func(r *store.Record) { r.Executor = "exec-b" },
+		"cluster":       func(r *store.Record) { r.Cluster = "west" },
 		"terminal":      func(r *store.Record) { r.Phase, r.Terminal = "Succeeded", true },
 		"all of them": func(r *store.Record) {
-			r.Namespace, r.Name, r.Executor, r.Phase, r.Terminal = "other", "renamed", "exec-b", "Failed", true
+			r.Namespace, r.Name, r.Executor, r.Cluster, r.Phase, r.Terminal = "other", "renamed", "exec-b", "west", "Failed", true
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -656,7 +663,7 @@ func TestSQLiteUpdateKeepsEveryIndex(t *testing.T) {
 			defer s.Close()
 			for _, id := range []string{"a", "b", "c"} {
 				rec := storetest.Sample(id)
-				rec.Namespace, rec.Name, rec.Executor, rec.Phase, rec.Terminal = "ns", "task-"+id, "exec-a", "Pending", false
+				rec.Namespace, rec.Name, rec.Executor, rec.Cluster, rec.Phase, rec.Terminal = "ns", "task-"+id, "exec-a", "east", "Pending", false
 				mustCreate(t, s, rec)
 			}
 			rec := mustGet(t, s, "b")
@@ -666,9 +673,10 @@ func TestSQLiteUpdateKeepsEveryIndex(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := mustGet(t, s, "b"); got.Namespace != want.Namespace || got.Name != want.Name || got.Executor != want.Executor ||
-				got.Phase != want.Phase || got.Terminal != want.Terminal || got.Version != want.Version {
-				t.Errorf("Get: %s/%s %s %s terminal=%v v%d, want %s/%s %s %s terminal=%v v%d", got.Namespace, got.Name, got.Executor, got.Phase, got.Terminal, got.Version,
-					want.Namespace, want.Name, want.Executor, want.Phase, want.Terminal, want.Version)
+				got.Cluster != want.Cluster || got.Phase != want.Phase || got.Terminal != want.Terminal || got.Version != want.Version {
+				t.Errorf("Get: %s/%s %s %s %s terminal=%v v%d, want %s/%s %s %s %s terminal=%v v%d",
+					got.Namespace, got.Name, got.Executor, got.Cluster, got.Phase, got.Terminal, got.Version,
+					want.Namespace, want.Name, want.Executor, want.Cluster, want.Phase, want.Terminal, want.Version)
 			}
 			has := func(recs []store.Record) bool {
 				return slices.ContainsFunc(recs, func(r store.Record) bool { return r.ID == "b" })
@@ -687,6 +695,27 @@ func TestSQLiteUpdateKeepsEveryIndex(t *testing.T) {
 			if !has(list) {
 				t.Errorf("the list of executor %s (non-terminal %v) misses the task", want.Executor, !want.Terminal)
 			}
+			if list, err = s.List(ctx, store.ListOptions{Cluster: want.Cluster, NonTerminal: !want.Terminal}); err != nil {
+				t.Fatal(err)
+			}
+			if !has(list) {
+				t.Errorf("the list of cluster %s (non-terminal %v) misses the task", want.Cluster, !want.Terminal)
+			}
+			if page, err = s.(store.Pager).Page(ctx, store.PageOptions{Cluster: want.Cluster, Terminal: &want.Terminal}); err != nil {
+				t.Fatal(err)
+			}
+			if !has(page.Records) {
+				t.Errorf("a page of cluster %q, terminal=%v misses the task", want.Cluster, want.Terminal)
+			}
+			if want.Cluster != "east" {
+				list, err := s.List(ctx, store.ListOptions{Cluster: "east"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if has(list) {
+					t.Error("the list of cluster east still has the task")
+				}
+			}
 			if want.Executor != "exec-a" || want.Terminal {
 				list, err := s.List(ctx, store.ListOptions{Executor: "exec-a", NonTerminal: true})
 				if err != nil {
@@ -704,8 +733,9 @@ func TestSQLiteUpdateKeepsEveryIndex(t *testing.T) {
 }
 
 // TestSQLiteProgressUpdateWritesFewerPages: an Update that keeps a task's
-// namespace, name, executor and terminal flag (the executor's pod created,
-// running, log progress) leaves the five indexes that hold only them alone:
+// namespace, name, executor, cluster and terminal flag (the executor's pod
+// created, running, log progress) leaves the seven indexes that hold only
+// them alone:
 // in this small database 4 WAL pages per update, where writing every column
 // took 9.
 func TestSQLiteProgressUpdateWritesFewerPages(t *testing.T) {

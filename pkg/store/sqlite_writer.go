@@ -15,9 +15,10 @@ import (
 const sqliteMaxGroup = 128
 
 // sqliteWrite is one write call (Create, Update, AppendLog,
-// DeleteFinishedBefore) on its way through the writer.
+// DeleteFinishedBefore, BeginTerm, PutCluster, Move) on its way through the
+// writer.
 type sqliteWrite struct {
-	// run, when set, applies the write (AppendLog, DeleteFinishedBefore);
+	// run, when set, applies the write (all but Create and Update);
 	// otherwise it is a Create (create set) or an Update of rec.
 	run    func(ctx context.Context, tx *sql.Tx, st *sqliteWriteStmts) (sqliteResult, error)
 	create bool
@@ -59,7 +60,9 @@ type sqliteResult struct {
 	deleted int
 	// epoch is the epoch BeginTerm set.
 	epoch int64
-	err   error
+	// cluster is the row PutCluster wrote.
+	cluster Cluster
+	err     error
 }
 
 // write applies w and returns its outcome once it is committed, or the
@@ -217,31 +220,24 @@ func (st *sqliteWriteStmts) apply(ctx context.Context, tx *sql.Tx, w *sqliteWrit
 var sqliteWriteSQL = struct {
 	insert, selectByID, update, progress, version                    string
 	taskExists, logState, logLastByte, logChunk, logUpsert, finished string
-	deleteTask, beginTerm                                            string
+	deleteTask, beginTerm, move, moveState                           string
 }{
 	insert: `INSERT INTO tasks (` + sqliteColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
 	// The version check is part of the statement, so a conflict writes
 	// nothing and leaves the rest of the transaction alone.
-	update: `UPDATE tasks SET
-		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
-		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
-		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
-		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
-		submitted_by = ?, cancelled_by = ?
-		WHERE id = ? AND version = ?
-		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
-		RETURNING created_at`,
+	update: sqliteUpdateSQL(""),
 	// progress is update for the common case, tried first: the task's
-	// namespace, name, executor and terminal flag stay as stored. It leaves
-	// them out of the SET list, and so leaves alone the five indexes that
-	// hold only them and the immutable created_at and id (SQLite rewrites an
-	// index's entry whenever one of its columns is SET, equal or not):
-	// 7 WAL pages per update instead of 12 (docs/benchmarks.md). No row
-	// means one of them changed, a conflict, a fence or no record; update
-	// then writes or tells which.
+	// namespace, name, executor, cluster and terminal flag stay as stored.
+	// It leaves them out of the SET list, and so leaves alone the seven
+	// indexes that hold only them and the immutable created_at and id
+	// (SQLite rewrites an index's entry whenever one of its columns is SET,
+	// equal or not): with the five of schema version 4, 7 WAL pages per
+	// update instead of 12 (docs/benchmarks.md). No row means one of them
+	// changed, a conflict, a fence or no record; update then writes or
+	// tells which.
 	progress: `UPDATE tasks SET
 		task = ?, attempt = ?, phase = ?, reason = ?,
 		message = ?, exit_code = ?, retryable = ?, result = ?, cancelled_at = ?,
@@ -249,9 +245,14 @@ var sqliteWriteSQL = struct {
 		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
 		submitted_by = ?, cancelled_by = ?
 		WHERE id = ? AND version = ?
-		AND namespace = ? AND name = ? AND executor = ? AND terminal = ?
+		AND namespace = ? AND name = ? AND executor = ? AND cluster = ? AND terminal = ?
 		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
 		RETURNING created_at`,
+	// move is update that also requires the stored record to be unfinished
+	// and without a pod (Clusters.Move); moveState then tells why a move
+	// matched nothing.
+	move:      sqliteUpdateSQL(" AND pod_created = 0 AND terminal = 0"),
+	moveState: `SELECT version, pod_created, terminal FROM tasks WHERE id = ?`,
 	beginTerm: `INSERT INTO executor_terms (instance, epoch, started_at) VALUES (?, 1, ?)
 		ON CONFLICT (instance) DO UPDATE SET epoch = epoch + 1, started_at = excluded.started_at
 		RETURNING epoch`,
@@ -276,11 +277,27 @@ var sqliteWriteSQL = struct {
 	deleteTask: `DELETE FROM tasks WHERE id = ?`,
 }
 
+// sqliteUpdateSQL is the statement that writes every column of a record
+// but id and created_at (args: sqliteUpdateArgs), if the stored version is the
+// expected one, the fence lets the write through, and the further
+// conditions cond hold.
+func sqliteUpdateSQL(cond string) string {
+	return `UPDATE tasks SET
+		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
+		message = ?, exit_code = ?, retryable = ?, result = ?, terminal = ?, cancelled_at = ?,
+		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
+		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
+		submitted_by = ?, cancelled_by = ?, cluster = ?
+		WHERE id = ? AND version = ?` + cond + `
+		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
+		RETURNING created_at`
+}
+
 // sqliteWriteStmts are sqliteWriteSQL prepared on the writer connection.
 type sqliteWriteStmts struct {
 	insert, selectByID, update, progress, version                    *sql.Stmt
 	taskExists, logState, logLastByte, logChunk, logUpsert, finished *sql.Stmt
-	deleteTask, beginTerm                                            *sql.Stmt
+	deleteTask, beginTerm, move, moveState                           *sql.Stmt
 }
 
 func (st *sqliteWriteStmts) all() []struct {
@@ -296,6 +313,7 @@ func (st *sqliteWriteStmts) all() []struct {
 		{&st.progress, q.progress}, {&st.version, q.version}, {&st.taskExists, q.taskExists}, {&st.logState, q.logState},
 		{&st.logLastByte, q.logLastByte}, {&st.logChunk, q.logChunk}, {&st.logUpsert, q.logUpsert},
 		{&st.finished, q.finished}, {&st.deleteTask, q.deleteTask}, {&st.beginTerm, q.beginTerm},
+		{&st.move, q.move}, {&st.moveState, q.moveState},
 	}
 }
 

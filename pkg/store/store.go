@@ -51,7 +51,11 @@ type AttemptOutcome struct {
 	Retryable bool   `json:"retryable,omitempty"`
 	// PodUID is the UID of the pod whose end this is ("" for a pod recorded
 	// before the fence, or an attempt that had no pod).
-	PodUID     string    `json:"podUID,omitempty"`
+	PodUID string `json:"podUID,omitempty"`
+	// Cluster is the cluster the attempt ran on (Record.Cluster while it
+	// was current); "" for the one cluster of a single-cluster service, or
+	// an attempt recorded before clusters were kept.
+	Cluster    string    `json:"cluster,omitempty"`
 	FinishedAt time.Time `json:"finishedAt"`
 	// ObservedAt is when the executor recorded the outcome (lag metric source).
 	ObservedAt time.Time `json:"observedAt"`
@@ -118,6 +122,13 @@ type Record struct {
 	Namespace, Name string
 	// Executor is the instance that owns the task.
 	Executor string
+	// Cluster is the cluster the task's current attempt is placed on, by
+	// name: "" for the one cluster of a single-cluster service, or a task
+	// not placed yet. It names the cluster of Executor's instance, in words
+	// for lists and filters (ListOptions.Cluster, PageOptions.Cluster).
+	// Clusters.Move changes it with Executor, only while the current
+	// attempt has no pod; Update writes it as given, like every field.
+	Cluster string
 	// Labels are the task's labels (its metadata.labels), for Page's filter.
 	Labels map[string]string
 	// Origin is the ID of the task this one reruns; empty otherwise.
@@ -179,6 +190,9 @@ type Record struct {
 type ListOptions struct {
 	// Executor, when set, selects one instance's tasks.
 	Executor string
+	// Cluster, when set, selects the tasks placed on that cluster
+	// (Record.Cluster).
+	Cluster string
 	// NonTerminal selects only tasks whose outcome is not final.
 	NonTerminal bool
 }

@@ -19,6 +19,8 @@
 // complete flag and cursor, read bounds, a log's task, key order, concurrent
 // appends, and with RunWithOptions the size cap and its marker) and
 // Retention (only old terminal tasks go, with their logs and labels).
+// RunClusters (clusters.go) pins down store.Clusters and the cluster of a
+// record, RunGroups (groups.go) store.Groups.
 //
 // Precision: times round-trip to the nanosecond (compared with time.Equal);
 // a time's location is not part of the contract, so a store may return it in
@@ -104,6 +106,7 @@ func Sample(id string) store.Record {
 		Namespace:     "ns-" + id,
 		Name:          "task-" + id,
 		Executor:      "exec-a",
+		Cluster:       "east",
 		Labels:        map[string]string{"app": "demo", "kubetask.io/team": "core"},
 		Origin:        "origin-of-" + id,
 		Task:          []byte(`{"image":"busybox","command":["true"]}`),
@@ -127,6 +130,7 @@ func Sample(id string) store.Record {
 			Attempt:    0,
 			Pod:        "task-" + id + "-0",
 			PodUID:     "uid-0-" + id,
+			Cluster:    "west",
 			Phase:      "Failed",
 			Reason:     "OOMKilled",
 			Message:    "exceeded memory",
