@@ -139,6 +139,11 @@ type Executor struct {
 	gates     map[string]gateMemo   // scheduling-gate observations, by pod key
 	failures  map[string]createFail // failed creations of the current attempt, by task
 	creations map[string]*creation  // admitted pod creations, by task ID
+	// unseenCr are the creations the caches have not shown yet (creations
+	// whose seen is false), which usedLocked counts: kept beside creations,
+	// so that counting the slots takes as many steps as there are
+	// creations in flight, not as many as creations not yet forgotten.
+	unseenCr map[string]*creation
 	actions   map[string]*podAction // clean-up calls, by pod key
 	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
 	stopped   map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
@@ -184,6 +189,7 @@ func New(cfg Config) (*Executor, error) {
 		gates:     map[string]gateMemo{},
 		failures:  map[string]createFail{},
 		creations: map[string]*creation{},
+		unseenCr:  map[string]*creation{},
 		lines:     map[string][]waiter{},
 		inLine:    map[string]placed{},
 		creates:   make(chan string, cfg.Parallelism),

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,6 +161,7 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 			e.mu.Lock()
 			if c := e.creations[id]; c != nil && c.name == pod.name && !c.seen {
 				c.seen = true
+				delete(e.unseenCr, id)
 				e.unseen.Add(-1)
 			}
 			e.mu.Unlock()
@@ -192,19 +192,27 @@ func (e *Executor) podIndexers() []cache.Indexer {
 func (e *Executor) cachedPodCount() int {
 	n := 0
 	for _, idx := range e.podIndexers() {
+		if x, ok := idx.(*podIndexer); ok {
+			n += x.count()
+			continue
+		}
 		n += len(idx.ListKeys())
 	}
 	return n
 }
 
 // cachedPodsByNamespace counts the pods in the executor's caches by
-// namespace (their keys are namespace/name).
+// namespace (their keys are namespace/name): from the pod caches' own
+// counts, in as many steps as there are namespaces.
 func (e *Executor) cachedPodsByNamespace() map[string]int {
 	byNS := map[string]int{}
 	for _, idx := range e.podIndexers() {
+		if x, ok := idx.(*podIndexer); ok {
+			x.addCounts(byNS)
+			continue
+		}
 		for _, key := range idx.ListKeys() {
-			ns, _, _ := strings.Cut(key, "/")
-			byNS[ns]++
+			byNS[keyNamespace(key)]++
 		}
 	}
 	return byNS

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
@@ -23,13 +24,19 @@ const runIndex = "run"
 // new slice of the cached objects. Only *cachedPod objects with a run are
 // indexed; every other object is stored and not indexed, as indexByRun
 // would leave it. Index, IndexKeys and ListIndexFuncValues are the inner
-// store's, which has no index: use ByIndex.
+// store's, which has no index: use ByIndex. It also counts the stored
+// objects by namespace (addCounts, count), kept with each change as the
+// index is, so that the slots in use are counted without listing every key
+// on each admission (which made admissions cost as many steps as there are
+// pods in flight).
 type podIndexer struct {
 	cache.Indexer // the store itself, with no index of its own
 
 	mu   sync.RWMutex
 	one  map[string]*cachedPod   // by run: its only cached pod
 	more map[string][]*cachedPod // by run: its cached pods, when more than one
+	byNS map[string]int          // stored objects by their key's namespace
+	all  int                     // stored objects
 }
 
 func newPodIndexer() *podIndexer {
@@ -37,6 +44,38 @@ func newPodIndexer() *podIndexer {
 		Indexer: cache.NewIndexer(podKey, cache.Indexers{}),
 		one:     map[string]*cachedPod{},
 		more:    map[string][]*cachedPod{},
+		byNS:    map[string]int{},
+	}
+}
+
+// addCounts adds the number of stored objects of each namespace to into.
+func (x *podIndexer) addCounts(into map[string]int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for ns, n := range x.byNS {
+		into[ns] += n
+	}
+}
+
+// count is the number of stored objects.
+func (x *podIndexer) count() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.all
+}
+
+// keyNamespace is the namespace part of a podKey ("ns/name").
+func keyNamespace(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
+}
+
+// tally moves the count of key's namespace by d; x.mu is held.
+func (x *podIndexer) tally(key string, d int) {
+	ns := keyNamespace(key)
+	x.all += d
+	if x.byNS[ns] += d; x.byNS[ns] == 0 {
+		delete(x.byNS, ns)
 	}
 }
 
@@ -68,9 +107,11 @@ func (x *podIndexer) change(obj any, store func(any) error, stored bool) error {
 	}
 	if had {
 		x.unindex(old)
+		x.tally(key, -1)
 	}
 	if stored {
 		x.index(obj)
+		x.tally(key, +1)
 	}
 	return nil
 }
@@ -82,9 +123,12 @@ func (x *podIndexer) Replace(list []any, resourceVersion string) error {
 	if err := x.Indexer.Replace(list, resourceVersion); err != nil {
 		return err
 	}
-	x.one, x.more = map[string]*cachedPod{}, map[string][]*cachedPod{}
-	for _, obj := range x.List() {
-		x.index(obj)
+	x.one, x.more, x.byNS, x.all = map[string]*cachedPod{}, map[string][]*cachedPod{}, map[string]int{}, 0
+	for _, key := range x.ListKeys() {
+		if obj, ok, _ := x.GetByKey(key); ok {
+			x.index(obj)
+			x.tally(key, +1)
+		}
 	}
 	return nil
 }

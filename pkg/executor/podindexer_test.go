@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,10 +16,15 @@ import (
 // TestPodIndexer checks the run index of podIndexer against what
 // client-go's indexer with indexByRun's function answers, after each step of
 // a table of changes: a task's first pod, its second, a pod that changes
-// task, one deleted, a tombstone, a pod with no run, a Replace.
+// task, one deleted, a tombstone, a pod with no run, a Replace; and its
+// counts of pods by namespace against the keys'.
 func TestPodIndexer(t *testing.T) {
 	pod := func(name, run, rv string) *cachedPod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}}
+		ns := "ns"
+		if strings.HasPrefix(name, "b-") {
+			ns = "other" // b's pods: another namespace, for the counts
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv}}
 		if run != "" {
 			p.Labels = map[string]string{task.LabelRun: run}
 			p.Annotations = map[string]string{task.AnnotationRun: run}
@@ -93,6 +100,17 @@ func TestPodIndexer(t *testing.T) {
 		}
 		if g, w := got.ListKeys(), want.ListKeys(); !slices.Equal(slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(w))) {
 			t.Errorf("step %d: keys %v, want %v", i, g, w)
+		}
+		// The counts by namespace are the keys' (what the slots count).
+		wantNS := map[string]int{}
+		for _, k := range want.ListKeys() {
+			ns, _, _ := strings.Cut(k, "/")
+			wantNS[ns]++
+		}
+		gotNS := map[string]int{}
+		got.addCounts(gotNS)
+		if !maps.Equal(gotNS, wantNS) || got.count() != len(want.ListKeys()) {
+			t.Errorf("step %d (%s): counts by namespace %v (%d in all), want %v (%d)", i, s.op, gotNS, got.count(), wantNS, len(want.ListKeys()))
 		}
 	}
 	if len(got.one)+len(got.more) != 2 || got.one["b"] == nil || len(got.more["d"]) != 2 {

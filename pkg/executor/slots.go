@@ -55,7 +55,7 @@ func (e *Executor) usedLocked(now time.Time) (int, map[string]int) {
 	for _, c := range byNS {
 		n += c
 	}
-	for _, c := range e.creations {
+	for _, c := range e.unseenCr {
 		if c.counts(now) {
 			n++
 			byNS[c.pod.Namespace]++
@@ -103,7 +103,8 @@ func (e *Executor) admit(rec store.Record, n int, pod *corev1.Pod, prio int32) (
 		return false, msg
 	}
 	e.removeLocked(rec.ID)
-	e.creations[rec.ID] = &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
+	c := &creation{attempt: n, epoch: e.epoch.Load(), name: pod.Name, pod: pod}
+	e.creations[rec.ID], e.unseenCr[rec.ID] = c, c
 	e.unseen.Add(1)
 	// Admissions need not come in the plan's order (whichever task syncs
 	// first is admitted first): a task to which the plan now gives a slot
@@ -201,6 +202,7 @@ func (e *Executor) deleteCreationLocked(id string) bool {
 		e.unseen.Add(-1)
 	}
 	delete(e.creations, id)
+	delete(e.unseenCr, id)
 	return ok
 }
 
@@ -283,6 +285,7 @@ func (e *Executor) wakeWaiting() {
 func (e *Executor) dropPendingCreations() {
 	e.mu.Lock()
 	clear(e.creations)
+	clear(e.unseenCr)
 	e.unseen.Store(0)
 	e.mu.Unlock()
 }

@@ -119,7 +119,8 @@ func BenchmarkExecutor(b *testing.B) {
 
 // BenchmarkPairs is the suite's pairs alone: the equal-work S0 and the
 // executor without a rate limit, alternating, KUBETASK_BENCH_PAIRS times
-// with KUBETASK_BENCH_BASE tasks each. It prints its table and writes no
+// with KUBETASK_BENCH_BASE tasks each (or the scale runs, with
+// KUBETASK_BENCH_SCALE). It prints its table and writes no
 // results file: it is for looking into the executor's cost per task, with
 // KUBETASK_BENCH_PROFILES (profilesDir) above all:
 //
@@ -127,10 +128,16 @@ func BenchmarkExecutor(b *testing.B) {
 func BenchmarkPairs(b *testing.B) {
 	sz := sizeFromEnv()
 	for i := 0; i < b.N; i++ {
+		// With KUBETASK_BENCH_SCALE set, the pairs are the suite's scale
+		// runs: that many tasks, at most KUBETASK_BENCH_BASE at once.
+		n, inFlight := sz.base, 0
+		if os.Getenv("KUBETASK_BENCH_SCALE") != "" {
+			n, inFlight = sz.scale, sz.base
+		}
 		var rows []row
 		for range max(sz.pairs, 1) {
-			eq := floorRun(b, sz.base, 0, true)
-			ex := executorRun(b, "kubetask", "unlimited", executor.Config{Parallelism: sz.base, Workers: suiteWorkers, CreateConcurrency: 8, QPS: executor.Unlimited}, sz.base)
+			eq := floorRun(b, n, inFlight, true)
+			ex := executorRun(b, "kubetask", "unlimited", executor.Config{Parallelism: sz.base, Workers: suiteWorkers, CreateConcurrency: 8, QPS: executor.Unlimited}, n)
 			ex.equalS0 = eq.tasksPerSecond()
 			rows = append(rows, eq, ex)
 		}
