@@ -144,9 +144,9 @@ type Executor struct {
 	// so that counting the slots takes as many steps as there are
 	// creations in flight, not as many as creations not yet forgotten.
 	unseenCr map[string]*creation
-	actions   map[string]*podAction // clean-up calls, by pod key
-	sealed    map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
-	stopped   map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
+	actions  map[string]*podAction // clean-up calls, by pod key
+	sealed   map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
+	stopped  map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
