@@ -85,7 +85,11 @@ type changeLog struct {
 }
 
 func newAPIServer(st *steps, h *History, now func() time.Time) *apiServer {
-	return &apiServer{steps: st, hist: h, now: now, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{},
+	// rv starts at 1, as etcd's revision does: a list never answers
+	// resourceVersion "0", which a watch reads as "from any version" (from
+	// now, here), so a watch from a fresh server's first list would miss
+	// what changed between the two instead of replaying it or expiring.
+	return &apiServer{steps: st, hist: h, now: now, rv: 1, pods: map[string]*corev1.Pod{}, leases: map[string]*coordinationv1.Lease{},
 		logs: map[string]*changeLog{"pods": {}, "leases": {}}, clogs: map[string]*containerLog{}, logWake: make(chan struct{}), ids: map[types.UID]taskAttempt{}}
 }
 
