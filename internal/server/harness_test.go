@@ -291,7 +291,8 @@ type fakeLog struct {
 
 func newFakeLogs() *fakeLogs { return &fakeLogs{logs: map[store.LogKey]*fakeLog{}} }
 
-func (f *fakeLogs) AppendLog(_ context.Context, key store.LogKey, offset int64, data, _ []byte, complete bool) (store.LogInfo, error) {
+func (f *fakeLogs) AppendLog(_ context.Context, key store.LogKey, a store.LogAppend) (store.LogInfo, error) {
+	offset, data, complete := a.Offset, a.Data, a.Complete
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, ok := f.logs[key]
@@ -349,7 +350,7 @@ func (f *fakeLogs) append(t *testing.T, key store.LogKey, data string, complete 
 	if err != nil && err != store.ErrNotFound { //nolint:errorlint // the fake returns it as is
 		t.Fatal(err)
 	}
-	if _, err := f.AppendLog(context.Background(), key, info.Size, []byte(data), nil, complete); err != nil {
+	if _, err := f.AppendLog(context.Background(), key, store.LogAppend{Offset: info.Size, Data: []byte(data), Complete: complete}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			defer m.active.Dec()
 			err := logcapture.Run(ctx, logcapture.Config{
 				Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container, UID: lc.UID,
-				Key: key, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
+				Key: key, Nonce: lc.Nonce, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
 				OnAppend: func(n int64) {
 					m.bytes.Add(float64(n))
 					if s != nil {

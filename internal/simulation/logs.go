@@ -262,7 +262,7 @@ func capture(client *simClient, logs store.Logs, log *slog.Logger) func(context.
 	return func(ctx context.Context, lc executor.LogCapture) error {
 		return logcapture.Run(ctx, logcapture.Config{
 			Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container, UID: lc.UID,
-			Key:  store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container},
+			Key: store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container}, Nonce: lc.Nonce,
 			Logs: logs, Progress: lc.Progress, Changed: lc.Changed, GiveUpAfter: captureGiveUp, Logger: log,
 		})
 	}
@@ -270,12 +270,12 @@ func capture(client *simClient, logs store.Logs, log *slog.Logger) func(context.
 
 // The store's log archive, each call a step and its answer another.
 
-func (s *simStore) AppendLog(ctx context.Context, key store.LogKey, offset int64, data, cursor []byte, complete bool) (store.LogInfo, error) {
+func (s *simStore) AppendLog(ctx context.Context, key store.LogKey, a store.LogAppend) (store.LogInfo, error) {
 	what := fmt.Sprintf("appendlog %s/%d", key.TaskID, key.Attempt)
 	if err := s.before(ctx, what); err != nil {
 		return store.LogInfo{}, err
 	}
-	info, err := s.inner.(store.Logs).AppendLog(context.Background(), key, offset, data, cursor, complete)
+	info, err := s.inner.(store.Logs).AppendLog(context.Background(), key, a)
 	if aerr := s.after(ctx, what); aerr != nil {
 		return store.LogInfo{}, aerr
 	}

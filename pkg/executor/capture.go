@@ -19,6 +19,10 @@ type LogCapture struct {
 	Namespace, Pod, Container string
 	// UID is the pod's: the capture follows this pod, not any of its name.
 	UID types.UID
+	// Nonce is the record's the pod belongs to (its kubetask.dev/nonce
+	// annotation): the capture writes only into that record's log
+	// (store.LogAppend.Nonce), never into a later record of the task ID.
+	Nonce string
 	// Progress reports the container's progress as the executor's cache
 	// last saw the pod with UID (podlog.ProgressOf): another pod of the
 	// name is not it (an earlier one the cache still shows: not there
@@ -91,6 +95,7 @@ func (e *Executor) startCapture(ctx context.Context, k captureKey, pod *corev1.P
 	var seenMu sync.Mutex
 	seen := false
 	lc := LogCapture{TaskID: k.id, Attempt: k.attempt, Namespace: ns, Pod: name, Container: k.container, UID: pod.UID,
+		Nonce: pod.Annotations[task.AnnotationNonce],
 		Progress: func() podlog.Progress {
 			p := e.CachedPod(ns, name)
 			seenMu.Lock()

@@ -57,7 +57,10 @@ func TestAnIDUsedAgainIsCapturedAgain(t *testing.T) {
 	if _, _, err := f.sync("a"); err != nil { // the capture starts; the outcome is recorded
 		t.Fatal(err)
 	}
-	nextCapture(t, started, "u-first", "the first record's capture did not start")
+	firstNonce := f.record("a").Nonce
+	if lc := nextCapture(t, started, "u-first", "the first record's capture did not start"); lc.Nonce == "" || lc.Nonce != firstNonce {
+		t.Fatalf("the first capture's nonce %q, want the first record's %q (the archive tells records of an ID apart by it)", lc.Nonce, firstNonce)
+	}
 	if !f.record("a").Terminal {
 		t.Fatalf("first record %+v", f.record("a"))
 	}
@@ -72,21 +75,27 @@ func TestAnIDUsedAgainIsCapturedAgain(t *testing.T) {
 	if _, _, err := f.sync("a"); err != nil {
 		t.Fatal(err)
 	}
-	nextCapture(t, started, "u-second", "no capture of the new record's pod: the first record's done capture was taken for it")
+	lc := nextCapture(t, started, "u-second", "no capture of the new record's pod: the first record's done capture was taken for it")
+	if want := f.record("a").Nonce; lc.Nonce != want || want == firstNonce {
+		t.Fatalf("the second capture's nonce %q, want the second record's %q (the first's: %q)", lc.Nonce, want, firstNonce)
+	}
 }
 
 // nextCapture waits for the next capture started and fails t unless it
-// follows the pod with uid (none within 5 s: t fails saying none).
-func nextCapture(t *testing.T, started <-chan LogCapture, uid types.UID, none string) {
+// follows the pod with uid (none within 5 s: t fails saying none), and
+// returns it.
+func nextCapture(t *testing.T, started <-chan LogCapture, uid types.UID, none string) LogCapture {
 	t.Helper()
 	select {
 	case lc := <-started:
 		if lc.UID != uid {
 			t.Fatalf("capture of %s, want %s", lc.UID, uid)
 		}
+		return lc
 	case <-time.After(5 * time.Second):
 		t.Fatal(none)
 	}
+	return LogCapture{}
 }
 
 // TestAnEarlierRecordsCreationIsNotClaimed: a creation admitted for the

@@ -100,6 +100,12 @@ type Config struct {
 	UID types.UID
 	// Key is the log's key in the archive.
 	Key store.LogKey
+	// Nonce is the nonce of the record the log belongs to (the pod's
+	// kubetask.dev/nonce annotation, store.LogAppend.Nonce): the archive
+	// refuses the capture's writes once the task's record is another one,
+	// and the capture then ends as it does for a record that is gone.
+	// Optional ("" writes into whichever record has the ID).
+	Nonce string
 	// Logs is the archive.
 	Logs store.Logs
 	// Progress and Changed feed the follower (podlog.Config).
@@ -371,14 +377,15 @@ func (c *capture) writeLocked(ctx context.Context, complete bool) {
 	if c.err != nil || c.done {
 		return
 	}
-	info, err := c.cfg.Logs.AppendLog(ctx, c.cfg.Key, c.offset, c.pending, c.cursor, complete)
+	info, err := c.cfg.Logs.AppendLog(ctx, c.cfg.Key, store.LogAppend{
+		Offset: c.offset, Data: c.pending, Cursor: c.cursor, Complete: complete, Nonce: c.cfg.Nonce})
 	switch {
 	case errors.Is(err, store.ErrLogComplete):
 		c.log.Warn("the archived log was completed by another capture; stopping")
 		c.done = true
 		return
 	case errors.Is(err, store.ErrNotFound):
-		c.log.Info("the task's record is gone (retention); the log is not archived")
+		c.log.Info("the task's record is gone (retention), or is a later one of its ID; the log is not archived", "err", err)
 		c.done = true
 		return
 	case err != nil:

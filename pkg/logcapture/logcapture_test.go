@@ -32,7 +32,7 @@ func newFixture(t *testing.T, opts store.Options) *fixture {
 	t.Cleanup(func() { st.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	rec, _, err := st.Create(ctx, store.Record{ID: "t1", Namespace: podlogtest.Namespace, Name: "task", Task: []byte(`{}`), Phase: "Running"})
+	rec, _, err := st.Create(ctx, store.Record{ID: "t1", Namespace: podlogtest.Namespace, Name: "task", Task: []byte(`{}`), Phase: "Running", Nonce: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,10 +231,31 @@ func TestNoRecord(t *testing.T) {
 	}
 }
 
+// A capture of an earlier record's pod (Config.Nonce another record's) does
+// not write into the record that now has the task ID, and Run ends as for a
+// record that is gone; with the record's nonce, it archives.
+func TestAnotherRecordsCapture(t *testing.T) {
+	for _, tc := range []struct {
+		nonce, want string
+	}{{"n0", ""}, {"n1", "x\n"}} {
+		f := newFixture(t, store.Options{})
+		f.k.Start(podlogtest.Record{Time: podlogtest.T0, Text: []byte("x")})
+		f.k.Terminate()
+		cfg := f.config()
+		cfg.Nonce = tc.nonce
+		if err := logcapture.Run(f.ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := f.archived(); string(b) != tc.want {
+			t.Errorf("nonce %s: archived %q, want %q", tc.nonce, b, tc.want)
+		}
+	}
+}
+
 // A saved cursor this version cannot read ends the log with a marker.
 func TestBadCursor(t *testing.T) {
 	f := newFixture(t, store.Options{})
-	if _, err := f.logs.AppendLog(f.ctx, f.key, 0, []byte("old"), []byte{0xff, 1, 2}, false); err != nil {
+	if _, err := f.logs.AppendLog(f.ctx, f.key, store.LogAppend{Data: []byte("old"), Cursor: []byte{0xff, 1, 2}}); err != nil {
 		t.Fatal(err)
 	}
 	f.k.Start(podlogtest.Record{Time: podlogtest.T0, Text: []byte("x")})

@@ -221,7 +221,8 @@ func (m *memory) Page(ctx context.Context, opts PageOptions) (Page, error) {
 	return q.page(out), nil
 }
 
-func (m *memory) AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error) {
+func (m *memory) AppendLog(ctx context.Context, key LogKey, a LogAppend) (LogInfo, error) {
+	offset, data, cursor, complete := a.Offset, a.Data, a.Cursor, a.Complete
 	if err := ctx.Err(); err != nil {
 		return LogInfo{}, fmt.Errorf("log %s append: %w", key, err)
 	}
@@ -230,7 +231,7 @@ func (m *memory) AppendLog(ctx context.Context, key LogKey, offset int64, data [
 	if m.closed {
 		return LogInfo{}, errClosed
 	}
-	if _, ok := m.recs[key.TaskID]; !ok {
+	if rec, ok := m.recs[key.TaskID]; !ok || !logOf(rec.Nonce, a.Nonce) {
 		return LogInfo{}, fmt.Errorf("log %s append: %w", key, ErrNotFound)
 	}
 	l := m.logs[key.TaskID][key]

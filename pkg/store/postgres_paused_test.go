@@ -49,7 +49,7 @@ func TestPostgresPausedTransactionEnds(t *testing.T) {
 	resume := func() error { once.Do(func() { ended = end() }); return ended }
 	defer func() { _ = resume() }() // before paused.Close, which waits for the transaction's connection
 	start := time.Now()
-	info, err := other.(store.Logs).AppendLog(ctx, key, 0, []byte("hello\n"), nil, false)
+	info, err := other.(store.Logs).AppendLog(ctx, key, store.LogAppend{Data: []byte("hello\n")})
 	if err != nil {
 		t.Fatalf("the other replica's append after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	}
@@ -61,7 +61,7 @@ func TestPostgresPausedTransactionEnds(t *testing.T) {
 		t.Error("the paused transaction went on after the server should have ended it")
 	}
 	// The paused store's pool replaces the ended session.
-	if _, err := paused.(store.Logs).AppendLog(ctx, key, 6, []byte("more\n"), nil, true); err != nil {
+	if _, err := paused.(store.Logs).AppendLog(ctx, key, store.LogAppend{Offset: 6, Data: []byte("more\n"), Complete: true}); err != nil {
 		t.Errorf("the paused store after it resumed: %v", err)
 	}
 }

@@ -220,8 +220,11 @@ func postgresPageRangeSQL(q pageQuery, arg func(v any) string) string {
 
 // postgresLogSQL are the log archive's statements.
 var postgresLogSQL = struct {
-	state, create, lastByte, chunk, save, read, keys string
+	nonce, state, create, lastByte, chunk, save, read, keys string
 }{
+	// The record's nonce, its row locked against deletion (not against
+	// updates) until the append commits.
+	nonce: `SELECT nonce FROM tasks WHERE id = $1 FOR KEY SHARE`,
 	// The log's state, locked until the append commits.
 	state: `SELECT size, complete, truncated, cursor FROM logs
 		WHERE task_id = $1 AND attempt = $2 AND container = $3 FOR UPDATE`,
@@ -261,18 +264,18 @@ var postgresLogSQL = struct {
 // postgresFKViolation is SQLSTATE foreign_key_violation.
 const postgresFKViolation = "23503"
 
-func (s *postgresStore) AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error) {
+func (s *postgresStore) AppendLog(ctx context.Context, key LogKey, a LogAppend) (LogInfo, error) {
 	var info LogInfo
 	err := s.write(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		if !storableID(key.TaskID) {
 			return ErrNotFound
 		}
 		var err error
-		info, err = s.appendLog(ctx, c, key, offset, data, cursor, complete)
+		info, err = s.appendLog(ctx, c, key, a)
 		return err
 	})
 	if err != nil {
-		return info, fmt.Errorf("log %s append at %d: %w", key, offset, err)
+		return info, fmt.Errorf("log %s append at %d: %w", key, a.Offset, err)
 	}
 	return info, nil
 }
@@ -280,13 +283,27 @@ func (s *postgresStore) AppendLog(ctx context.Context, key LogKey, offset int64,
 // appendLog is AppendLog's transaction: lock (or create) the log's state,
 // check the offset, clip the data at the cap, then insert the chunk and save
 // the state; a refused append rolls back, so it changes nothing. It returns
-// the log's info, also with ErrLogOffset and ErrLogComplete.
-func (s *postgresStore) appendLog(ctx context.Context, c *pgxpool.Conn, key LogKey, offset int64, data, cursor []byte, complete bool) (LogInfo, error) {
+// the log's info, also with ErrLogOffset and ErrLogComplete. With a nonce,
+// the record's row is read first and share-locked until the commit, so
+// retention cannot delete it (and its ID be used again) in between.
+func (s *postgresStore) appendLog(ctx context.Context, c *pgxpool.Conn, key LogKey, a LogAppend) (LogInfo, error) {
+	offset, data, cursor, complete := a.Offset, a.Data, a.Cursor, a.Complete
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return LogInfo{}, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if a.Nonce != "" {
+		var nonce []byte
+		switch err := tx.QueryRow(ctx, postgresLogSQL.nonce, key.TaskID).Scan(&nonce); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return LogInfo{}, ErrNotFound
+		case err != nil:
+			return LogInfo{}, err
+		case !logOf(string(nonce), a.Nonce):
+			return LogInfo{}, fmt.Errorf("the record is another one (nonce %q, the log's %q): %w", nonce, a.Nonce, ErrNotFound)
+		}
+	}
 	k := []any{key.TaskID, int32(key.Attempt), bytesOf(key.Container)} //nolint:gosec // attempts are few
 	var info LogInfo
 	scan := func(row pgx.Row) error {

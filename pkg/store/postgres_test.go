@@ -295,7 +295,7 @@ func TestPostgresReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := store.LogKey{TaskID: "a", Attempt: 2, Container: "main"}
-	info, err := s.(store.Logs).AppendLog(ctx, key, 0, []byte("line\n"), []byte("cursor"), true)
+	info, err := s.(store.Logs).AppendLog(ctx, key, store.LogAppend{Data: []byte("line\n"), Cursor: []byte("cursor"), Complete: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestPostgresUnstorableIDs(t *testing.T) {
 			t.Errorf("Update(%q): err = %v, want ErrNotFound", id, err)
 		}
 		key := store.LogKey{TaskID: id, Container: "main"}
-		if _, err := l.AppendLog(ctx, key, 0, []byte("x"), nil, false); !errors.Is(err, store.ErrNotFound) {
+		if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("x")}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("AppendLog(%q): err = %v, want ErrNotFound", id, err)
 		}
 		if _, _, err := l.ReadLog(ctx, key, 0, 1); !errors.Is(err, store.ErrNotFound) {
@@ -413,7 +413,7 @@ func TestPostgresTwoStores(t *testing.T) {
 	errs := make([]error, 2)
 	for i, s := range []store.Store{a, b} {
 		wg.Go(func() {
-			_, errs[i] = s.(store.Logs).AppendLog(ctx, key, 0, fmt.Appendf(nil, "from %d\n", i), nil, false)
+			_, errs[i] = s.(store.Logs).AppendLog(ctx, key, store.LogAppend{Data: fmt.Appendf(nil, "from %d\n", i)})
 		})
 	}
 	wg.Wait()
@@ -445,7 +445,7 @@ func TestPostgresRetentionLeavesNoRows(t *testing.T) {
 		for c := range 2 {
 			key := store.LogKey{TaskID: rec.ID, Container: fmt.Sprint(c)}
 			for off := 0; off < 30; off += 10 { // 3 chunks of 10 bytes
-				if _, err := l.AppendLog(ctx, key, int64(off), []byte("0123456789"), nil, false); err != nil {
+				if _, err := l.AppendLog(ctx, key, store.LogAppend{Offset: int64(off), Data: []byte("0123456789")}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -93,6 +93,31 @@ type LogKey struct {
 	Container string
 }
 
+// LogAppend is one AppendLog write.
+type LogAppend struct {
+	// Offset is where Data goes: it must equal the archived size.
+	Offset int64
+	// Data is appended at Offset (none: only Cursor and Complete are saved).
+	Data []byte
+	// Cursor replaces the saved cursor (nil stays nil).
+	Cursor []byte
+	// Complete marks the log complete.
+	Complete bool
+	// Nonce, when set, is the nonce of the record the log belongs to
+	// (Record.Nonce, which every pod of the record carries): the append is
+	// ErrNotFound when the task's record is another one. A capture of an
+	// earlier record's pod that outlived the record (deleted by retention,
+	// its ID then used again) can then not write into the new record's log
+	// (simulation seed 1100034445: such a capture's last write put the
+	// earlier pod's lines at the start of the new attempt's log). "" skips
+	// the check (a record from before nonces).
+	Nonce string
+}
+
+// logOf reports whether an append with nonce belongs to the record whose
+// nonce is recNonce (LogAppend.Nonce).
+func logOf(recNonce, nonce string) bool { return nonce == "" || nonce == recNonce }
+
 // LogInfo describes an archived log.
 type LogInfo struct {
 	// Size is the number of bytes archived (after truncation).
@@ -134,22 +159,24 @@ func LogTruncatedMarker(maxSize int64) string {
 // chunks as it is captured, readable by byte offset while it grows and after
 // the pod is gone.
 //
-// A log belongs to a task record: AppendLog of a task that has no record is
-// ErrNotFound (the executor creates the record at submission, before any
-// pod), and Retention deletes a task's logs with its record, so the archive
-// holds no log that nothing would ever delete.
+// A log belongs to a task record: AppendLog of a task that has no record,
+// or whose record has another nonce than the append's, is ErrNotFound (the
+// executor creates the record at submission, before any pod), and Retention
+// deletes a task's logs with its record, so the archive holds no log that
+// nothing would ever delete, and no record's log holds another record's
+// lines.
 type Logs interface {
-	// AppendLog appends data at offset, which must equal the archived size
-	// (else ErrLogOffset), saves cursor with it (replacing the previous
-	// one; nil stays nil) and, when complete is set, marks the log complete,
-	// all in one durable write: once it returns nil, a crash loses none of
-	// it. Bytes beyond the store's cap (Options.MaxLogSize) are dropped and
+	// AppendLog appends a.Data at a.Offset, which must equal the archived
+	// size (else ErrLogOffset), saves a.Cursor with it (replacing the
+	// previous one; nil stays nil) and, when a.Complete is set, marks the
+	// log complete, all in one durable write: once it returns nil, a crash
+	// loses none of it. Bytes beyond the store's cap (Options.MaxLogSize) are dropped and
 	// the log marked truncated, with LogTruncatedMarker appended once; later
 	// appends at Size drop their data but still save the cursor and the
 	// complete flag. Complete stays set; data after it is ErrLogComplete.
 	// The first append creates the log (an empty one with only a cursor or
 	// the complete flag, too). It returns the log's info after the write.
-	AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error)
+	AppendLog(ctx context.Context, key LogKey, a LogAppend) (LogInfo, error)
 	// ReadLog returns up to limit bytes of the log from offset (fewer at the
 	// end, none when limit <= 0) and the log's info, from one consistent
 	// view of the log; ErrNotFound when nothing was archived, ErrLogOffset

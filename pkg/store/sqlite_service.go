@@ -214,12 +214,12 @@ func anys(ss []string) []any {
 	return out
 }
 
-func (s *sqliteStore) AppendLog(ctx context.Context, key LogKey, offset int64, data []byte, cursor []byte, complete bool) (LogInfo, error) {
+func (s *sqliteStore) AppendLog(ctx context.Context, key LogKey, a LogAppend) (LogInfo, error) {
 	res := s.write(ctx, &sqliteWrite{run: func(ctx context.Context, tx *sql.Tx, st *sqliteWriteStmts) (sqliteResult, error) {
-		return st.appendLog(ctx, tx, s.maxLogSize, key, offset, data, cursor, complete)
+		return st.appendLog(ctx, tx, s.maxLogSize, key, a)
 	}})
 	if res.err != nil {
-		return res.log, fmt.Errorf("log %s append at %d: %w", key, offset, res.err)
+		return res.log, fmt.Errorf("log %s append at %d: %w", key, a.Offset, res.err)
 	}
 	return res.log, nil
 }
@@ -228,13 +228,16 @@ func (s *sqliteStore) AppendLog(ctx context.Context, key LogKey, offset int64, d
 // an outcome of this write alone (ErrNotFound, ErrLogOffset, ErrLogComplete,
 // a failed read) is in the result and changes nothing; an error is a failed
 // write statement, after which tx must be rolled back.
-func (st *sqliteWriteStmts) appendLog(ctx context.Context, tx *sql.Tx, maxSize int64, key LogKey, offset int64, data, cursor []byte, complete bool) (sqliteResult, error) {
-	var one int
-	switch err := tx.StmtContext(ctx, st.taskExists).QueryRowContext(ctx, key.TaskID).Scan(&one); {
+func (st *sqliteWriteStmts) appendLog(ctx context.Context, tx *sql.Tx, maxSize int64, key LogKey, a LogAppend) (sqliteResult, error) {
+	offset, data, cursor, complete := a.Offset, a.Data, a.Cursor, a.Complete
+	var nonce string
+	switch err := tx.StmtContext(ctx, st.taskNonce).QueryRowContext(ctx, key.TaskID).Scan(&nonce); {
 	case errors.Is(err, sql.ErrNoRows):
 		return sqliteResult{err: ErrNotFound}, nil
 	case err != nil:
 		return sqliteResult{err: err}, nil
+	case !logOf(nonce, a.Nonce):
+		return sqliteResult{err: fmt.Errorf("the record is another one (nonce %q, the log's %q): %w", nonce, a.Nonce, ErrNotFound)}, nil
 	}
 	k := []any{key.TaskID, key.Attempt, key.Container}
 	var (

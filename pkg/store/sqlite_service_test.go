@@ -323,7 +323,7 @@ func TestSQLiteMigrationFromV1(t *testing.T) {
 		t.Errorf("Origin = %q", got.Origin)
 	}
 	key := store.LogKey{TaskID: "old-done", Container: "main"}
-	if _, err := l.AppendLog(ctx, key, 0, []byte("archived\n"), []byte("c"), true); err != nil {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("archived\n"), Cursor: []byte("c"), Complete: true}); err != nil {
 		t.Fatal(err)
 	}
 	if data, info, err := l.ReadLog(ctx, key, 0, 100); err != nil || string(data) != "archived\n" || !info.Complete {
@@ -480,7 +480,7 @@ func TestSQLiteRetentionLeavesNoRows(t *testing.T) {
 		for c := range 2 {
 			key := store.LogKey{TaskID: rec.ID, Container: fmt.Sprint(c)}
 			for off := 0; off < 30; off += 10 { // 3 chunks of 10 bytes
-				if _, err := l.AppendLog(ctx, key, int64(off), []byte("0123456789"), nil, false); err != nil {
+				if _, err := l.AppendLog(ctx, key, store.LogAppend{Offset: int64(off), Data: []byte("0123456789")}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -525,7 +525,7 @@ func TestSQLiteLogsSurviveReopen(t *testing.T) {
 	s := openSQLite(t, path)
 	mustCreate(t, s, storetest.Sample("a"))
 	key := store.LogKey{TaskID: "a", Attempt: 2, Container: "main"}
-	want, err := s.(store.Logs).AppendLog(ctx, key, 0, []byte("line\n"), []byte("cursor"), true)
+	want, err := s.(store.Logs).AppendLog(ctx, key, store.LogAppend{Data: []byte("line\n"), Cursor: []byte("cursor"), Complete: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +551,7 @@ func TestSQLiteLogAppendsShareGroups(t *testing.T) {
 	a := mustCreate(t, h, storetest.Sample("a"))
 	l := h.Store.(store.Logs)
 	key := store.LogKey{TaskID: "a", Container: "main"}
-	if _, err := l.AppendLog(ctx, key, 0, []byte("one\n"), nil, false); err != nil {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("one\n")}); err != nil {
 		t.Fatal(err)
 	}
 	plugDone := plugWriter(t, h, plug)
@@ -563,7 +563,7 @@ func TestSQLiteLogAppendsShareGroups(t *testing.T) {
 	goAppend := func(key store.LogKey, off int64, data string) <-chan appendResult {
 		c := make(chan appendResult, 1)
 		go func() {
-			info, err := l.AppendLog(ctx, key, off, []byte(data), nil, false)
+			info, err := l.AppendLog(ctx, key, store.LogAppend{Offset: off, Data: []byte(data)})
 			c <- appendResult{info, err}
 		}()
 		return c

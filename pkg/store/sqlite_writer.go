@@ -218,9 +218,9 @@ func (st *sqliteWriteStmts) apply(ctx context.Context, tx *sql.Tx, w *sqliteWrit
 // sqliteWriteSQL are the write path's statements, prepared once on the
 // writer connection (preparing a statement costs about as much as running it).
 var sqliteWriteSQL = struct {
-	insert, selectByID, update, progress, version                    string
-	taskExists, logState, logLastByte, logChunk, logUpsert, finished string
-	deleteTask, beginTerm, move, moveState                           string
+	insert, selectByID, update, progress, version                   string
+	taskNonce, logState, logLastByte, logChunk, logUpsert, finished string
+	deleteTask, beginTerm, move, moveState                          string
 }{
 	insert: `INSERT INTO tasks (` + sqliteColumns + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -256,8 +256,8 @@ var sqliteWriteSQL = struct {
 	beginTerm: `INSERT INTO executor_terms (instance, epoch, started_at) VALUES (?, 1, ?)
 		ON CONFLICT (instance) DO UPDATE SET epoch = epoch + 1, started_at = excluded.started_at
 		RETURNING epoch`,
-	version:    `SELECT version FROM tasks WHERE id = ?`,
-	taskExists: `SELECT 1 FROM tasks WHERE id = ?`,
+	version:   `SELECT version FROM tasks WHERE id = ?`,
+	taskNonce: `SELECT nonce FROM tasks WHERE id = ?`,
 	logState: `SELECT size, complete, truncated, cursor FROM logs
 		WHERE task_id = ? AND attempt = ? AND container = ?`,
 	logLastByte: `SELECT substr(data, -1) FROM log_chunks
@@ -295,9 +295,9 @@ func sqliteUpdateSQL(cond string) string {
 
 // sqliteWriteStmts are sqliteWriteSQL prepared on the writer connection.
 type sqliteWriteStmts struct {
-	insert, selectByID, update, progress, version                    *sql.Stmt
-	taskExists, logState, logLastByte, logChunk, logUpsert, finished *sql.Stmt
-	deleteTask, beginTerm, move, moveState                           *sql.Stmt
+	insert, selectByID, update, progress, version                   *sql.Stmt
+	taskNonce, logState, logLastByte, logChunk, logUpsert, finished *sql.Stmt
+	deleteTask, beginTerm, move, moveState                          *sql.Stmt
 }
 
 func (st *sqliteWriteStmts) all() []struct {
@@ -310,7 +310,7 @@ func (st *sqliteWriteStmts) all() []struct {
 		sql  string
 	}{
 		{&st.insert, q.insert}, {&st.selectByID, q.selectByID}, {&st.update, q.update},
-		{&st.progress, q.progress}, {&st.version, q.version}, {&st.taskExists, q.taskExists}, {&st.logState, q.logState},
+		{&st.progress, q.progress}, {&st.version, q.version}, {&st.taskNonce, q.taskNonce}, {&st.logState, q.logState},
 		{&st.logLastByte, q.logLastByte}, {&st.logChunk, q.logChunk}, {&st.logUpsert, q.logUpsert},
 		{&st.finished, q.finished}, {&st.deleteTask, q.deleteTask}, {&st.beginTerm, q.beginTerm},
 		{&st.move, q.move}, {&st.moveState, q.moveState},

@@ -208,7 +208,7 @@ func (s *Server) AppendLog(t testing.TB, id string, attempt int, container, data
 	if _, info, err := logs.ReadLog(ctx, key, 0, 0); err == nil {
 		size = info.Size
 	}
-	if _, err := logs.AppendLog(ctx, key, size, []byte(data), nil, complete); err != nil {
+	if _, err := logs.AppendLog(ctx, key, store.LogAppend{Offset: size, Data: []byte(data), Complete: complete}); err != nil {
 		t.Fatalf("clienttest: appending to the log of %s: %v", key, err)
 	}
 	s.API.NotifyLog(key)

@@ -39,6 +39,7 @@ var serviceCases = []struct {
 	{"LogCompleteAndCursor", testLogCompleteAndCursor},
 	{"LogReadBounds", testLogReadBounds},
 	{"LogUnknownTask", testLogUnknownTask},
+	{"LogOfAnotherRecordOfTheID", testLogOfAnotherRecord},
 	{"LogKeysOrder", testLogKeysOrder},
 	{"LogConcurrentAppends", testLogConcurrentAppends},
 	{"LogDefaultCapNotReached", testLogDefaultCap},
@@ -665,7 +666,7 @@ func appendChunks(t *testing.T, l store.Logs, key store.LogKey, data []byte, see
 		size := min(r.IntN(maxChunk+1), len(data)-off)
 		cursor := fmt.Appendf(nil, "cursor@%d", off+size)
 		var err error
-		info, err = l.AppendLog(context.Background(), key, int64(off), data[off:off+size], cursor, false)
+		info, err = l.AppendLog(context.Background(), key, store.LogAppend{Offset: int64(off), Data: data[off : off+size], Cursor: cursor})
 		if err != nil {
 			t.Fatalf("AppendLog(%v, %d, %d bytes): %v", key, off, size, err)
 		}
@@ -735,17 +736,17 @@ func testLogOffsetMismatch(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustCreate(t, s, Sample("a"))
 	key := store.LogKey{TaskID: "a", Attempt: 1, Container: "main"}
-	if _, err := l.AppendLog(ctx, key, 5, []byte("x"), nil, false); !errors.Is(err, store.ErrLogOffset) {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Offset: 5, Data: []byte("x")}); !errors.Is(err, store.ErrLogOffset) {
 		t.Errorf("first append at 5: err = %v, want ErrLogOffset", err)
 	}
 	if _, _, err := l.ReadLog(ctx, key, 0, 10); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("after a refused first append, ReadLog: err = %v, want ErrNotFound", err)
 	}
-	if _, err := l.AppendLog(ctx, key, 0, []byte("hello\n"), []byte("c1"), false); err != nil {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("hello\n"), Cursor: []byte("c1")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, off := range []int64{0, 3, 7, -1} {
-		info, err := l.AppendLog(ctx, key, off, []byte("again\n"), []byte("c2"), true)
+		info, err := l.AppendLog(ctx, key, store.LogAppend{Offset: off, Data: []byte("again\n"), Cursor: []byte("c2"), Complete: true})
 		if !errors.Is(err, store.ErrLogOffset) {
 			t.Errorf("append at %d: err = %v, want ErrLogOffset", off, err)
 		}
@@ -779,24 +780,24 @@ func testLogCompleteAndCursor(t *testing.T, s store.Store) {
 		}
 	}
 	binary := []byte{0, 1, 0xff, '\n'}
-	info, err := l.AppendLog(ctx, key, 0, nil, binary, false) // a cursor before any byte
+	info, err := l.AppendLog(ctx, key, store.LogAppend{Cursor: binary}) // a cursor before any byte
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("cursor only", info, 0, binary, false)
 	binary[0] = 'X' // the store keeps its own copy
-	info, _ = l.AppendLog(ctx, key, 0, []byte("abc"), nil, false)
+	info, _ = l.AppendLog(ctx, key, store.LogAppend{Data: []byte("abc")})
 	check("nil cursor", info, 3, nil, false)
-	info, _ = l.AppendLog(ctx, key, 3, []byte("def"), []byte{}, false)
+	info, _ = l.AppendLog(ctx, key, store.LogAppend{Offset: 3, Data: []byte("def"), Cursor: []byte{}})
 	check("empty cursor", info, 6, []byte{}, false)
-	info, _ = l.AppendLog(ctx, key, 6, []byte("g\n"), []byte("end"), true)
+	info, _ = l.AppendLog(ctx, key, store.LogAppend{Offset: 6, Data: []byte("g\n"), Cursor: []byte("end"), Complete: true})
 	check("complete", info, 8, []byte("end"), true)
-	info, err = l.AppendLog(ctx, key, 8, nil, []byte("end2"), false)
+	info, err = l.AppendLog(ctx, key, store.LogAppend{Offset: 8, Cursor: []byte("end2")})
 	if err != nil {
 		t.Fatalf("empty append after complete: %v", err)
 	}
 	check("complete stays set", info, 8, []byte("end2"), true)
-	info, err = l.AppendLog(ctx, key, 8, []byte("more"), []byte("end3"), true)
+	info, err = l.AppendLog(ctx, key, store.LogAppend{Offset: 8, Data: []byte("more"), Cursor: []byte("end3"), Complete: true})
 	if !errors.Is(err, store.ErrLogComplete) {
 		t.Errorf("data after complete: err = %v, want ErrLogComplete", err)
 	}
@@ -812,7 +813,7 @@ func testLogReadBounds(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustCreate(t, s, Sample("a"))
 	key := store.LogKey{TaskID: "a", Container: "main"}
-	if _, err := l.AppendLog(ctx, key, 0, []byte("0123456789"), nil, false); err != nil {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("0123456789")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -840,12 +841,68 @@ func testLogReadBounds(t *testing.T, s store.Store) {
 	}
 }
 
+// testLogOfAnotherRecord: an append carrying a record's nonce is refused
+// (ErrNotFound, nothing written) once the task's record is another one: a
+// record with another nonce, and a later record of the ID after retention
+// deleted the first (simulation seed 1100034445: a capture of the earlier
+// record's pod wrote its lines at the start of the later record's log).
+func testLogOfAnotherRecord(t *testing.T, s store.Store) {
+	l := logsOf(t, s)
+	ctx := context.Background()
+	key := store.LogKey{TaskID: "reused", Container: "main"}
+	first := Sample("reused")
+	first.Nonce = "first"
+	first.Terminal = true
+	mustCreate(t, s, first)
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("other\n"), Nonce: "other"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AppendLog with another record's nonce: err = %v, want ErrNotFound", err)
+	}
+	if _, _, err := l.ReadLog(ctx, key, 0, 10); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ReadLog after a refused first append: err = %v, want ErrNotFound (no log)", err)
+	}
+	info, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("first\n"), Nonce: "first"})
+	if err != nil || info.Size != 6 {
+		t.Fatalf("AppendLog with the record's nonce: info %+v, err %v; want size 6", info, err)
+	}
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Offset: 6, Data: []byte("x"), Nonce: "other"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AppendLog at the size with another record's nonce: err = %v, want ErrNotFound", err)
+	}
+	if info, err := l.AppendLog(ctx, key, store.LogAppend{Offset: 6, Data: []byte("any\n")}); err != nil || info.Size != 10 {
+		t.Errorf("AppendLog without a nonce: info %+v, err %v; want size 10 (no check)", info, err)
+	}
+
+	r, ok := s.(store.Retention)
+	if !ok {
+		return
+	}
+	// Retention deletes the record and its log; the ID is used again.
+	if n, err := r.DeleteFinishedBefore(ctx, waitPast(t, time.Now()), 100); err != nil || n != 1 {
+		t.Fatalf("DeleteFinishedBefore = %d, err %v; want the 1 finished task", n, err)
+	}
+	second := Sample("reused")
+	second.Nonce = "second"
+	mustCreate(t, s, second)
+	// The first record's capture, outliving it, writes at offset 0.
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("first, late\n"), Nonce: "first", Complete: true}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AppendLog of the earlier record into the later one's log: err = %v, want ErrNotFound", err)
+	}
+	if keys, err := l.LogKeys(ctx, "reused"); err != nil || len(keys) != 0 {
+		t.Errorf("LogKeys after the refused append = %v, err %v; want none", keys, err)
+	}
+	if info, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("second\n"), Nonce: "second", Complete: true}); err != nil || info.Size != 7 {
+		t.Errorf("AppendLog of the later record: info %+v, err %v; want size 7", info, err)
+	}
+	if b, _, err := l.ReadLog(ctx, key, 0, 100); err != nil || string(b) != "second\n" {
+		t.Errorf("ReadLog = %q, err %v; want only the later record's line", b, err)
+	}
+}
+
 // testLogUnknownTask: a log belongs to a task record.
 func testLogUnknownTask(t *testing.T, s store.Store) {
 	l := logsOf(t, s)
 	ctx := context.Background()
 	key := store.LogKey{TaskID: "missing", Container: "main"}
-	if _, err := l.AppendLog(ctx, key, 0, []byte("x"), nil, false); !errors.Is(err, store.ErrNotFound) {
+	if _, err := l.AppendLog(ctx, key, store.LogAppend{Data: []byte("x")}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("AppendLog of a task without a record: err = %v, want ErrNotFound", err)
 	}
 	if _, _, err := l.ReadLog(ctx, key, 0, 10); !errors.Is(err, store.ErrNotFound) {
@@ -878,7 +935,7 @@ func testLogKeysOrder(t *testing.T, s store.Store) {
 		{TaskID: "a2", Attempt: 0, Container: "main"},
 		{TaskID: "a", Attempt: 1, Container: "main"},
 	} {
-		if _, err := l.AppendLog(ctx, k, 0, []byte(k.String()), nil, false); err != nil {
+		if _, err := l.AppendLog(ctx, k, store.LogAppend{Data: []byte(k.String())}); err != nil {
 			t.Fatal(err)
 		}
 		if k.TaskID == "a" {
@@ -983,7 +1040,7 @@ func testLogCapTruncates(t *testing.T, s store.Store) {
 			var info store.LogInfo
 			for j, chunk := range tc.appends {
 				var err error
-				info, err = l.AppendLog(ctx, key, info.Size, chunk, fmt.Appendf(nil, "c%d", j), false)
+				info, err = l.AppendLog(ctx, key, store.LogAppend{Offset: info.Size, Data: chunk, Cursor: fmt.Appendf(nil, "c%d", j)})
 				if err != nil {
 					t.Fatalf("append %d: %v", j, err)
 				}
@@ -1001,11 +1058,11 @@ func testLogCapTruncates(t *testing.T, s store.Store) {
 			}
 			// Later appends: data dropped, no second marker, cursor and
 			// complete saved.
-			after, err := l.AppendLog(ctx, key, info.Size, []byte("dropped\n"), []byte("later"), false)
+			after, err := l.AppendLog(ctx, key, store.LogAppend{Offset: info.Size, Data: []byte("dropped\n"), Cursor: []byte("later")})
 			if err != nil || after.Size != info.Size || !after.Truncated || string(after.Cursor) != "later" {
 				t.Errorf("append after truncation: info %+v, err %v", after, err)
 			}
-			after, err = l.AppendLog(ctx, key, info.Size, []byte("dropped too\n"), []byte("last"), true)
+			after, err = l.AppendLog(ctx, key, store.LogAppend{Offset: info.Size, Data: []byte("dropped too\n"), Cursor: []byte("last"), Complete: true})
 			if err != nil || after.Size != info.Size || !after.Complete || string(after.Cursor) != "last" {
 				t.Errorf("completing append after truncation: info %+v, err %v", after, err)
 			}
@@ -1037,7 +1094,7 @@ func testRetention(t *testing.T, s store.Store) {
 		rec = mustCreate(t, s, rec)
 		if hasLogs {
 			for _, c := range []string{"main", "sidecar"} {
-				if _, err := l.AppendLog(ctx, store.LogKey{TaskID: id, Container: c}, 0, []byte(id+" "+c+"\n"), nil, true); err != nil {
+				if _, err := l.AppendLog(ctx, store.LogKey{TaskID: id, Container: c}, store.LogAppend{Data: []byte(id + " " + c + "\n"), Complete: true}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -270,7 +270,7 @@ func testSchedulerIDs(t *testing.T, s store.Store) {
 	}
 	for i, id := range ids {
 		key := store.LogKey{TaskID: id, Attempt: 0, Container: "main"}
-		if _, err := logs.AppendLog(ctx, key, 0, []byte(id), nil, true); err != nil {
+		if _, err := logs.AppendLog(ctx, key, store.LogAppend{Data: []byte(id), Complete: true}); err != nil {
 			t.Fatalf("AppendLog(%q): %v", id, err)
 		}
 		keys, err := logs.LogKeys(ctx, id)
