@@ -16,6 +16,8 @@ import (
 	"flag"
 	"testing"
 
+	"k8s.io/client-go/util/workqueue"
+
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 )
 
@@ -24,6 +26,7 @@ const benchNodes = 10
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	workqueue.SetProvider(queueMetrics)
 	nodes := 2 // TestBenchTiny
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
 		nodes = benchNodes

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -20,7 +22,9 @@ import (
 // run of the executor and the floor clients writes CPU profiles there:
 // <run>-pod.json (the run's last pod as the API server last sent it),
 // <run>-client.pprof (this process: the executor or the floor client, with
-// the benchmark's own informers) and <run>-apiserver-NNN.pprof (kube-apiserver,
+// the benchmark's own informers), <run>-client.trace (this process's
+// execution trace for traceWindow from traceAfter into the run: where a
+// goroutine waited, for `go tool trace -pprof=sched|sync|net`) and <run>-apiserver-NNN.pprof (kube-apiserver,
 // in windows of apiserverWindow seconds from the run's start to its end; go
 // tool pprof merges them when given all). Compare two runs with
 //
@@ -33,6 +37,13 @@ func profilesDir() string { return os.Getenv("KUBETASK_BENCH_PROFILES") }
 
 // apiserverWindow is the length of one kube-apiserver profile, in seconds.
 const apiserverWindow = 10
+
+// traceAfter and traceWindow place the client's execution trace in the
+// run: after its start-up, for a few seconds of its steady state.
+const (
+	traceAfter  = 10 * time.Second
+	traceWindow = 5 * time.Second
+)
 
 // profiler records one run's CPU profiles (profilesDir); its zero value, and
 // a profiler started without profilesDir, does nothing.
@@ -71,6 +82,28 @@ func startProfiles(tb testing.TB, env *clustertest.Env, name string) *profiler {
 		tb.Fatalf("profiling this process: %v", err)
 	}
 	p := &profiler{base: base, stopped: make(chan struct{}), self: f}
+	p.wg.Go(func() {
+		select {
+		case <-p.stopped:
+			return
+		case <-time.After(traceAfter):
+		}
+		tf, err := os.Create(base + "-client.trace")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "  this process's trace: %v\n", err)
+			return
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			fmt.Fprintf(os.Stderr, "  this process's trace: %v\n", err)
+			return
+		}
+		select {
+		case <-p.stopped:
+		case <-time.After(traceWindow):
+		}
+		trace.Stop()
+	})
 	p.wg.Go(func() {
 		for i := 0; ; i++ {
 			raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").

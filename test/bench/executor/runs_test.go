@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +69,14 @@ type row struct {
 	// write returned); the same as p50, p99 for the other clients, which
 	// keep no store.
 	durP50, durP99 time.Duration
+	// waitP99, passP99: the executor's queue (queueTimes): the time a key
+	// waited before a worker took it, and one pass's time; 0 for the other
+	// clients.
+	waitP99, passP99 time.Duration
+	// watchP99, ownP99: the outcome's lag in two (the executor's rows):
+	// from the benchmark's watch to the executor's pod cache showing the
+	// main container terminated, and from there to the outcome recorded.
+	watchP99, ownP99 time.Duration
 	// equalS0 is the tasks/s of the equal-work S0 run beside this one (its
 	// pair, or at the same scale); 0 for none.
 	equalS0 float64
@@ -196,7 +205,31 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 	out := newOutcomes()
 	cfg.Registerer, cfg.OnEvent, cfg.Store = reg, out.add, store.NewMemory()
 	cfg.InstanceID = "bench"
+	// When the executor's own pod cache first showed each pod's main
+	// container terminated: the outcome's lag is the time the executor's
+	// watch is behind the benchmark's, then the executor's own.
+	var (
+		exRef  atomic.Pointer[executor.Executor]
+		seenMu sync.Mutex
+		seen   = map[string]time.Time{}
+	)
+	cfg.OnPodChange = func(ns, name string) {
+		ex := exRef.Load()
+		if ex == nil {
+			return
+		}
+		if p := ex.CachedPod(ns, name); p != nil && terminated(p) {
+			now := time.Now()
+			seenMu.Lock()
+			if _, ok := seen[p.Labels[task.LabelRun]]; !ok {
+				seen[p.Labels[task.LabelRun]] = now
+			}
+			seenMu.Unlock()
+		}
+	}
+	queueMetrics.take() // an earlier run's
 	ex, stop := exectest.StartExecutor(tb, env, cfg)
+	exRef.Store(ex)
 	defer stop()
 	reqs0 := exectest.MetricSum(reg, "kubetask_api_requests_total")
 	m := startMeasure(ctx, env)
@@ -220,6 +253,10 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 	r.clientReq = (exectest.MetricSum(reg, "kubetask_api_requests_total") - reqs0) / float64(n)
 	m.finish(ctx, env, &r)
 	stop()
+	waits, passes := queueMetrics.take()
+	r.waitP99, r.passP99 = percentile(waits, 0.99), percentile(passes, 0.99)
+	fmt.Printf("%s: the executor's queue: %d waits, p50 %v p99 %v max %v; %d passes, p50 %v p99 %v max %v\n", name,
+		len(waits), percentile(waits, 0.5), r.waitP99, percentile(waits, 1), len(passes), percentile(passes, 0.5), r.passP99, percentile(passes, 1))
 
 	bad, dup := 0, 0
 	out.mu.Lock()
@@ -241,6 +278,12 @@ func executorRun(tb testing.TB, name, qps string, cfg executor.Config, n int) ro
 	r.setLags(lagsOf(out.recorded, tr.terminated))
 	durable := lagsOf(out.delivered, tr.terminated)
 	r.durP50, r.durP99 = percentile(durable, 0.5), percentile(durable, 0.99)
+	seenMu.Lock()
+	watchLags, ownLags := lagsOf(seen, tr.terminated), lagsOf(out.recorded, seen)
+	r.watchP99, r.ownP99 = percentile(watchLags, 0.99), percentile(ownLags, 0.99)
+	fmt.Printf("%s: the outcome's lag: the executor's watch behind the benchmark's: p50 %v p99 %v max %v; then the executor's own: p50 %v p99 %v max %v\n", name,
+		percentile(watchLags, 0.5), r.watchP99, percentile(watchLags, 1), percentile(ownLags, 0.5), r.ownP99, percentile(ownLags, 1))
+	seenMu.Unlock()
 	tr.mu.Unlock()
 	out.mu.Unlock()
 	return r

@@ -296,6 +296,10 @@ func record(tb testing.TB, res *benchresult.Run, rows []row) {
 				v{V: ms(r.durP50), Unit: "durable-lag-p50-ms"}, v{V: ms(r.durP99), Unit: "durable-lag-p99-ms"},
 				v{V: r.clientCPU, Unit: "client-cpu-s/1k-tasks"}, v{V: r.kcmCPU, Unit: "kcm-cpu-s/1k-tasks"},
 				v{V: r.apiCPU, Unit: "apiserver-cpu-s/1k-tasks"}, v{V: r.cores, Unit: "cores-busy"})
+			if r.waitP99 > 0 {
+				vals = append(vals, v{V: ms(r.waitP99), Unit: "queue-wait-p99-ms"}, v{V: ms(r.passP99), Unit: "pass-p99-ms"},
+					v{V: ms(r.watchP99), Unit: "lag-watch-p99-ms"}, v{V: ms(r.ownP99), Unit: "lag-own-p99-ms"})
+			}
 			// Everyone's requests at the API server by verb and resource,
 			// per task, in a fixed order: what the fence costs, and
 			// whose requests they are (kwok's, the scheduler's).
