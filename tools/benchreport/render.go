@@ -59,6 +59,8 @@ var tables = map[string]table{
 		{"lag-p50-ms", "outcome lag p50 ms"},
 		{"lag-p99-ms", "outcome lag p99 ms"},
 		{"durable-lag-p99-ms", "lag to the durable write p99 ms"},
+		{"lag-watch-p99-ms", "of it: the executor's watch behind the benchmark's, p99 ms"},
+		{"lag-own-p99-ms", "of it: the executor's own, p99 ms"},
 		{"client-cpu-s/1k-tasks", "client CPU-s per 1,000 tasks"},
 		{"apiserver-cpu-s/1k-tasks", "kube-apiserver CPU-s per 1,000 tasks"},
 		{"cores-busy", "cores busy"},
