@@ -34,6 +34,15 @@ type Config struct {
 	// processes never run the same InstanceID at once: Start holds a Lease for
 	// it (see LeaseNamespace).
 	InstanceID string
+	// Cluster names the Kubernetes cluster Client reaches, when the Store
+	// holds tasks of several (docs/multicluster.md): the instance takes only
+	// records placed on it (Record.Cluster), records each attempt's outcome
+	// with it (AttemptOutcome.Cluster), and takes a pod for a record's only
+	// when the record names this cluster with the pod's UID, so that two
+	// clusters that mint one UID are never confused. "" (the default) is the
+	// one cluster of a service without clusters: records with no cluster.
+	// A valid cluster name (store.ValidateClusterName) when set.
+	Cluster string
 	// Namespaces to run and watch tasks in; empty means all namespaces.
 	// A task without a namespace runs in DefaultNamespace.
 	Namespaces []string
@@ -209,6 +218,11 @@ func (c *Config) defaults() error {
 	}
 	for _, msg := range validation.IsValidLabelValue(c.InstanceID) {
 		errs = append(errs, fmt.Errorf("InstanceID %q: %s", c.InstanceID, msg))
+	}
+	if c.Cluster != "" {
+		if err := store.ValidateClusterName(c.Cluster); err != nil {
+			errs = append(errs, fmt.Errorf("field Cluster: %w", err))
+		}
 	}
 	for _, id := range c.AdoptFrom {
 		for _, msg := range validation.IsValidLabelValue(id) {

@@ -47,12 +47,14 @@ func TestClaimGone(t *testing.T) {
 		// was built from: the new record is another task's.
 		"a later record of its ID":                {func(r *store.Record) { r.Nonce = "n2" }, true},
 		"retry backoff is no matter of the claim": {func(r *store.Record) { r.NextAttemptAt = time.Unix(1, 0) }, false},
+		// Placed on another cluster than the executor's (Config.Cluster "").
+		"placed on another cluster": {func(r *store.Record) { r.Cluster = "east" }, true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			r := base
 			tc.edit(&r)
-			if got := claimGone(r, 2, "ex", "n1"); (got != "") != tc.want {
+			if got := claimGone(r, 2, "ex", "", "n1"); (got != "") != tc.want {
 				t.Errorf("claimGone = %q, want gone: %v", got, tc.want)
 			}
 		})
@@ -117,7 +119,39 @@ func TestFitOf(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := fitOf(tc.rec, tc.pod, tc.n, epoch, tc.foreign); got != tc.want {
+			if got := fitOf(tc.rec, tc.pod, tc.n, epoch, tc.foreign, ""); got != tc.want {
+				t.Errorf("fitOf = %d, want %d", got, tc.want)
+			}
+		})
+	}
+
+	// With clusters: a UID the record holds is the pod's only when the
+	// record (or the attempt's outcome) names the executor's cluster.
+	onEast := recorded
+	onEast.Cluster = "east"
+	onEast.Attempts = []store.AttemptOutcome{{Attempt: 0, PodUID: "u0", Cluster: "east"}}
+	lostOnWest := onEast
+	lostOnWest.Attempts = []store.AttemptOutcome{{Attempt: 0, PodUID: "u0", Cluster: "west"}}
+	creatingOnEast := current
+	creatingOnEast.Cluster = "east"
+	for name, tc := range map[string]struct {
+		rec     store.Record
+		pod     *corev1.Pod
+		n       int
+		cluster string
+		want    podFit
+	}{
+		"the recorded pod, on the record's cluster":                    {onEast, pod("u1", "5", false, "n"), 1, "east", fitOwn},
+		"a pod of the recorded UID on another cluster":                 {onEast, pod("u1", "5", false, "n"), 1, "west", fitDiscard},
+		"a pod of the recorded UID, the executor of no cluster":        {onEast, pod("u1", "5", false, "n"), 1, "", fitDiscard},
+		"a finished attempt's pod, on its outcome's cluster":           {onEast, pod("u0", "3", false, "n"), 0, "east", fitOwn},
+		"a finished attempt's UID on another cluster than its outcome": {lostOnWest, pod("u0", "3", false, "n"), 0, "east", fitDiscard},
+		"the lost attempt's pod on the lost cluster":                   {lostOnWest, pod("u0", "3", false, "n"), 0, "west", fitOwn},
+		"this term's creation, the record placed on this cluster":      {creatingOnEast, pod("u2", strconv.Itoa(epoch), true, "n"), 1, "east", fitCreating},
+		"this term's creation, the record placed on another cluster":   {creatingOnEast, pod("u2", strconv.Itoa(epoch), true, "n"), 1, "west", fitDiscard},
+	} {
+		t.Run("cluster/"+name, func(t *testing.T) {
+			if got := fitOf(tc.rec, tc.pod, tc.n, epoch, false, tc.cluster); got != tc.want {
 				t.Errorf("fitOf = %d, want %d", got, tc.want)
 			}
 		})

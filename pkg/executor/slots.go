@@ -455,12 +455,14 @@ func pinByAffinity(spec *corev1.PodSpec) {
 // is that one (not a later record of its ID, used again after retention
 // deleted the earlier one), the instance's, unfinished, not cancelled, at
 // attempt n, and no pod of that attempt is recorded.
-func claimGone(rec store.Record, n int, instance, nonce string) string {
+func claimGone(rec store.Record, n int, instance, cluster, nonce string) string {
 	switch {
 	case rec.Nonce != nonce:
 		return "the task's record is a later one of its ID"
 	case rec.Executor != instance:
 		return "the task moved to executor " + rec.Executor
+	case rec.Cluster != cluster:
+		return fmt.Sprintf("the task is placed on cluster %q", rec.Cluster)
 	case rec.Terminal:
 		return "the task has its outcome"
 	case !rec.CancelledAt.IsZero():
@@ -481,7 +483,7 @@ func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64
 	if err != nil {
 		return fmt.Errorf("checking the claim of task %s: %w", id, err)
 	}
-	if why := claimGone(rec, n, e.cfg.InstanceID, nonce); why != "" {
+	if why := claimGone(rec, n, e.cfg.InstanceID, e.cfg.Cluster, nonce); why != "" {
 		return fmt.Errorf("%w: %s", errNotClaimed, why)
 	}
 	cur, err := e.store.Epoch(ctx, e.cfg.InstanceID)
@@ -509,11 +511,11 @@ func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.P
 		if err != nil {
 			return nil, fmt.Errorf("recording pod %s/%s: %w", obj.Namespace, obj.Name, err)
 		}
-		if rec.PodCreated && rec.Attempt == n && rec.PodUID == string(obj.UID) {
+		if rec.PodCreated && rec.Attempt == n && rec.PodUID == string(obj.UID) && rec.Cluster == e.cfg.Cluster {
 			claimErr = nil // recorded by an earlier try whose answer was lost
 			break
 		}
-		if why := claimGone(rec, n, e.cfg.InstanceID, obj.Annotations[task.AnnotationNonce]); why != "" {
+		if why := claimGone(rec, n, e.cfg.InstanceID, e.cfg.Cluster, obj.Annotations[task.AnnotationNonce]); why != "" {
 			claimErr = fmt.Errorf("%w: %s", errNotClaimed, why)
 			break
 		}

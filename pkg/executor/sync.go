@@ -146,6 +146,13 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
 		return 0, nil // another instance's task
 	}
+	if !rec.Terminal && rec.Cluster != e.cfg.Cluster {
+		// Placed on another cluster (a move sets the instance and the
+		// cluster together; this is a record no move of kubetask's writes):
+		// none of its attempts is this instance's to run.
+		e.cfg.Logger.Warn("a task of this instance is placed on another cluster; leaving it", "task", id, "cluster", rec.Cluster, "executor cluster", e.cfg.Cluster)
+		return 0, nil
+	}
 	e.recordOf(id, rec.Nonce)
 	// A finished task of an instance this one adopts from is not adopted
 	// (adopt moves unfinished ones), but its pods are: the gone instance may
@@ -498,6 +505,11 @@ func (e *Executor) previousUnseen(ctx context.Context, rec store.Record, ident t
 	if !ok || out.PodUID == "" {
 		return nil, nil // no pod was created
 	}
+	if out.Cluster != e.cfg.Cluster {
+		// On another cluster, declared lost (LoseAttempt): the attempt
+		// that follows a loss does not wait for a pod nobody can see.
+		return nil, nil
+	}
 	e.mu.Lock()
 	seen := e.stopped[rec.ID] == types.UID(out.PodUID)
 	e.mu.Unlock()
@@ -677,7 +689,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	}
 	rec.Attempts = append(rec.Attempts, store.AttemptOutcome{
 		Attempt: n, Pod: podName, PodUID: podUID, Phase: string(st.Phase), Reason: string(st.Reason),
-		Message: st.Message, ExitCode: st.ExitCode, Retryable: st.Retryable, FinishedAt: finishedAt, ObservedAt: now,
+		Message: st.Message, ExitCode: st.ExitCode, Retryable: st.Retryable, Cluster: e.cfg.Cluster, FinishedAt: finishedAt, ObservedAt: now,
 	})
 	retry := rec.CancelledAt.IsZero() && t.ShouldRetry(st, n)
 	if retry {
@@ -902,14 +914,17 @@ const (
 // comparable with epoch. The record is this instance's since the adoption,
 // which no write of that instance's terms can follow (the adoption changed
 // the record's version), so a foreign pod the record does not take is
-// discarded whatever its epoch.
-func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64, foreign bool) podFit {
+// discarded whatever its epoch. cluster is the executor's (Config.Cluster):
+// the pod is in it, and a UID the record holds is compared with the pod's
+// only when the record (or the attempt's outcome) names that cluster, so a
+// pod is never taken for another cluster's with the same UID.
+func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64, foreign bool, cluster string) podFit {
 	uid := string(pod.UID)
 	if pod.Annotations[task.AnnotationNonce] != rec.Nonce {
 		return fitDiscard // an earlier record's, with the same ID
 	}
 	if out, ok := outcomeOf(rec, n); ok {
-		if out.PodUID == "" || out.PodUID == uid {
+		if out.Cluster == cluster && (out.PodUID == "" || out.PodUID == uid) {
 			return fitOwn
 		}
 		return fitDiscard // not the pod whose outcome is recorded
@@ -920,6 +935,8 @@ func fitOf(rec store.Record, pod *corev1.Pod, n int, epoch int64, foreign bool) 
 	fenced, stamped := attempt.Fenced(pod), pod.Annotations[task.AnnotationEpoch] != ""
 	podEpoch, _ := strconv.ParseInt(pod.Annotations[task.AnnotationEpoch], 10, 64)
 	switch {
+	case rec.Cluster != cluster:
+		return fitDiscard // the attempt is placed on another cluster
 	case rec.PodCreated && (rec.PodUID == "" || rec.PodUID == uid):
 		return fitOwn // recorded (before the fence: by identity)
 	case rec.PodCreated:
@@ -954,7 +971,7 @@ func (e *Executor) fitPods(rec store.Record, ident task.Identity) (own map[int]*
 			Namespace: ident.Namespace, Name: ident.Name, RunID: ident.RunID, Nonce: id.Nonce}, n) {
 			continue
 		}
-		switch fitOf(rec, p, n, epoch, id.Executor != e.cfg.InstanceID) {
+		switch fitOf(rec, p, n, epoch, id.Executor != e.cfg.InstanceID, e.cfg.Cluster) {
 		case fitOwn:
 			own[n] = p
 		case fitDiscard:
@@ -983,7 +1000,7 @@ func (e *Executor) readPod(ctx context.Context, rec store.Record, ident task.Ide
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading pod %s/%s: %w", ident.Namespace, name, err)
-	case !e.ownsPod(live, ident, n) || fitOf(rec, live, n, e.epoch.Load(), live.Annotations[task.AnnotationExecutor] != e.cfg.InstanceID) != fitOwn:
+	case !e.ownsPod(live, ident, n) || fitOf(rec, live, n, e.epoch.Load(), live.Annotations[task.AnnotationExecutor] != e.cfg.InstanceID, e.cfg.Cluster) != fitOwn:
 		e.cfg.Logger.Warn("pod with the attempt's name is not the attempt's; ignoring it", "pod", ident.Namespace+"/"+name, "task", ident.RunID, "uid", live.UID)
 		return nil, nil
 	}

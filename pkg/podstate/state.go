@@ -108,10 +108,15 @@ const (
 	// could not be read (missing, larger than result.maxBytes, or the result
 	// holder could not be reached in time). Phase Failed, not retryable.
 	ReasonResultFailed Reason = "ResultFailed"
+	// ReasonClusterLost: the attempt's cluster was declared lost while the
+	// attempt had a pod there (docs/multicluster.md): the pod may still run,
+	// nobody can see it, and the next attempt runs on another cluster (for
+	// that attempt, at least once). Phase Failed, retryable.
+	ReasonClusterLost Reason = "ClusterLost"
 )
 
 // LifecycleReasons lists the reasons the attempt lifecycle adds to Reasons.
-var LifecycleReasons = []Reason{ReasonStopping, ReasonResultFailed}
+var LifecycleReasons = []Reason{ReasonStopping, ReasonResultFailed, ReasonClusterLost}
 
 // Reasons lists every Reason Derive can return, in documentation order.
 var Reasons = []Reason{

@@ -38,6 +38,7 @@ const REASONS = {
   Cancelled: ['The task was cancelled before its main container finished.', 'Rerun it to run it again.'],
   PodFailed: ['The pod failed before the main container finished (a kubelet admission rejection, for example).', ''],
   ResultFailed: ['The main container exited with code 0 but its result could not be read.', 'Check that the program writes its result where spec.result says, within result.maxBytes.'],
+  ClusterLost: ['The attempt\'s cluster was declared lost while its pod was there; the pod may still run unseen.', 'kubetask runs the next attempt on another cluster.'],
 };
 
 // explain returns {headline, detail, hint} for a task (or an attempt).
