@@ -66,12 +66,18 @@ type apiCounts struct {
 	calls  map[call]int
 	failed map[string]int
 	by     map[string]int // pod requests by the executor's function that made them
+	// inFlight holds the writes to one pod (by namespace/name) on their
+	// way: sent, not answered yet. overlaps counts the writes sent while
+	// another write to the same pod was (by both calls): the client racing
+	// itself inside the API server.
+	inFlight map[string][]call
+	overlaps map[string]int
 }
 
 var debug = os.Getenv("KUBETASK_COSTS_DEBUG") != ""
 
 func newAPICounts() *apiCounts {
-	return &apiCounts{calls: map[call]int{}, failed: map[string]int{}, by: map[string]int{}}
+	return &apiCounts{calls: map[call]int{}, failed: map[string]int{}, by: map[string]int{}, inFlight: map[string][]call{}, overlaps: map[string]int{}}
 }
 
 // config returns a copy of rc whose requests count into a. The executor
@@ -92,6 +98,31 @@ func (a *apiCounts) config(rc *rest.Config) *rest.Config {
 			}
 			if c.verb == "patch" && c.resource == "pods" {
 				c.what = patchKind(body)
+			}
+			pod := podWritten(r, c)
+			if pod != "" {
+				a.mu.Lock()
+				for _, other := range a.inFlight[pod] {
+					a.overlaps[c.String()+" sent while "+other.String()+" was on its way"]++
+				}
+				a.inFlight[pod] = append(a.inFlight[pod], c)
+				a.mu.Unlock()
+				defer func() {
+					a.mu.Lock()
+					defer a.mu.Unlock()
+					w := a.inFlight[pod]
+					for i := range w {
+						if w[i] == c {
+							w = append(w[:i], w[i+1:]...)
+							break
+						}
+					}
+					if len(w) == 0 {
+						delete(a.inFlight, pod)
+					} else {
+						a.inFlight[pod] = w
+					}
+				}()
 			}
 			resp, err := rt.RoundTrip(r)
 			code := 0
@@ -122,6 +153,29 @@ func (a *apiCounts) config(rc *rest.Config) *rest.Config {
 		})
 	})
 	return rc
+}
+
+// podWritten returns the namespace/name of the pod r writes (a PATCH, PUT or
+// DELETE of one pod or its subresource), "" for any other request.
+func podWritten(r *http.Request, c call) string {
+	if c.resource != "pods" || (c.verb != "patch" && c.verb != "update" && c.verb != "delete") {
+		return ""
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	for i := 0; i+3 < len(parts); i++ {
+		if parts[i] == "namespaces" && parts[i+2] == "pods" {
+			return parts[i+1] + "/" + parts[i+3]
+		}
+	}
+	return ""
+}
+
+// overlapping returns the writes sent while another write of the same pod
+// was on its way, so far.
+func (a *apiCounts) overlapping() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.overlaps)
 }
 
 // snapshot returns the counts so far.

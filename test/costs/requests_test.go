@@ -64,28 +64,14 @@ type path struct {
 	// path's own writes (a cancellation, an adoption). On the local node
 	// Pending/Starting always shows, so a write more per task exceeds hi.
 	update bound
-	// etcdDeletes bounds kube-apiserver's etcd deletes of pods per attempt
-	// (0: not bounded). A pod is removed from etcd once; a delete that
-	// races another write of the same pod (the executor's own release sent
-	// beside its DELETE, say) fails inside the API server and is tried
-	// again: one DELETE from the client, two from etcd's side, and the
-	// write it raced read and written again. The request counts above do
-	// not show it; `make bench` does, as throughput (docs/costs.md). Where
-	// the pod has ended before its cleanup, only the node's own last
-	// writes can race: 6 to 7 deletes for 6 tasks in five runs, 10 with
-	// the release sent beside the DELETE. Where a container still runs at
-	// the DELETE (sidecar, cancel), the node's writes while it stops it
-	// race the release either way (9 to 14 for 6): not bounded.
-	etcdDeletes float64
-	run         func(t *testing.T, m *meter) []string
+	run    func(t *testing.T, m *meter) []string
 }
 
 var paths = []path{
 	{
 		name: "success", attempts: 1, starts: 1,
-		api:         map[call]float64{createPod: 1, ungate: 1, release: 1, deletePod: 1},
-		update:      bound{2, 4},
-		etcdDeletes: 1.34,
+		api:    map[call]float64{createPod: 1, ungate: 1, release: 1, deletePod: 1},
+		update: bound{2, 4},
 		run: func(t *testing.T, m *meter) []string {
 			ex, stop := m.start(executor.Config{})
 			ids := taskIDs("ok", tasksPerPath)
@@ -116,9 +102,8 @@ var paths = []path{
 		// Attempt 0 exits 3 and is retried (RetryOn ExitCode); attempt 1
 		// succeeds: the success path twice.
 		name: "retry", attempts: 2, starts: 1,
-		api:         map[call]float64{createPod: 2, ungate: 2, release: 2, deletePod: 2},
-		update:      bound{4, 8},
-		etcdDeletes: 1.34,
+		api:    map[call]float64{createPod: 2, ungate: 2, release: 2, deletePod: 2},
+		update: bound{4, 8},
 		run: func(t *testing.T, m *meter) []string {
 			ex, stop := m.start(executor.Config{})
 			ids := taskIDs("retry", tasksPerPath)
@@ -170,9 +155,8 @@ var paths = []path{
 		// them: one relabel each (and the adoption's store write), then
 		// the success path's end.
 		name: "adoption", attempts: 1, starts: 2,
-		api:         map[call]float64{createPod: 1, ungate: 1, relabel: 1, release: 1, deletePod: 1},
-		update:      bound{3, 5},
-		etcdDeletes: 1.34,
+		api:    map[call]float64{createPod: 1, ungate: 1, relabel: 1, release: 1, deletePod: 1},
+		update: bound{3, 5},
 		run: func(t *testing.T, m *meter) []string {
 			old, stopOld := m.start(executor.Config{InstanceID: "old"})
 			ids := taskIDs("adopt", tasksPerPath)
@@ -215,9 +199,18 @@ func TestRequestsPerTask(t *testing.T) {
 			t.Logf("%s: pod changes delivered: %d (%.2f per task)", p.name, changes, float64(changes)/float64(n))
 			etcd := m.etcdSince()
 			t.Logf("%s: kube-apiserver's etcd requests for pods: %s", p.name, format(etcd))
-			if d := float64(etcd["delete"]) / float64(p.attempts*n); p.etcdDeletes > 0 && d > p.etcdDeletes {
-				t.Errorf("%s: %d etcd deletes of pods for %d attempts (%.2f each), more than %.2f: a cleanup request that races another write of the same pod? (docs/costs.md)",
-					p.name, etcd["delete"], p.attempts*n, d, p.etcdDeletes)
+			// The executor never sends a write of a pod while another write
+			// of it is on its way: two writes of one pod race inside the API
+			// server, which reads and writes the loser again (the release
+			// sent beside the DELETE cost 1.9 etcd deletes and 6.8 updates
+			// per pod in make bench; docs/costs.md). Counted at the client,
+			// where the node's own writes do not blur it: the etcd deletes
+			// per attempt, bounded here before, count those too (the node's
+			// status and its final DELETE racing the release: up to 1.58 per
+			// attempt on the retry path on a loaded machine, CI of 38ba2fa),
+			// so they are only logged.
+			if o := m.api.overlapping(); len(o) > 0 {
+				t.Errorf("%s: writes of a pod sent while another write of it was on its way: %s (docs/costs.md)", p.name, format(o))
 			}
 			if len(failed) > 0 {
 				t.Logf("%s: answers not 2xx: %s", p.name, format(failed))
