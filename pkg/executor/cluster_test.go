@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,53 @@ func TestClusterIsValidated(t *testing.T) {
 		if bad := err != nil && strings.Contains(err.Error(), "field Cluster:"); bad == tc.ok {
 			t.Errorf("Cluster %q: err %v, want valid: %v", tc.cluster, err, tc.ok)
 		}
+	}
+}
+
+// TestLostAttemptsPodIsStoppedWhenItsClusterReturns: after a declaration
+// of loss the record is no longer the lost cluster's instance's, yet that
+// instance's pod of the lost attempt may run on when the cluster answers
+// again. The instance stops it (the task's cleanup: here a delete) and
+// writes nothing to the record, which another instance owns; an instance
+// of another cluster, or a record lost on another cluster, leaves it.
+func TestLostAttemptsPodIsStoppedWhenItsClusterReturns(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		executor    string // the executor's cluster
+		lostOn      string // the cluster the attempt was lost on
+		wantStopped bool
+	}{
+		{"the lost cluster's instance", "east", "east", true},
+		{"an instance of another cluster", "west", "east", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFx(t, func(c *Config) { c.Cluster = tc.executor })
+			f.submit("a", newTask())
+			pod := f.podOf("a", 0, running())
+			pod.UID = "u-lost"
+			f.update("a", func(r *store.Record) {
+				r.Cluster, r.PodCreated, r.PodUID = tc.lostOn, true, string(pod.UID)
+			})
+			lost, err := LoseAttempt(f.record("a"), tc.lostOn, f.clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.ex.store.Update(f.ctx, lost); err != nil {
+				t.Fatal(err)
+			}
+			before := f.record("a")
+			f.both(pod) // the cluster answers again: its pod shows
+			_, verbs, err := f.sync("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped := slices.Contains(verbs, "delete pods")
+			if stopped != tc.wantStopped {
+				t.Errorf("requests %v; want the lost pod stopped: %v", verbs, tc.wantStopped)
+			}
+			if after := f.record("a"); after.Version != before.Version {
+				t.Errorf("the record was written (version %d to %d): it is another instance's", before.Version, after.Version)
+			}
+		})
 	}
 }

@@ -143,10 +143,19 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if err != nil {
 		return 0, fmt.Errorf("reading task %s: %w", id, err)
 	}
+	// lostOnly: the task is another instance's now, but attempts of it were
+	// declared lost on this instance's cluster (LoseAttempt), and their pods
+	// may be back in this instance's view (a returning cluster): they are
+	// stopped and released here, as finished attempts' pods are, and nothing
+	// else of the task is this instance's to do.
+	lostOnly := false
 	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
-		return 0, nil // another instance's task
+		if !e.lostHere(rec) {
+			return 0, nil // another instance's task
+		}
+		lostOnly = true
 	}
-	if !rec.Terminal && rec.Cluster != e.cfg.Cluster {
+	if !lostOnly && !rec.Terminal && rec.Cluster != e.cfg.Cluster {
 		// Placed on another cluster (a move sets the instance and the
 		// cluster together; this is a record no move of kubetask's writes):
 		// none of its attempts is this instance's to run.
@@ -216,6 +225,9 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 		}
 	}
 	e.reportReleases(rec.ID, pods)
+	if lostOnly {
+		return next.d, errors.Join(errs...)
+	}
 	if rec.Terminal {
 		e.unwait(rec.ID)
 		if len(pods) == 0 {
@@ -226,6 +238,24 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	d, err := e.syncAttempt(ctx, &t, rec, ident, pods, now)
 	next.after(d)
 	return next.d, errors.Join(append(errs, err)...)
+}
+
+// lostHere reports whether an attempt of rec was declared lost on this
+// executor's cluster (an outcome ClusterLost that names it, with a pod)
+// while this instance's cache shows a pod of the task: the returning
+// cluster's pods of lost attempts, which syncView stops and releases.
+func (e *Executor) lostHere(rec store.Record) bool {
+	if e.cfg.Cluster == "" {
+		return false
+	}
+	lost := false
+	for _, out := range rec.Attempts {
+		if out.Reason == string(podstate.ReasonClusterLost) && out.Cluster == e.cfg.Cluster && out.PodUID != "" {
+			lost = true
+			break
+		}
+	}
+	return lost && len(e.podsOfRun(rec.ID)) > 0
 }
 
 // syncAttempt moves the current attempt on: create its pod, follow its
