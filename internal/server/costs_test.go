@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,7 +62,11 @@ func TestRefusalBeforeTheBodyClosesTheConnection(t *testing.T) {
 		t.Fatalf("%s, Connection: close %v: want 401 with Connection: close", resp.Status, resp.Close)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	if _, err := r.ReadByte(); err != io.EOF {
+	// Closed: an end of stream, or a reset when the server closed with body
+	// bytes it had not read in its socket (the kernel answers them with a
+	// RST; CI of f44a335). A connection left open ends the read at the
+	// deadline instead, which fails.
+	if _, err := r.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("after the answer: %v, want the connection closed", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
