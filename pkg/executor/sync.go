@@ -248,13 +248,9 @@ func (e *Executor) lostHere(rec store.Record) bool {
 	if e.cfg.Cluster == "" {
 		return false
 	}
-	lost := false
-	for _, out := range rec.Attempts {
-		if out.Reason == string(podstate.ReasonClusterLost) && out.Cluster == e.cfg.Cluster && out.PodUID != "" {
-			lost = true
-			break
-		}
-	}
+	lost := slices.ContainsFunc(rec.Attempts, func(out store.AttemptOutcome) bool {
+		return out.Reason == string(podstate.ReasonClusterLost) && out.Cluster == e.cfg.Cluster && out.PodUID != ""
+	})
 	return lost && len(e.podsOfRun(rec.ID)) > 0
 }
 
