@@ -176,3 +176,46 @@ func (f *fx) message(id string) string {
 	}
 	return rec.Message
 }
+
+// TestADiscardIsSentOnceWhileTheCacheLags (simulation seed 1400056336): the
+// cache still shows a pod of the ID's first record after a user deleted
+// it, its watch behind. Each pass decided to discard the pod, and forgot
+// the done discard at its end (the pod is none of the record's attempts),
+// so the cleaner's answer brought the task back to a pass that sent the
+// DELETE again: a loop of requests with no pause until the watch caught
+// up (the simulator's run never settled). The discard is sent once; the
+// cache's catching up ends it, and only then is the action forgotten.
+func TestADiscardIsSentOnceWhileTheCacheLags(t *testing.T) {
+	for name, finished := range map[string]bool{"the new record runs": false, "the new record finished": true} {
+		t.Run(name, func(t *testing.T) {
+			f := newFx(t, nil)
+			f.submit("a", newTask())
+			f.update("a", func(r *store.Record) { r.Terminal, r.Phase, r.Reason = true, "Failed", "ExitCode" })
+			first := f.podOf("a", 0, mainExited(3).Phase(corev1.PodFailed))
+			first.UID = "u-first"
+			f.cache(first) // the user deleted it: gone from the API server, not from the cache
+			f.retainAndSubmitAgain("a", newTask())
+			if finished {
+				f.update("a", func(r *store.Record) { r.Terminal, r.Phase, r.Reason = true, "Failed", "Cancelled" })
+			}
+			total := 0
+			for pass := range 5 {
+				_, verbs, err := f.sync("a")
+				if err != nil {
+					t.Fatalf("pass %d: %v", pass, err)
+				}
+				total += strings.Count(strings.Join(verbs, ","), "delete pods")
+			}
+			if total != 1 {
+				t.Errorf("%d DELETEs of the first record's pod in 5 passes while the cache showed it; want 1", total)
+			}
+			f.reflect(first.Name)
+			if _, _, err := f.sync("a"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.ex.actionOf("ns/" + first.Name); ok {
+				t.Error("the done discard is kept after the cache showed the pod gone")
+			}
+		})
+	}
+}

@@ -224,13 +224,13 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 			errs = append(errs, err)
 		}
 	}
-	e.reportReleases(rec.ID, pods)
+	e.reportReleases(rec.ID, pods, discard)
 	if lostOnly {
 		return next.d, errors.Join(errs...)
 	}
 	if rec.Terminal {
 		e.unwait(rec.ID)
-		if len(pods) == 0 {
+		if len(pods) == 0 && len(discard) == 0 { // a done discard is kept while its pod shows
 			e.forget(rec.ID)
 		}
 		return next.d, errors.Join(errs...)
@@ -836,10 +836,16 @@ func podFinished(pod *corev1.Pod) bool {
 // reportReleases emits PodReleased for the releases of task id that are
 // done, once, whether or not the pod is still there (a deleted pod goes as
 // soon as its finalizer is off), and forgets the actions on pods that are
-// gone.
-func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod) {
+// gone. A done action on a pod the pass discards is kept while the cache
+// shows that pod: forgotten, the next pass would send the discard again,
+// and the cleaner's answer bring the task back to one more, with no pause
+// for as long as the watch lags (simulation seed 1400056336).
+func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod, discard []*corev1.Pod) {
 	present := map[string]bool{}
 	for _, p := range pods {
+		present[p.Namespace+"/"+p.Name] = true
+	}
+	for _, p := range discard {
 		present[p.Namespace+"/"+p.Name] = true
 	}
 	e.reportDone(id, func(key string) bool { return !present[key] })
