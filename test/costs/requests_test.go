@@ -3,6 +3,8 @@ package costs
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -153,18 +155,26 @@ var paths = []path{
 		// Instance "old" creates and ungates the pods and is stopped while
 		// they run; instance "new" (AdoptFrom old, the same store) adopts
 		// them: one relabel each (and the adoption's store write), then
-		// the success path's end.
+		// the success path's end. The tasks end only when the test lets
+		// them, after old stopped (the local node runs them as host
+		// processes, which see the test's files): with a fixed run time, a
+		// task of a loaded machine ended before old stopped, and old's
+		// release, cut short by its stop, counted as a failed request.
 		name: "adoption", attempts: 1, starts: 2,
 		api:    map[call]float64{createPod: 1, ungate: 1, relabel: 1, release: 1, deletePod: 1},
 		update: bound{3, 5},
 		run: func(t *testing.T, m *meter) []string {
 			old, stopOld := m.start(executor.Config{InstanceID: "old"})
 			ids := taskIDs("adopt", tasksPerPath)
+			gate := filepath.Join(t.TempDir(), "go")
 			for _, id := range ids {
-				exectest.Submit(t, old, id, exectest.LocalTask(id, "sleep 2; echo done", ""))
+				exectest.Submit(t, old, id, exectest.LocalTask(id, fmt.Sprintf("while [ ! -e %q ]; do sleep 0.1; done; echo done", gate), ""))
 			}
 			m.waitRunning(ids)
 			stopOld()
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			_, stop := m.start(executor.Config{InstanceID: "new", AdoptFrom: []string{"old"}})
 			m.finish(stop, ids)
 			for _, id := range ids {
