@@ -147,6 +147,9 @@ type Executor struct {
 	actions  map[string]*podAction // clean-up calls, by pod key
 	sealed   map[string]sealing    // by task: an outcome decided on a gated pod, recorded once its deletion shows
 	stopped  map[string]types.UID  // by task: the latest pod of a recorded attempt seen with nothing running (startAttempt)
+	// relabelled: by task, the adopted pod this process moved to its
+	// instance (relabel) while the cache still shows the earlier label.
+	relabelled map[string]types.UID
 
 	capMu     sync.Mutex
 	captures  map[captureKey]*captureRun // log captures (Config.CaptureLogs)
@@ -182,24 +185,25 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		cfg:       cfg,
-		store:     cfg.Store,
-		metrics:   newMetrics(cfg.Registerer),
-		memos:     map[string]*taskMemo{},
-		gates:     map[string]gateMemo{},
-		failures:  map[string]createFail{},
-		creations: map[string]*creation{},
-		unseenCr:  map[string]*creation{},
-		lines:     map[string][]waiter{},
-		inLine:    map[string]placed{},
-		creates:   make(chan string, cfg.Parallelism),
-		cleanups:  make(chan string, cfg.Parallelism),
-		actions:   map[string]*podAction{},
-		sealed:    map[string]sealing{},
-		stopped:   map[string]types.UID{},
-		captures:  map[captureKey]*captureRun{},
-		runCtx:    context.Background(),
-		gate:      newGate(cfg.Clock),
+		cfg:        cfg,
+		store:      cfg.Store,
+		metrics:    newMetrics(cfg.Registerer),
+		memos:      map[string]*taskMemo{},
+		gates:      map[string]gateMemo{},
+		failures:   map[string]createFail{},
+		creations:  map[string]*creation{},
+		unseenCr:   map[string]*creation{},
+		lines:      map[string][]waiter{},
+		inLine:     map[string]placed{},
+		creates:    make(chan string, cfg.Parallelism),
+		cleanups:   make(chan string, cfg.Parallelism),
+		actions:    map[string]*podAction{},
+		sealed:     map[string]sealing{},
+		stopped:    map[string]types.UID{},
+		relabelled: map[string]types.UID{},
+		captures:   map[captureKey]*captureRun{},
+		runCtx:     context.Background(),
+		gate:       newGate(cfg.Clock),
 	}
 	e.client = cfg.Client
 	var rc *rest.Config

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -537,5 +538,47 @@ func TestCreateLeavesANewerTermsPod(t *testing.T) {
 	}
 	if f.serverPod(earlier.Name) != nil {
 		t.Error("an earlier term's pod of the name was not discarded")
+	}
+}
+
+// An adopted pod is relabelled once: a pass that runs before the cache
+// shows the new label (another change of the task brought it back) waits
+// for it instead of sending the relabel again (1.33 relabels per task in
+// test/costs's adoption path once its tasks ran long enough).
+func TestAnAdoptedPodIsRelabelledOnce(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.AdoptFrom = []string{"old"} })
+	old := newFx(t, func(c *Config) { c.InstanceID = "old"; c.RecordOnly = true; c.Store = f.ex.store })
+	rec := old.submit("x", newTask())
+	pod := old.podOf("x", 0, running())
+	pod.UID = "uid-old"
+	old.update("x", func(r *store.Record) { r.PodCreated, r.PodUID, r.Phase, r.Reason = true, "uid-old", "Running", "Running" })
+	f.both(pod)
+	if err := f.ex.adopt(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.record("x"); r.Executor != "ex" || r.Nonce != rec.Nonce {
+		t.Fatalf("not adopted: executor %s", r.Executor)
+	}
+	relabels := func(verbs []string) int { return strings.Count(strings.Join(verbs, ","), "patch pods") }
+	total := 0
+	for range 3 { // the cache still shows old's label
+		_, verbs, err := f.sync("x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += relabels(verbs)
+	}
+	if total != 1 {
+		t.Errorf("%d relabels in 3 passes while the cache showed the earlier label; want 1", total)
+	}
+	f.reflect(pod.Name)
+	if p := f.serverPod(pod.Name); p.Labels[task.LabelExecutor] != "ex" {
+		t.Fatalf("pod labelled %q, want this instance's", p.Labels[task.LabelExecutor])
+	}
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if f.ex.relabelSent("x", pod.UID) {
+		t.Error("the relabel is remembered after the cache showed it")
 	}
 }

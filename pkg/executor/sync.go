@@ -210,9 +210,18 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	for _, p := range pods {
 		if p.Labels[task.LabelExecutor] != e.cfg.InstanceID {
 			// Adopted from a gone instance: move it to this one first (the
-			// update brings the task back).
-			return 0, e.relabel(ctx, p)
+			// update brings the task back). Once: a pass before the cache
+			// shows the new label (another change of the task brought it
+			// back) waits for it rather than send it again (1.33 relabels
+			// per task in test/costs).
+			if e.relabelSent(rec.ID, p.UID) {
+				return 0, nil
+			}
+			return 0, e.relabel(ctx, rec.ID, p)
 		}
+	}
+	if len(e.cfg.AdoptFrom) > 0 { // only an adopter relabels: no lock on other executors' passes
+		e.relabelShown(rec.ID)
 	}
 
 	var next requeue
@@ -904,15 +913,36 @@ func (e *Executor) releaseUnknown(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
-// relabel moves an adopted pod to this instance.
-func (e *Executor) relabel(ctx context.Context, pod *corev1.Pod) error {
+// relabel moves an adopted pod of task id to this instance, and notes
+// that it did (relabelSent) until the cache shows it (relabelShown).
+func (e *Executor) relabel(ctx context.Context, id string, pod *corev1.Pod) error {
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}}}`,
 		task.LabelExecutor, e.cfg.InstanceID, task.AnnotationExecutor, e.cfg.InstanceID)
 	_, err := e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("adopting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	e.mu.Lock()
+	e.relabelled[id] = pod.UID
+	e.mu.Unlock()
 	return nil
+}
+
+// relabelSent reports whether this process relabelled task id's pod uid
+// already, the cache not showing it yet.
+func (e *Executor) relabelSent(id string, uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sent, ok := e.relabelled[id]
+	return ok && sent == uid
+}
+
+// relabelShown forgets task id's relabel: the cache shows every pod of the
+// task with this instance's label.
+func (e *Executor) relabelShown(id string) {
+	e.mu.Lock()
+	delete(e.relabelled, id)
+	e.mu.Unlock()
 }
 
 // podFit is what a pod of a task's run is to the task's record.
@@ -1208,6 +1238,7 @@ func (e *Executor) forget(id string) {
 	delete(e.failures, id)
 	delete(e.sealed, id)
 	delete(e.stopped, id)
+	delete(e.relabelled, id)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
