@@ -551,7 +551,9 @@ func TestAnAdoptedPodIsRelabelledOnce(t *testing.T) {
 	rec := old.submit("x", newTask())
 	pod := old.podOf("x", 0, running())
 	pod.UID = "uid-old"
-	old.update("x", func(r *store.Record) { r.PodCreated, r.PodUID, r.Phase, r.Reason = true, "uid-old", "Running", "Running" })
+	old.update("x", func(r *store.Record) {
+		r.PodCreated, r.PodUID, r.Phase, r.Reason = true, "uid-old", "Running", "Running"
+	})
 	f.both(pod)
 	if err := f.ex.adopt(f.ctx); err != nil {
 		t.Fatal(err)
