@@ -143,3 +143,22 @@ func TestLostAttemptsPodIsStoppedWhenItsClusterReturns(t *testing.T) {
 		})
 	}
 }
+
+// TestASubmittedTaskIsPlacedOnTheExecutorsCluster: an executor of a
+// cluster records the tasks submitted to it as placed on its cluster, and
+// runs them. Before, Submit left the record's cluster empty, and the
+// executor's pass then left the task as one placed on another cluster:
+// it never ran (found while modelling clusters in the simulator).
+func TestASubmittedTaskIsPlacedOnTheExecutorsCluster(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Cluster = "east" })
+	rec := f.submit("x", newTask())
+	if rec.Cluster != "east" {
+		t.Fatalf("record placed on cluster %q, want the executor's, east", rec.Cluster)
+	}
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if created := f.drainCreations(); len(created) != 1 {
+		t.Errorf("creations %v after a pass, want the task's pod", created)
+	}
+}

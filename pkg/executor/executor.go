@@ -708,7 +708,7 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 		return Status{}, false, fmt.Errorf("encoding task: %w", err)
 	}
 	rec := store.Record{
-		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Task: doc, Labels: t.Labels,
+		ID: id, Namespace: t.Namespace, Name: t.Name, Executor: e.cfg.InstanceID, Cluster: e.cfg.Cluster, Task: doc, Labels: t.Labels,
 		Phase: "Pending", Reason: "Submitted", Message: "waiting to create the pod", Nonce: newNonce(),
 	}
 	for _, o := range opts {
