@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,10 @@ type apiServer struct {
 	uids   int
 	pods   map[string]*corev1.Pod
 	leases map[string]*coordinationv1.Lease
+	// scopes (by actor) and podScope (by UID) are the clusters of the
+	// clusters scenario: nil outside it (keyFor, keyOf).
+	scopes   map[string]string
+	podScope map[types.UID]string
 	// logs are the changes of each resource ("pods", "leases") kept for
 	// watches.
 	logs     map[string]*changeLog
@@ -174,7 +179,7 @@ func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Acti
 		return nil, err
 	}
 	s.mu.Lock()
-	obj, err := s.apply(a)
+	obj, err := s.apply(actor, a)
 	s.mu.Unlock()
 	// The answer is a step of its own, a read's too: the caller may be
 	// descheduled between the server's answer and its use of it.
@@ -186,7 +191,36 @@ func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Acti
 	return obj, err
 }
 
-func (s *apiServer) apply(a k8stesting.Action) (runtime.Object, error) {
+// keyFor is the key of pod ns/name to actor's requests: in the clusters
+// scenario each cluster's pods are apart (two clusters may hold a pod of
+// one name), by the cluster of the actor's instance (scopes).
+func (s *apiServer) keyFor(actor, ns, name string) string {
+	if sc := s.scopes[actor]; sc != "" {
+		return sc + ":" + ns + "/" + name
+	}
+	return ns + "/" + name
+}
+
+// keyOf is p's key: in the cluster it was created in.
+func (s *apiServer) keyOf(p *corev1.Pod) string {
+	if sc := s.podScope[p.UID]; sc != "" {
+		return sc + ":" + p.Namespace + "/" + p.Name
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// scope makes actor's pod requests go to cluster's pods (the clusters
+// scenario).
+func (s *apiServer) scope(actor, cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scopes == nil {
+		s.scopes, s.podScope = map[string]string{}, map[types.UID]string{}
+	}
+	s.scopes[actor] = cluster
+}
+
+func (s *apiServer) apply(actor string, a k8stesting.Action) (runtime.Object, error) {
 	switch a.GetResource().Resource {
 	case "pods":
 		if a.GetSubresource() != "" {
@@ -195,10 +229,10 @@ func (s *apiServer) apply(a k8stesting.Action) (runtime.Object, error) {
 		switch a.GetVerb() {
 		case "create":
 			c := a.(k8stesting.CreateActionImpl)
-			return s.createPod(c.GetObject().(*corev1.Pod), len(c.CreateOptions.DryRun) > 0)
+			return s.createPod(actor, c.GetObject().(*corev1.Pod), len(c.CreateOptions.DryRun) > 0)
 		case "get":
 			g := a.(k8stesting.GetAction)
-			p := s.pods[g.GetNamespace()+"/"+g.GetName()]
+			p := s.pods[s.keyFor(actor, g.GetNamespace(), g.GetName())]
 			if p == nil {
 				return nil, apierrors.NewNotFound(podsGR, g.GetName())
 			}
@@ -206,12 +240,12 @@ func (s *apiServer) apply(a k8stesting.Action) (runtime.Object, error) {
 		case "list":
 			return s.listPods(a.GetNamespace(), a.(k8stesting.ListActionImpl).GetListRestrictions().Labels), nil
 		case "update":
-			return s.updatePod(a.(k8stesting.UpdateAction).GetObject().(*corev1.Pod))
+			return s.updatePod(actor, a.(k8stesting.UpdateAction).GetObject().(*corev1.Pod))
 		case "patch":
-			return s.patchPod(a.(k8stesting.PatchAction))
+			return s.patchPod(actor, a.(k8stesting.PatchAction))
 		case "delete":
 			d := a.(k8stesting.DeleteActionImpl)
-			return nil, s.deletePod(d.GetNamespace(), d.GetName(), d.DeleteOptions, "client")
+			return nil, s.deletePod(s.keyFor(actor, d.GetNamespace(), d.GetName()), d.DeleteOptions, "client")
 		}
 	case "leases":
 		return s.lease(a)
@@ -285,9 +319,9 @@ func invalid(name string, path *field.Path, msg string) error {
 	return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, name, field.ErrorList{field.Forbidden(path, msg)})
 }
 
-func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, error) {
+func (s *apiServer) createPod(actor string, in *corev1.Pod, dryRun bool) (runtime.Object, error) {
 	p := in.DeepCopy()
-	key := p.Namespace + "/" + p.Name
+	key := s.keyFor(actor, p.Namespace, p.Name)
 	if p.Name == "" {
 		return nil, invalid(p.Name, field.NewPath("metadata", "name"), "name is required")
 	}
@@ -312,6 +346,9 @@ func (s *apiServer) createPod(in *corev1.Pod, dryRun bool) (runtime.Object, erro
 	}
 	s.uids++
 	p.UID = types.UID(fmt.Sprintf("u%d", s.uids))
+	if sc := s.scopes[actor]; sc != "" {
+		s.podScope[p.UID] = sc
+	}
 	p.CreationTimestamp = metav1.NewTime(s.now())
 	p.Generation = 1
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending}
@@ -382,7 +419,7 @@ func (s *apiServer) accept(old, p *corev1.Pod) (*corev1.Pod, error) {
 
 // store writes the accepted version n of old and what follows from it.
 func (s *apiServer) store(old, n *corev1.Pod) {
-	key := old.Namespace + "/" + old.Name
+	key := s.keyOf(old)
 	t, a := s.taskOf(old)
 	if len(old.Spec.SchedulingGates) > 0 && len(n.Spec.SchedulingGates) == 0 {
 		n.Status.Conditions = nil
@@ -396,8 +433,8 @@ func (s *apiServer) store(old, n *corev1.Pod) {
 	s.commit(key, n)
 }
 
-func (s *apiServer) updatePod(in *corev1.Pod) (runtime.Object, error) {
-	old := s.pods[in.Namespace+"/"+in.Name]
+func (s *apiServer) updatePod(actor string, in *corev1.Pod) (runtime.Object, error) {
+	old := s.pods[s.keyFor(actor, in.Namespace, in.Name)]
 	if old == nil {
 		return nil, apierrors.NewNotFound(podsGR, in.Name)
 	}
@@ -409,8 +446,8 @@ func (s *apiServer) updatePod(in *corev1.Pod) (runtime.Object, error) {
 	return n.DeepCopy(), nil
 }
 
-func (s *apiServer) patchPod(a k8stesting.PatchAction) (runtime.Object, error) {
-	old := s.pods[a.GetNamespace()+"/"+a.GetName()]
+func (s *apiServer) patchPod(actor string, a k8stesting.PatchAction) (runtime.Object, error) {
+	old := s.pods[s.keyFor(actor, a.GetNamespace(), a.GetName())]
 	if old == nil {
 		return nil, apierrors.NewNotFound(podsGR, a.GetName())
 	}
@@ -467,12 +504,12 @@ func (s *apiServer) patchPod(a k8stesting.PatchAction) (runtime.Object, error) {
 
 // deletePod deletes a pod as kube-apiserver does: preconditions, the grace
 // period (0 for a pod on no node), and the object stays while finalizers do.
-func (s *apiServer) deletePod(ns, name string, opts metav1.DeleteOptions, who string) error {
-	key := ns + "/" + name
+func (s *apiServer) deletePod(key string, opts metav1.DeleteOptions, who string) error {
 	old := s.pods[key]
 	if old == nil {
-		return apierrors.NewNotFound(podsGR, name)
+		return apierrors.NewNotFound(podsGR, key[strings.LastIndex(key, "/")+1:])
 	}
+	name := old.Name
 	if pre := opts.Preconditions; pre != nil {
 		if pre.UID != nil && *pre.UID != old.UID {
 			return apierrors.NewConflict(podsGR, name, fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *pre.UID, old.UID))

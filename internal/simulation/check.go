@@ -68,6 +68,7 @@ func Check(events []Event, valid map[string]bool) []Violation {
 	recorded := map[ta]string{}    // the attempt's recorded pod
 	submitted := map[string]bool{} // tasks a user submitted
 	ran := map[ta][]string{}       // UIDs of the attempt's pods that ran
+	lost := map[ta]bool{}          // attempts declared lost with their cluster (ClusterLost)
 	for _, e := range events {
 		k := ta{e.Task, e.Attempt}
 		p := pods[e.UID]
@@ -110,14 +111,27 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			// outcome, nor after the task's cancellation was recorded when
 			// the pod runs after the outcome (the scheduler may bind a pod
 			// released before).
-			if s := outcome[k]; s != 0 && p.released > s {
-				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the attempt's outcome was recorded (event %d)", e.UID, p.released, s)
-			} else if s := final[e.Task]; s != 0 && p.released > s {
-				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the task's final outcome was recorded (event %d)", e.UID, p.released, s)
-			} else if s, c := max(outcome[k], final[e.Task]), cancelRec[e.Task]; s != 0 && c != 0 && p.released > c {
-				add(InvAfter, e, "pod %s runs after the outcome (event %d): it was released to the scheduler (event %d) after the task's cancellation was recorded (event %d)", e.UID, s, p.released, c)
+			// A lost attempt's pod (ClusterLost) may start after the
+			// declaration: its gate's removal may have been on its way,
+			// decided on the claim before the loss. The declaration made
+			// that attempt at-least-once; the Returning pass stops it.
+			oc, fin, c := outcome[k], final[e.Task], cancelRec[e.Task]
+			switch {
+			case lost[k]: // at-least-once, declared
+			case oc != 0 && p.released > oc:
+				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the attempt's outcome was recorded (event %d)", e.UID, p.released, oc)
+			case fin != 0 && p.released > fin:
+				add(InvAfter, e, "pod %s runs: it was released to the scheduler (event %d) after the task's final outcome was recorded (event %d)", e.UID, p.released, fin)
+			case max(oc, fin) != 0 && c != 0 && p.released > c:
+				add(InvAfter, e, "pod %s runs after the outcome (event %d): it was released to the scheduler (event %d) after the task's cancellation was recorded (event %d)", e.UID, max(oc, fin), p.released, c)
 			}
 			for _, o := range pods {
+				// A pod of an attempt declared lost with its cluster may
+				// run on beside the next attempt's: that is what the
+				// declaration is (at-least-once for that attempt).
+				if lost[ta{o.task, o.attempt}] || lost[k] {
+					continue
+				}
 				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {
 					add(InvConcurrent, e, "pod %s was bound while pod %s (attempt %d) still ran", e.UID, o.uid, o.attempt)
 				}
@@ -145,6 +159,9 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				continue
 			}
 			outcome[k] = e.Seq
+			if e.Reason == "ClusterLost" {
+				lost[k] = true
+			}
 			if p != nil && p.task != e.Task {
 				add(InvOwnRecord, e, "the outcome names pod %s, which is %s's (attempt %d)", e.UID, p.task, p.attempt)
 			}
@@ -161,7 +178,7 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				code = ap.exit
 			}
 			switch {
-			case e.Reason == "Cancelled":
+			case e.Reason == "Cancelled", e.Reason == "ClusterLost": // kubetask's, not the container's
 			case code != nil && (e.Code == nil || *e.Code != *code):
 				add(InvOutcome, e, "the main container of pod %s exited %d (reported at event %d, before the outcome), but the outcome %s/%s has exit code %s",
 					ap.uid, *code, ap.exitSeq, e.Phase, e.Reason, fmtCode(e.Code))

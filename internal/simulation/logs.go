@@ -151,7 +151,7 @@ func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		since, _ = time.Parse(time.RFC3339, v)
 	}
 	s.mu.Lock()
-	pod := s.pods[ns+"/"+name]
+	pod := s.pods[s.keyFor(actor, ns, name)]
 	var c *containerLog
 	var uid string
 	var ferr error
@@ -202,7 +202,7 @@ func (t *logTransport) stream(ctx context.Context, actor, ns, name, uid string, 
 		now := s.now()
 		all := c.lines(now)
 		lost := !c.lostAt.IsZero()
-		p := s.pods[ns+"/"+name]
+		p := s.pods[s.keyFor(actor, ns, name)]
 		exists := p != nil && string(p.UID) == uid
 		ended := !c.end.IsZero() && !c.end.After(now)
 		next := c.nextLine(now)

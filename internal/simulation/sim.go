@@ -51,6 +51,9 @@ type Options struct {
 	// NoRetention leaves out retention, which deletes finished records
 	// (oldest first), and the users who then use a task's ID again.
 	NoRetention bool
+	// NoClusters leaves out the scenario of two clusters' instances, one
+	// of which an operator declares lost (clusters.go).
+	NoClusters bool
 	// Debug adds the executors' debug logs and every step the world
 	// released, held or failed to Result.Logs; it changes nothing else.
 	Debug bool
@@ -154,6 +157,7 @@ type world struct {
 	adopt    bool
 	oldGone  time.Duration // when instance "old" is given up (adoption)
 	repl     *replicaPlan  // the replicas scenario, if drawn
+	cl       *clusterPlan  // the clusters scenario, if drawn
 	feed     *feed
 	members  *members
 	level    int
@@ -238,7 +242,11 @@ func run(opt Options) *Result {
 	}
 	w.priorTerms()
 	w.plan()
+	w.drawClusters()
 	switch {
+	case w.cl != nil:
+		w.startProcess(instEast, nil)
+		w.startProcess(instWest, nil)
 	case w.adopt:
 		w.startProcess("old", nil)
 	case w.repl != nil:
@@ -396,10 +404,13 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	name := fmt.Sprintf("p%d", w.nproc)
 	p := &process{name: name, instance: instance, done: make(chan error, 1), logs: &bytes.Buffer{}}
 	st := &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: name, seen: w.seen, feed: w.feed}
+	if c := clusterOf(instance); c != "" {
+		w.srv.scope(name, c)
+	}
 	cl := w.srv.client(name)
 	log := slog.New(slog.NewTextHandler(p.logs, &slog.HandlerOptions{Level: w.logLevel()}))
 	ex, err := executor.New(executor.Config{
-		Client: cl, Execer: noExec{}, InstanceID: instance, Namespaces: []string{ns},
+		Client: cl, Execer: noExec{}, InstanceID: instance, Cluster: clusterOf(instance), Namespaces: []string{ns},
 		AdoptFrom: adoptFrom, Store: st, Workers: 1, CreateConcurrency: 1, PlainList: true,
 		CaptureLogs:   capture(cl, st, log),
 		Logger:        log,
@@ -409,6 +420,9 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 	})
 	if err != nil {
 		panic(err)
+	}
+	if w.cl != nil && instance == instEast && w.cl.paused {
+		p.paused = w.start.Add(w.cl.pauseAt + w.cl.pauseFor) // the partition holds a new process too
 	}
 	w.launch(p, ex, ex.Start, fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0]))
 	return p
@@ -539,6 +553,7 @@ func (w *world) loop() string {
 			}
 		}
 		cs = append(cs, w.clusterChoices(now)...)
+		cs = append(cs, w.operatorChoices()...)
 		cs = append(cs, w.userChoices(now)...)
 		if w.faulty() && w.faults < 4*w.level {
 			for _, c := range w.faultChoices(now, pending) {
@@ -618,6 +633,12 @@ func (w *world) nextDue(now time.Time, pending []*step) time.Time {
 	if w.adopt {
 		at(w.start.Add(w.oldGone))
 	}
+	if w.cl != nil {
+		at(w.start.Add(w.cl.loseAt))
+		if w.cl.pauseFor > 0 {
+			at(w.start.Add(w.cl.pauseAt))
+		}
+	}
 	if w.repl != nil {
 		if !w.repl.updating && w.repl.updateAt > 0 {
 			at(w.start.Add(w.repl.updateAt))
@@ -677,6 +698,9 @@ func (w *world) housekeeping(now time.Time) {
 	if w.repl != nil {
 		w.replicaHousekeeping(now)
 	}
+	if w.cl != nil {
+		w.clusterHousekeeping(now)
+	}
 	if w.adopt && w.now() >= w.oldGone && w.live("sim") == nil {
 		for _, p := range w.procs {
 			if p.instance == "old" && !p.dead {
@@ -686,12 +710,14 @@ func (w *world) housekeeping(now time.Time) {
 		w.startProcess("sim", []string{"old"})
 	}
 	if !w.faulty() {
-		inst := "sim"
-		if w.adopt && w.now() < w.oldGone {
-			inst = "old"
-		}
-		if w.repl == nil && w.live(inst) == nil && len(w.restarts) == 0 {
-			w.restarts = append(w.restarts, restart{at: now, instance: inst})
+		for _, inst := range w.instances() {
+			pending := len(w.restarts) > 0
+			if w.cl != nil { // two instances: each its own restart
+				pending = slices.ContainsFunc(w.restarts, func(r restart) bool { return r.instance == inst })
+			}
+			if w.repl == nil && w.live(inst) == nil && !pending {
+				w.restarts = append(w.restarts, restart{at: now, instance: inst})
+			}
 		}
 		if !w.refuseTo.IsZero() {
 			w.refuseTo = time.Time{}
@@ -866,7 +892,7 @@ func (w *world) clusterChoices(now time.Time) []choice {
 	defer w.srv.mu.Unlock()
 	var cs []choice
 	for _, pod := range w.sortedPods() {
-		key := pod.Namespace + "/" + pod.Name
+		key := w.srv.keyOf(pod)
 		uid := string(pod.UID)
 		if w.lost[uid] {
 			continue
@@ -926,7 +952,7 @@ func (w *world) clusterChoices(now time.Time) []choice {
 			}
 			if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
 				cs = append(cs, choice{5, do(func(p *corev1.Pod) {
-					_ = w.srv.deletePod(p.Namespace, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "kubelet")
+					_ = w.srv.deletePod(w.srv.keyOf(p), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "kubelet")
 				})})
 			}
 		}
@@ -1030,12 +1056,12 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 		cs = append(cs, choice{l, func() {
 			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "evicted"})
 			w.srv.mu.Lock()
-			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{}, "eviction")
+			_ = w.srv.deletePod(w.srv.keyOf(pod), metav1.DeleteOptions{}, "eviction")
 			w.srv.mu.Unlock()
 		}}, choice{l, func() {
 			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "force-deleted"})
 			w.srv.mu.Lock()
-			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "force")
+			_ = w.srv.deletePod(w.srv.keyOf(pod), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "force")
 			w.srv.mu.Unlock()
 		}}, choice{(l + 1) / 2, func() {
 			w.hist.add(Event{Kind: KFault, Task: t, Attempt: a, UID: string(pod.UID), Note: "node lost: the pod GC deletes it, no status comes"})
@@ -1045,7 +1071,7 @@ func (w *world) faultChoices(now time.Time, pending []*step) []choice {
 				c.lostAt = now
 				w.srv.logChanged()
 			}
-			_ = w.srv.deletePod(pod.Namespace, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "podgc")
+			_ = w.srv.deletePod(w.srv.keyOf(pod), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, "podgc")
 			w.srv.mu.Unlock()
 		}})
 	}

@@ -219,9 +219,10 @@ func trace(res *Result, taskID string) string {
 
 // TestSameSeedSameHistory: a seed decides everything; two runs of one seed
 // write the same history, byte for byte: 20 seeds as they come (a third
-// of them adopt) and 20 without adoption.
+// of them adopt) and 20 without adoption (some of them run the clusters
+// scenario).
 func TestSameSeedSameHistory(t *testing.T) {
-	adopting, reusing := 0, 0
+	adopting, reusing, clusters := 0, 0, 0
 	for i := range 40 {
 		seed := int64(1 + i)
 		opt := Options{Seed: seed, FaultLevel: -1, NoAdoption: i >= 20}
@@ -232,6 +233,9 @@ func TestSameSeedSameHistory(t *testing.T) {
 		}
 		if strings.Contains(a, "its ID used again") {
 			reusing++
+		}
+		if strings.Contains(a, "declares cluster east lost") {
+			clusters++
 		}
 		if a != b {
 			al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
@@ -251,6 +255,9 @@ func TestSameSeedSameHistory(t *testing.T) {
 	}
 	if reusing < 3 {
 		t.Errorf("only %d of the seeds used a task ID again after retention", reusing)
+	}
+	if clusters < 3 {
+		t.Errorf("only %d of the seeds ran the clusters scenario", clusters)
 	}
 }
 

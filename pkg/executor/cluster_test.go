@@ -3,12 +3,15 @@ package executor
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kubetask/kubetask/internal/podtest"
 	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
@@ -100,8 +103,10 @@ func TestClusterIsValidated(t *testing.T) {
 // of loss the record is no longer the lost cluster's instance's, yet that
 // instance's pod of the lost attempt may run on when the cluster answers
 // again. The instance stops it (the task's cleanup: here a delete) and
-// writes nothing to the record, which another instance owns; an instance
-// of another cluster, or a record lost on another cluster, leaves it.
+// writes nothing to the record, which another instance owns. A pod of that
+// name (and UID) in another cluster's view is not the lost one (UIDs are
+// compared within a cluster) and no record's: discarded, as a stray, and
+// the record not written either.
 func TestLostAttemptsPodIsStoppedWhenItsClusterReturns(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -110,7 +115,7 @@ func TestLostAttemptsPodIsStoppedWhenItsClusterReturns(t *testing.T) {
 		wantStopped bool
 	}{
 		{"the lost cluster's instance", "east", "east", true},
-		{"an instance of another cluster", "west", "east", false},
+		{"an instance of another cluster", "west", "east", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFx(t, func(c *Config) { c.Cluster = tc.executor })
@@ -160,5 +165,36 @@ func TestASubmittedTaskIsPlacedOnTheExecutorsCluster(t *testing.T) {
 	}
 	if created := f.drainCreations(); len(created) != 1 {
 		t.Errorf("creations %v after a pass, want the task's pod", created)
+	}
+}
+
+// TestAMovedAttemptsPodIsDiscardedWhereItWasCreated (simulation, the
+// clusters scenario, seed 7061): east's creation of a task's pod was on
+// its way, not recorded, when the task was moved to west. The record is
+// west's instance's now, and east's instance took it for another
+// instance's task and left the pod: gated, with kubetask's finalizer, for
+// good. East discards it (it never ran: a move requires no pod claimed),
+// and writes nothing to the record.
+func TestAMovedAttemptsPodIsDiscardedWhereItWasCreated(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Cluster = "east" })
+	f.submit("a", newTask())
+	pod := f.podOf("a", 0, podtest.MakePod("p", "ns"))
+	pod.UID = "u-east"
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: task.FenceGate}}
+	pod.Annotations[task.AnnotationEpoch] = strconv.FormatInt(f.ex.epoch.Load(), 10)
+	f.both(pod)
+	moved, err := f.ex.store.(store.Clusters).Move(f.ctx, f.record("a"), "ex-west", "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, verbs, err := f.sync("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := f.serverPod(pod.Name); p != nil && (p.DeletionTimestamp == nil || hasFinalizer(p)) {
+		t.Errorf("the moved attempt's pod is left on east (requests %v): deletion %v, finalizers %v", verbs, p.DeletionTimestamp, p.Finalizers)
+	}
+	if after := f.record("a"); after.Version != moved.Version {
+		t.Errorf("the record was written (version %d to %d): it is west's", moved.Version, after.Version)
 	}
 }

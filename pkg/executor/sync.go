@@ -143,14 +143,18 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if err != nil {
 		return 0, fmt.Errorf("reading task %s: %w", id, err)
 	}
-	// lostOnly: the task is another instance's now, but attempts of it were
-	// declared lost on this instance's cluster (LoseAttempt), and their pods
-	// may be back in this instance's view (a returning cluster): they are
-	// stopped and released here, as finished attempts' pods are, and nothing
-	// else of the task is this instance's to do.
+	// lostOnly: the task is another instance's now, placed on another
+	// cluster (or on none), but this instance's cache shows pods of it: of
+	// attempts declared lost on this cluster (LoseAttempt), back in view (a
+	// returning cluster), or of an attempt moved away before its pod was
+	// recorded (a creation on its way when the move was written, its pod
+	// still gated). They are stopped and released here, as finished
+	// attempts' pods are, or discarded (fitOf: a pod of an attempt placed on
+	// another cluster), and nothing else of the task is this instance's to
+	// do.
 	lostOnly := false
 	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
-		if !e.lostHere(rec) {
+		if !e.strandedHere(rec) {
 			return 0, nil // another instance's task
 		}
 		lostOnly = true
@@ -249,18 +253,14 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	return next.d, errors.Join(append(errs, err)...)
 }
 
-// lostHere reports whether an attempt of rec was declared lost on this
-// executor's cluster (an outcome ClusterLost that names it, with a pod)
-// while this instance's cache shows a pod of the task: the returning
-// cluster's pods of lost attempts, which syncView stops and releases.
-func (e *Executor) lostHere(rec store.Record) bool {
-	if e.cfg.Cluster == "" {
-		return false
-	}
-	lost := slices.ContainsFunc(rec.Attempts, func(out store.AttemptOutcome) bool {
-		return out.Reason == string(podstate.ReasonClusterLost) && out.Cluster == e.cfg.Cluster && out.PodUID != ""
-	})
-	return lost && len(e.podsOfRun(rec.ID)) > 0
+// strandedHere reports whether rec, another instance's, is placed on
+// another cluster than this executor's (or on none) while this instance's
+// cache shows pods of the task: pods of attempts lost here, or of an
+// attempt moved away, which syncView stops, releases or discards.
+// Instances of one cluster never hand records to each other by a move, so
+// a record of this cluster that is another instance's is left alone.
+func (e *Executor) strandedHere(rec store.Record) bool {
+	return e.cfg.Cluster != "" && rec.Cluster != e.cfg.Cluster && len(e.podsOfRun(rec.ID)) > 0
 }
 
 // syncAttempt moves the current attempt on: create its pod, follow its

@@ -1,0 +1,210 @@
+package simulation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// The clusters scenario (docs/multicluster.md): two executor instances,
+// one per cluster, share the store: sim-east runs the tasks placed on
+// cluster east, sim-west those on west. Their pods are in the one simulated
+// API server, where each instance sees only its own (its pod caches select
+// its label), so each is the whole of its cluster to the executor; a
+// cluster's partition is the pause of its instance's processes (their
+// steps wait, their Lease lapses). An operator declares east lost: first a
+// new term of sim-east in the store (its writes on their way are fenced),
+// then, one record at a time as the world steps, each unfinished record of
+// east loses its attempt (executor.LoseAttempt, an unfenced compare-and-swap)
+// when its pod is recorded, or is moved to west (store Move) when not; and
+// a placer moves every unplaced record (the attempt after a loss) to west.
+// East's instance runs on: when its partition ends it finds the pods of
+// lost attempts in its cache and stops and releases them (the Returning
+// pass). The checker allows a lost attempt's pod to run beside the next
+// attempt's (the at-least-once a declaration is), and nothing else.
+const (
+	instEast = "sim-east"
+	instWest = "sim-west"
+)
+
+// clusterPlan is the clusters scenario of a run.
+type clusterPlan struct {
+	// pauseAt and pauseFor: east's partition (pauseFor 0: none; the
+	// declaration is then of a cluster that still answers).
+	pauseAt, pauseFor time.Duration
+	// loseAt: when the operator declares east lost.
+	loseAt   time.Duration
+	declared bool // the operator began: east takes no more tasks
+	// refused are the records (ID and version) whose attempt
+	// LoseAttempt refused to end: not offered again at that version.
+	refused map[string]bool
+	paused  bool // the partition began
+}
+
+// drawClusters draws the clusters scenario from its own source (so that
+// the runs that do not draw it keep the histories they had before it
+// existed): a run of neither adoption nor replicas has it one time in
+// three.
+func (w *world) drawClusters() {
+	r := rand.New(rand.NewPCG(uint64(w.opt.Seed), 0xc105e7)) //nolint:gosec // a seeded source that replays is the point
+	on := r.IntN(3) == 0
+	cp := &clusterPlan{refused: map[string]bool{}, loseAt: time.Duration(1000+r.IntN(14000)) * time.Millisecond}
+	if r.IntN(4) != 0 {
+		cp.pauseFor = time.Duration(500+r.IntN(9000)) * time.Millisecond
+		cp.pauseAt = max(cp.loseAt-time.Duration(r.IntN(4000))*time.Millisecond, 0)
+	}
+	east := make([]bool, 64)
+	for i := range east {
+		east[i] = r.IntN(3) != 0
+	}
+	if !on || w.opt.NoClusters || w.adopt || w.repl != nil {
+		return
+	}
+	w.cl = cp
+	for i, p := range w.plans {
+		p.instance = instWest
+		if east[i%len(east)] {
+			p.instance = instEast
+		}
+	}
+}
+
+// clusterOf is the cluster of an executor instance ("" outside the
+// clusters scenario).
+func clusterOf(instance string) string {
+	switch instance {
+	case instEast:
+		return "east"
+	case instWest:
+		return "west"
+	}
+	return ""
+}
+
+// instances are the executor instances the run keeps alive once the
+// faults stop.
+func (w *world) instances() []string {
+	switch {
+	case w.cl != nil:
+		return []string{instEast, instWest}
+	case w.adopt && w.now() < w.oldGone:
+		return []string{"old"}
+	}
+	return []string{"sim"}
+}
+
+// clusterHousekeeping starts east's partition and the operator's
+// declaration when they are due.
+func (w *world) clusterHousekeeping(now time.Time) {
+	cp := w.cl
+	if cp.pauseFor > 0 && !cp.paused && w.now() >= cp.pauseAt {
+		cp.paused = true
+		for _, p := range w.procs {
+			if p.instance == instEast && !p.dead {
+				p.paused = now.Add(cp.pauseFor)
+			}
+		}
+		w.hist.add(Event{Kind: KFault, Note: fmt.Sprintf("cluster east partitioned from the service for %s", cp.pauseFor)})
+	}
+	if !cp.declared && w.now() >= cp.loseAt {
+		cp.declared = true
+		e, err := w.mem.BeginTerm(context.Background(), instEast)
+		if err != nil {
+			panic(err)
+		}
+		w.hist.add(Event{Kind: KFault, Note: fmt.Sprintf("the operator declares cluster east lost (began term %d of %s)", e, instEast)})
+		w.umu.Lock()
+		for _, p := range w.plans {
+			if !p.submitted && p.instance == instEast {
+				p.instance = instWest // users submit to the clusters there are
+			}
+		}
+		w.umu.Unlock()
+	}
+}
+
+// operatorChoices are the operator's and the placer's next writes: one
+// record each, so that the seed interleaves them with the executors'
+// steps.
+func (w *world) operatorChoices() []choice {
+	if w.cl == nil || !w.cl.declared {
+		return nil
+	}
+	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
+	if err != nil {
+		panic(err)
+	}
+	var cs []choice
+	for _, r := range recs {
+		r := r
+		switch {
+		case r.Executor == instEast && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)]:
+			cs = append(cs, choice{100, func() { w.declareLost(r) }})
+		case r.Executor == "":
+			cs = append(cs, choice{100, func() { w.place(r) }})
+		}
+	}
+	return cs
+}
+
+// operator is the store view of the operator's and the placer's writes:
+// straight to the store (no steps), into the history.
+func (w *world) operator() *simStore {
+	return &simStore{inner: w.mem, steps: w.steps, hist: w.hist, actor: "operator", seen: w.seen}
+}
+
+// declareLost ends rec's attempt on east (its pod recorded) or moves rec to
+// west (none), as `kubetask cluster lose east` does, from the record as it
+// is now: a write that finds it changed since it was listed is tried again
+// at the next choice.
+func (w *world) declareLost(rec store.Record) {
+	op := w.operator()
+	if !rec.PodCreated {
+		w.move(rec)
+		return
+	}
+	lost, err := executor.LoseAttempt(rec, "east", time.Now())
+	if err != nil {
+		w.cl.refused[fmt.Sprint(rec.ID, "@", rec.Version)] = true
+		w.hist.add(Event{Kind: KFault, Task: w.hist.name(rec.ID, rec.Nonce), Note: "the operator's declaration refused: " + err.Error()})
+		return
+	}
+	out, err := w.mem.Update(context.Background(), lost)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return // changed since the list: the next choice reads it again
+	case err != nil:
+		panic(err)
+	}
+	op.note(out)
+	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: rec.Attempt, UID: rec.PodUID, Note: "the operator declared the attempt lost with cluster east"})
+}
+
+// place moves an unplaced record to west, the cluster left.
+func (w *world) place(rec store.Record) { w.move(rec) }
+
+// move moves rec to west (a compare-and-swap at its version that sees no
+// pod claimed) and tells west's live process of it, as the service's
+// placer does.
+func (w *world) move(rec store.Record) {
+	rec.Epoch = 0 // the operator's move is unfenced: the version is its guard
+	out, err := w.mem.(store.Clusters).Move(context.Background(), rec, instWest, "west")
+	switch {
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrClaimed):
+		return // changed since the list: the next choice reads it again
+	case err != nil:
+		panic(err)
+	}
+	w.operator().note(out)
+	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: out.Attempt, Note: fmt.Sprintf("placed on cluster west (from %q)", rec.Cluster)})
+	if p := w.live(instWest); p != nil {
+		if ex, ok := p.api.(interface{ Resync(string) }); ok {
+			ex.Resync(out.ID)
+		}
+	}
+}
