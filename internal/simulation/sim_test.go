@@ -32,8 +32,8 @@ func runSeed(t *testing.T, opt Options) *Result {
 // replayLine is the command that replays a run of opt: the options as the
 // run was given them.
 func replayLine(opt Options) string {
-	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v KUBETASK_SIM_NOREPLICAS=%v KUBETASK_SIM_NORETENTION=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
-		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption, opt.NoReplicas, opt.NoRetention)
+	return fmt.Sprintf("KUBETASK_SIM_SEED=%d KUBETASK_SIM_TASKS=%d KUBETASK_SIM_FAULTS=%d KUBETASK_SIM_NOADOPT=%v KUBETASK_SIM_NOREPLICAS=%v KUBETASK_SIM_NORETENTION=%v KUBETASK_SIM_NOCLUSTERS=%v go test ./internal/simulation -run 'TestSimulation$' -count=1 -v",
+		opt.Seed, opt.Tasks, opt.FaultLevel, opt.NoAdoption, opt.NoReplicas, opt.NoRetention, opt.NoClusters)
 }
 
 func envInt(name string, def int) int {
@@ -53,7 +53,7 @@ func TestSimulation(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt := Options{Seed: seed, Tasks: envInt("KUBETASK_SIM_TASKS", 0), FaultLevel: envInt("KUBETASK_SIM_FAULTS", -1),
-			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
+			NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true", NoClusters: os.Getenv("KUBETASK_SIM_NOCLUSTERS") == "true", Debug: os.Getenv("KUBETASK_SIM_LOGS") == "debug"}
 		res := runSeed(t, opt)
 		t.Logf("seed %d: %d steps, %d events\n%s", seed, res.Steps, len(res.History.Events), res.History.String())
 		if os.Getenv("KUBETASK_SIM_LOGS") != "" {
@@ -87,7 +87,7 @@ func TestSimulation(t *testing.T) {
 		// Every scenario, adoption and replicas included
 		// (KUBETASK_SIM_NOADOPT=true, KUBETASK_SIM_NOREPLICAS=true leave
 		// them out).
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true"})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true", NoClusters: os.Getenv("KUBETASK_SIM_NOCLUSTERS") == "true"})
 		ran++
 		steps += res.Steps
 		if len(res.Violations) > 0 || len(res.Unknown) > 0 {
@@ -137,6 +137,13 @@ func shrink(t *testing.T, res *Result) *Result {
 	if !opt.NoRetention {
 		o := opt
 		o.NoRetention = true
+		if try(o) {
+			opt = o
+		}
+	}
+	if !opt.NoClusters {
+		o := opt
+		o.NoClusters = true
 		if try(o) {
 			opt = o
 		}
@@ -314,7 +321,7 @@ func TestHunt(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		seed := base + int64(i)
-		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true"})
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, NoAdoption: os.Getenv("KUBETASK_SIM_NOADOPT") == "true", NoReplicas: os.Getenv("KUBETASK_SIM_NOREPLICAS") == "true", NoRetention: os.Getenv("KUBETASK_SIM_NORETENTION") == "true", NoClusters: os.Getenv("KUBETASK_SIM_NOCLUSTERS") == "true"})
 		if digest != nil {
 			digest.Write([]byte(res.History.String()))
 		}
