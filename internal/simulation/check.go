@@ -19,6 +19,7 @@ const (
 	InvBlame      = "9 an outcome blames someone else's deletion only after one"
 	InvLogs       = "10 logs archived"
 	InvOwnRecord  = "11 a record takes only its own pods (an ID used again)"
+	InvDiscarded  = "12 a lost attempt's discarded end is its pod's, and only a lost attempt has one"
 )
 
 // Violation is one broken invariant, with the history event (Seq) that
@@ -197,6 +198,16 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 			if dp := pods[uid]; e.Reason == "DeletedExternally" && dp != nil && len(dp.deleters) > 0 && dp.deleters[0] == "client" {
 				add(InvBlame, e, "the outcome %s/%s, but kubetask deleted pod %s first (deletions by %v)", e.Phase, e.Reason, uid, dp.deleters)
+			}
+		case KDiscarded:
+			dp := pods[e.UID]
+			switch {
+			case !lost[k]:
+				add(InvDiscarded, e, "a discarded end for attempt %d, which was not declared lost", e.Attempt)
+			case dp == nil || dp.task != e.Task || dp.attempt != e.Attempt:
+				add(InvDiscarded, e, "the discarded end names pod %s, which is not the lost attempt's", e.UID)
+			case dp.exit == nil || e.Code == nil || *dp.exit != *e.Code:
+				add(InvDiscarded, e, "the discarded end has exit code %s, but the kubelet reported %s for pod %s before it", fmtCode(e.Code), fmtCode(dp.exit), e.UID)
 			}
 		case KFinal:
 			if s := final[e.Task]; s != 0 {

@@ -55,6 +55,21 @@ var good = []string{
 	"end quiet",
 }
 
+// lostRun is a history of attempt 0 declared lost with its cluster while
+// its pod u1 ran, attempt 1 run elsewhere beside it, and then what u1's
+// end brought (its exit, a discarded end).
+func lostRun(end ...string) []string {
+	l := []string{
+		"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "bind t0/0 u1", "start t0/0 u1",
+		"outcome t0/0 u1 Failed/ClusterLost",
+		"create t0/1 u2 gated", "record t0/1 u2", "ungate t0/1 u2", "bind t0/1 u2", "start t0/1 u2",
+		"exit t0/1 u2 code=0", "stopped t0/1 u2", "outcome t0/1 u2 code=0 Succeeded/Completed", "final t0/1 code=0 Succeeded/Completed",
+		"delete t0/1 u2 client", "gone t0/1 u2",
+	}
+	l = append(l, end...)
+	return append(l, "stopped t0/0 u1", "delete t0/0 u1 client", "gone t0/0 u1", "end quiet")
+}
+
 func TestCheck(t *testing.T) {
 	valid := map[string]bool{"t0": true}
 	for name, tc := range map[string]struct {
@@ -116,6 +131,10 @@ func TestCheck(t *testing.T) {
 		"a pod left":                {append(append([]string{}, good[:len(good)-1]...), "end liveness", "left t0/0 u1 finalizer"), InvLeft},
 		"a task without an outcome": {[]string{"submit t0/0", "create t0/0 u1 gated", "end liveness", "open t0/0"}, InvLiveness},
 		"a valid task refused":      {[]string{"submit t0/0", "refused t0/0", "outcome t0/0 Failed/ConfigError", "final t0/0 Failed/ConfigError", "end quiet"}, InvValid},
+		"a lost attempt's pod runs beside the next, and its end is recorded as discarded": {lostRun("exit t0/0 u1 code=3", "discarded t0/0 u1 code=3"), ""},
+		"a discarded end with another exit code than the pod's":                           {lostRun("exit t0/0 u1 code=3", "discarded t0/0 u1 code=0"), InvDiscarded},
+		"a discarded end of an attempt not declared lost": {append(append([]string{}, good[:len(good)-1]...),
+			"discarded t0/0 u1 code=0", "end quiet"), InvDiscarded},
 		"kubetask deletes its running pod before the outcome": {[]string{
 			"submit t0/0", "create t0/0 u1 gated", "record t0/0 u1", "ungate t0/0 u1", "bind t0/0 u1", "delete t0/0 u1 client",
 			"stopped t0/0 u1", "outcome t0/0 u1 Failed/DeletedExternally", "final t0/0 Failed/DeletedExternally", "end quiet"}, InvOwnPod},

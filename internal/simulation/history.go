@@ -26,6 +26,7 @@ const (
 	KRecord    = "record"    // the store recorded the pod (UID) as the attempt's
 	KOutcome   = "outcome"   // the store recorded the attempt's outcome (Phase, Reason, Code, UID)
 	KFinal     = "final"     // the store recorded the task's final outcome
+	KDiscarded = "discarded" // the store recorded how a lost attempt's pod (UID) ended (Code)
 	KFault     = "fault"     // the world injected a fault (Note)
 	KProcess   = "process"   // a process started, crashed, paused (Note)
 	KEnd       = "end"       // the run ended (Note: why); what follows describes the end state

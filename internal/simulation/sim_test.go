@@ -344,7 +344,7 @@ func TestHunt(t *testing.T) {
 	if digest != nil {
 		t.Logf("digest of the %d histories: %x", n, digest.Sum(nil))
 	}
-	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs, InvOwnRecord} {
+	for _, inv := range []string{InvOneRun, InvAfter, InvConcurrent, InvOutcome, InvLeft, InvLiveness, InvValid, InvOwnPod, InvBlame, InvLogs, InvOwnRecord, InvDiscarded} {
 		if f := found[inv]; f != nil {
 			t.Logf("%-60s %4d seeds; first at seed #%d (KUBETASK_SIM_SEED=%d): %s", inv, f.seeds, f.first, f.seed, f.msg)
 		} else {

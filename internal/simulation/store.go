@@ -42,13 +42,14 @@ type simStore struct {
 type seenRecords struct {
 	writes    int // records written so far (under History.mu): oldestFinished's cache key
 	attempts  map[string]int
+	discarded map[string]bool // by task name and attempt
 	podUID    map[string]string
 	terminal  map[string]bool
 	cancelled map[string]bool
 }
 
 func newSeen() *seenRecords {
-	return &seenRecords{attempts: map[string]int{}, podUID: map[string]string{}, terminal: map[string]bool{}, cancelled: map[string]bool{}}
+	return &seenRecords{attempts: map[string]int{}, discarded: map[string]bool{}, podUID: map[string]string{}, terminal: map[string]bool{}, cancelled: map[string]bool{}}
 }
 
 var _ store.Store = (*simStore)(nil)
@@ -177,6 +178,12 @@ func (s *simStore) note(rec store.Record) {
 		s.hist.add(Event{Kind: KOutcome, Task: name, Attempt: a.Attempt, UID: a.PodUID, Phase: a.Phase, Reason: a.Reason, Code: a.ExitCode})
 	}
 	seen.attempts[name] = len(rec.Attempts)
+	for _, a := range rec.Attempts {
+		if k := fmt.Sprint(name, "/", a.Attempt); a.Discarded != nil && !seen.discarded[k] {
+			seen.discarded[k] = true
+			s.hist.add(Event{Kind: KDiscarded, Task: name, Attempt: a.Attempt, UID: a.PodUID, Code: a.Discarded.ExitCode, Reason: a.Discarded.Reason})
+		}
+	}
 	if !rec.CancelledAt.IsZero() && !seen.cancelled[name] {
 		seen.cancelled[name] = true
 		s.hist.add(Event{Kind: KCancelled, Task: name, Attempt: rec.Attempt})

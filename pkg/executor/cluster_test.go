@@ -198,3 +198,56 @@ func TestAMovedAttemptsPodIsDiscardedWhereItWasCreated(t *testing.T) {
 		t.Errorf("the record was written (version %d to %d): it is west's", moved.Version, after.Version)
 	}
 }
+
+// TestALostAttemptsEndIsRecordedAsDiscarded: the pod of an attempt declared
+// lost ran on, and its main container exited 3 while nobody watched. When
+// its cluster answers again, its instance records that end as the lost
+// attempt's discarded end (for the user), before it releases the pod, and
+// changes nothing else: the attempt's outcome stays ClusterLost, the task
+// stays another instance's at its attempt, and a second pass writes
+// nothing more.
+func TestALostAttemptsEndIsRecordedAsDiscarded(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Cluster = "east" })
+	f.submit("a", newTask())
+	w := mainExited(3).On("envoy").Terminated(0).Phase(corev1.PodFailed)
+	pod := f.podOf("a", 0, w)
+	pod.UID = "u-lost"
+	f.update("a", func(r *store.Record) { r.PodCreated, r.PodUID = true, string(pod.UID) })
+	lost, err := LoseAttempt(f.record("a"), "east", f.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ex.store.Update(f.ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := f.ex.store.(store.Clusters).Move(f.ctx, f.record("a"), "ex-west", "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.both(pod) // the cluster answers again
+	f.clk.SetTime(w.Now())
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	rec := f.record("a")
+	d := rec.Attempts[0].Discarded
+	if d == nil || d.ExitCode == nil || *d.ExitCode != 3 {
+		t.Fatalf("the lost attempt's discarded end %+v, want exit code 3", d)
+	}
+	if out := rec.Attempts[0]; out.Reason != "ClusterLost" || out.ExitCode != nil {
+		t.Errorf("the lost attempt's outcome became %s, exit code %v; want ClusterLost, none", out.Reason, out.ExitCode)
+	}
+	if rec.Executor != moved.Executor || rec.Attempt != moved.Attempt || rec.Phase != moved.Phase || rec.PodCreated {
+		t.Errorf("the record changed beyond the discarded end: %+v", rec)
+	}
+	f.reflect(pod.Name)
+	if _, _, err := f.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.record("a"); again.Version != rec.Version {
+		t.Errorf("a second pass wrote the record again (version %d to %d)", rec.Version, again.Version)
+	}
+	if p := f.serverPod(pod.Name); p != nil && hasFinalizer(p) {
+		t.Errorf("the lost pod keeps kubetask's finalizer: %v", p.Finalizers)
+	}
+}

@@ -232,6 +232,15 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	// Pods of attempts whose outcome is recorded: stop, release, delete.
 	for n, p := range pods {
 		if out, ok := outcomeOf(rec, n); ok {
+			if end, ok := e.discardedEnd(&t, out, p, now); ok {
+				// Recorded before the pod may go (finishPod releases it).
+				r, err := e.recordDiscarded(ctx, rec, n, end)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				rec = r
+			}
 			d, err := e.finishPod(&t, rec.ID, out, p, now)
 			next.after(d)
 			errs = append(errs, err)
@@ -251,6 +260,45 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	d, err := e.syncAttempt(ctx, &t, rec, ident, pods, now)
 	next.after(d)
 	return next.d, errors.Join(append(errs, err)...)
+}
+
+// discardedEnd returns how pod, of an attempt declared lost on this
+// executor's cluster (out, ClusterLost, its UID), ended, once its main
+// container terminated and while no end is recorded for it.
+func (e *Executor) discardedEnd(t *task.Task, out store.AttemptOutcome, pod *corev1.Pod, now time.Time) (store.DiscardedEnd, bool) {
+	if out.Reason != string(podstate.ReasonClusterLost) || out.Cluster != e.cfg.Cluster || out.Discarded != nil || out.PodUID != string(pod.UID) {
+		return store.DiscardedEnd{}, false
+	}
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == t.Spec.MainContainer && st.State.Terminated != nil {
+			term := st.State.Terminated
+			code := term.ExitCode
+			return store.DiscardedEnd{ExitCode: &code, Reason: term.Reason, FinishedAt: term.FinishedAt.Time, ObservedAt: now}, true
+		}
+	}
+	return store.DiscardedEnd{}, false
+}
+
+// recordDiscarded writes end as what the pod of lost attempt n of rec did:
+// a compare-and-swap at rec's version, unfenced (the record may be another
+// instance's, and the write changes nothing that instance decides on: not
+// its attempt, instance, pod or phase; a write of its own at that version
+// is refused and retried from the record as it then is). It returns the
+// record as stored.
+func (e *Executor) recordDiscarded(ctx context.Context, rec store.Record, n int, end store.DiscardedEnd) (store.Record, error) {
+	rec.Attempts = slices.Clone(rec.Attempts)
+	for i := range rec.Attempts {
+		if rec.Attempts[i].Attempt == n {
+			rec.Attempts[i].Discarded = &end
+		}
+	}
+	rec.Epoch = 0
+	out, err := e.store.Update(ctx, rec)
+	if err != nil {
+		return rec, fmt.Errorf("recording how the pod of lost attempt %d of task %s ended: %w", n, rec.ID, err)
+	}
+	e.cfg.Logger.Info("the pod of an attempt lost with its cluster ended; recorded as discarded, not the task's", "task", rec.ID, "attempt", n, "exit code", *end.ExitCode, "reason", end.Reason)
+	return out, nil
 }
 
 // strandedHere reports whether rec, another instance's, is placed on

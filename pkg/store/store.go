@@ -59,6 +59,21 @@ type AttemptOutcome struct {
 	FinishedAt time.Time `json:"finishedAt"`
 	// ObservedAt is when the executor recorded the outcome (lag metric source).
 	ObservedAt time.Time `json:"observedAt"`
+	// Discarded is what the pod of an attempt declared lost with its
+	// cluster (Reason ClusterLost) did, as that cluster's executor saw it
+	// once the cluster answered again: kept for the user, never the
+	// attempt's or the task's outcome. Nil until then, and for any other
+	// attempt.
+	Discarded *DiscardedEnd `json:"discarded,omitempty"`
+}
+
+// DiscardedEnd is how a lost attempt's pod ended: its main container's
+// termination.
+type DiscardedEnd struct {
+	ExitCode   *int32    `json:"exitCode,omitempty"`
+	Reason     string    `json:"reason,omitempty"` // the container's (Completed, Error, OOMKilled ...)
+	FinishedAt time.Time `json:"finishedAt"`
+	ObservedAt time.Time `json:"observedAt"`
 }
 
 // Actor is who did something to a task, as the service authenticated them.

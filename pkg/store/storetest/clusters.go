@@ -77,13 +77,15 @@ func unplaced(id string) store.Record {
 
 // testRecordClusterRoundTrip: Record.Cluster and each AttemptOutcome.Cluster
 // come back as written from Create, Update (a progress update that keeps
-// the cluster, and one that changes it), Get, List and Page.
+// the cluster, and one that changes it), Get, List and Page, and so does a
+// lost attempt's discarded end.
 func testRecordClusterRoundTrip(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	in := Sample("a")
 	in.Cluster = "east-1"
 	in.Attempts = []store.AttemptOutcome{
-		{Attempt: 0, Pod: "p0", Cluster: "west", FinishedAt: base},
+		{Attempt: 0, Pod: "p0", Cluster: "west", Reason: "ClusterLost", FinishedAt: base,
+			Discarded: &store.DiscardedEnd{ExitCode: ptr[int32](3), Reason: "Error", FinishedAt: base.Add(time.Minute), ObservedAt: base.Add(2 * time.Minute)}},
 		{Attempt: 1, Pod: "p1", Cluster: "", FinishedAt: base.Add(time.Second)},
 		{Attempt: 2, Pod: "p2", Cluster: "east-1", ExitCode: ptr[int32](1)},
 	}
