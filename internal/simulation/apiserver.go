@@ -364,6 +364,9 @@ func (s *apiServer) createPod(actor string, in *corev1.Pod, dryRun bool) (runtim
 	if e := p.Annotations[task.AnnotationEpoch]; e != "" {
 		note += fmt.Sprintf(", epoch %s of %s", e, p.Labels[task.LabelExecutor])
 	}
+	if sc := s.podScope[p.UID]; sc != "" {
+		note += ", on cluster " + sc
+	}
 	s.hist.add(Event{Kind: KCreate, Task: t, Attempt: n, UID: string(p.UID), Note: note})
 	if p.Spec.NodeName != "" {
 		s.hist.add(Event{Kind: KBind, Task: t, Attempt: n, UID: string(p.UID), Note: "created on node " + p.Spec.NodeName})

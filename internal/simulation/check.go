@@ -46,6 +46,7 @@ type podLife struct {
 	exitSeq  int
 	deleting bool
 	released int      // seq it was created ungated or its gate was removed
+	cluster  string   // the clusters scenario: the cluster it was created in
 	deleters []string // who asked for its deletion (KDelete's Note), in order
 }
 
@@ -70,6 +71,7 @@ func Check(events []Event, valid map[string]bool) []Violation {
 	submitted := map[string]bool{} // tasks a user submitted
 	ran := map[ta][]string{}       // UIDs of the attempt's pods that ran
 	lost := map[ta]bool{}          // attempts declared lost with their cluster (ClusterLost)
+	declared := map[string]int{}   // seq of each cluster's declaration of loss
 	for _, e := range events {
 		k := ta{e.Task, e.Attempt}
 		p := pods[e.UID]
@@ -91,6 +93,9 @@ func Check(events []Event, valid map[string]bool) []Violation {
 			}
 		case KCreate:
 			pods[e.UID] = &podLife{uid: e.UID, task: e.Task, attempt: e.Attempt}
+			if _, c, ok := strings.Cut(e.Note, "on cluster "); ok {
+				pods[e.UID].cluster = c
+			}
 			if !strings.HasPrefix(e.Note, "gated") {
 				pods[e.UID].released = e.Seq
 			}
@@ -131,6 +136,12 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				// run on beside the next attempt's: that is what the
 				// declaration is (at-least-once for that attempt).
 				if lost[ta{o.task, o.attempt}] || lost[k] {
+					continue
+				}
+				// Nor may any pod left on a cluster declared lost (the
+				// sidecars of a finished attempt, stopping): the
+				// declaration gives up waiting for that cluster.
+				if o.cluster != p.cluster && (declared[o.cluster] != 0 || declared[p.cluster] != 0) {
 					continue
 				}
 				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {
@@ -208,6 +219,12 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				add(InvDiscarded, e, "the discarded end names pod %s, which is not the lost attempt's", e.UID)
 			case dp.exit == nil || e.Code == nil || *dp.exit != *e.Code:
 				add(InvDiscarded, e, "the discarded end has exit code %s, but the kubelet reported %s for pod %s before it", fmtCode(e.Code), fmtCode(dp.exit), e.UID)
+			}
+		case KFault:
+			if _, rest, ok := strings.Cut(e.Note, "declares cluster "); ok {
+				if c, _, ok := strings.Cut(rest, " lost"); ok && declared[c] == 0 {
+					declared[c] = e.Seq
+				}
 			}
 		case KFinal:
 			if s := final[e.Task]; s != 0 {

@@ -185,3 +185,38 @@ func TestJudgeLog(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckDeclaredCluster: a finished attempt's pod still stopping (its
+// sidecar) on a cluster declared lost may run beside the next attempt's pod
+// on another cluster (the declaration gives up waiting for that cluster);
+// without a declaration it may not.
+func TestCheckDeclaredCluster(t *testing.T) {
+	events := func(declare bool) []Event {
+		l := []string{
+			"submit t0/0", "create t0/0 u1", "record t0/0 u1", "ungate t0/0 u1", "bind t0/0 u1", "start t0/0 u1",
+			"exit t0/0 u1 code=1", "outcome t0/0 u1 code=1 Failed/ExitCode", "fault",
+			"create t0/1 u2", "record t0/1 u2", "ungate t0/1 u2", "bind t0/1 u2", "start t0/1 u2",
+			"exit t0/1 u2 code=0", "stopped t0/1 u2", "outcome t0/1 u2 code=0 Succeeded/Completed", "final t0/1 code=0 Succeeded/Completed",
+			"delete t0/1 u2 client", "gone t0/1 u2", "stopped t0/0 u1", "delete t0/0 u1 client", "gone t0/0 u1", "end quiet",
+		}
+		evs := h(l...)
+		for i := range evs {
+			switch {
+			case evs[i].Kind == KCreate && evs[i].UID == "u1":
+				evs[i].Note = "gated, epoch 2 of sim-east, on cluster east"
+			case evs[i].Kind == KCreate && evs[i].UID == "u2":
+				evs[i].Note = "gated, epoch 1 of sim-west, on cluster west"
+			case evs[i].Kind == KFault && declare:
+				evs[i].Note = "the operator declares cluster east lost (began term 3 of sim-east)"
+			}
+		}
+		return evs
+	}
+	if vs := Check(events(true), map[string]bool{"t0": true}); len(vs) > 0 {
+		t.Errorf("declared: unexpected violations %v", vs)
+	}
+	vs := Check(events(false), map[string]bool{"t0": true})
+	if len(vs) != 1 || vs[0].Invariant != InvConcurrent {
+		t.Errorf("not declared: violations %v, want one of %q", vs, InvConcurrent)
+	}
+}
