@@ -1,0 +1,135 @@
+// Package placement decides which cluster a task goes to, for a service
+// that runs tasks on several clusters (docs/multicluster.md, "Placement"):
+// pure functions of what the service knows of its clusters (their rows'
+// states and labels, their free slots) and of what the task asks (a
+// cluster by name, a selector over cluster labels, or neither). The
+// service's placer calls them; they never read or write anything.
+//
+// Guarantees: a task is placed only on a cluster it allows and only on a
+// Ready one (never Unreachable, Draining, Lost or Returning); among those
+// with a free slot, the one with the most free slots, ties broken by name,
+// so that one state gives one answer. A constraint that no configured
+// cluster could ever meet is refused with an error that names the field
+// and lists the clusters there are, at submission, rather than left
+// waiting for ever.
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kubetask/kubetask/pkg/store"
+)
+
+// Cluster is what placement knows of one cluster at a moment.
+type Cluster struct {
+	Name   string
+	Labels map[string]string
+	// State is the cluster row's: only Ready takes new placements.
+	State store.ClusterState
+	// Free is how many more of the task's pods the cluster's executor
+	// instance may start now: its parallelism left, and the task's
+	// namespace's limit there.
+	Free int
+}
+
+// Want is what a task asks of its cluster (its spec.placement): a cluster
+// by name, a selector over cluster labels, or neither (any cluster).
+type Want struct {
+	// Cluster names the one cluster the task runs on.
+	Cluster string `json:"cluster,omitempty"`
+	// ClusterSelector selects the clusters the task may run on by their
+	// labels.
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+}
+
+// ErrNoCluster wraps a Want that no configured cluster could ever meet.
+var ErrNoCluster = errors.New("no configured cluster meets the task's placement")
+
+// allows returns w's selector as a function of a cluster (every cluster
+// when w names none), or an error naming the field when the selector is
+// not valid.
+func (w Want) allows() (func(Cluster) bool, error) {
+	if w.Cluster != "" && w.ClusterSelector != nil {
+		return nil, fmt.Errorf("spec.placement: cluster and clusterSelector are exclusive: name a cluster, or select clusters by their labels")
+	}
+	if w.Cluster != "" {
+		return func(c Cluster) bool { return c.Name == w.Cluster }, nil
+	}
+	if w.ClusterSelector == nil {
+		return func(Cluster) bool { return true }, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(w.ClusterSelector)
+	if err != nil {
+		return nil, fmt.Errorf("spec.placement.clusterSelector: %w", err)
+	}
+	return func(c Cluster) bool { return sel.Matches(labels.Set(c.Labels)) }, nil
+}
+
+// Check refuses a Want that no cluster of clusters (every configured one,
+// whatever its state) could ever meet: a cluster that is not configured, a
+// selector that matches none, a selector that is not valid. The error
+// names the field and lists the clusters and their labels; it wraps
+// ErrNoCluster when the constraint is valid but unmet.
+func Check(w Want, clusters []Cluster) error {
+	allows, err := w.allows()
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(clusters, allows) {
+		return nil
+	}
+	field := "spec.placement.clusterSelector"
+	if w.Cluster != "" {
+		field = fmt.Sprintf("spec.placement.cluster %q", w.Cluster)
+	}
+	return fmt.Errorf("%w: %s matches none of the clusters: %s", ErrNoCluster, field, describe(clusters))
+}
+
+// describe lists clusters by name with their labels, in name order.
+func describe(clusters []Cluster) string {
+	if len(clusters) == 0 {
+		return "none is configured"
+	}
+	sorted := slices.Clone(clusters)
+	slices.SortFunc(sorted, func(a, b Cluster) int { return strings.Compare(a.Name, b.Name) })
+	parts := make([]string, len(sorted))
+	for i, c := range sorted {
+		parts[i] = c.Name
+		if len(c.Labels) > 0 {
+			parts[i] += " (" + labels.Set(c.Labels).String() + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Choose returns the cluster to place a task of Want w on now: among the
+// clusters w allows that are Ready and have a free slot, the one with the
+// most free slots, ties broken by name. ok is false when none has room now
+// (the task waits; the placer asks again when a slot frees or a cluster's
+// state changes). An invalid Want allows no cluster (Check tells why).
+func Choose(w Want, clusters []Cluster) (name string, ok bool) {
+	allows, err := w.allows()
+	if err != nil {
+		return "", false
+	}
+	var best *Cluster
+	for i := range clusters {
+		c := &clusters[i]
+		if c.State != store.ClusterReady || c.Free <= 0 || !allows(*c) {
+			continue
+		}
+		if best == nil || c.Free > best.Free || c.Free == best.Free && c.Name < best.Name {
+			best = c
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	return best.Name, true
+}
