@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 )
 
@@ -132,4 +133,24 @@ func Choose(w Want, clusters []Cluster) (name string, ok bool) {
 		return "", false
 	}
 	return best.Name, true
+}
+
+// Movable reports whether the placer may move rec to another cluster
+// without a declaration of loss (its cluster unreachable or draining): it
+// is unfinished, its current attempt has no pod (store Clusters.Move
+// refuses one that has, atomically), and no pod of its previous attempt
+// may still run on its cluster: none was recorded, or the last outcome
+// says its pod stopped, or that attempt was not on this cluster, or was
+// declared lost with it. Otherwise the next attempt would start elsewhere
+// while the previous one's pod still stops here (its sidecars), which one
+// cluster's executor never lets happen (it waits for that pod).
+func Movable(rec store.Record) bool {
+	if rec.Terminal || rec.PodCreated {
+		return false
+	}
+	if len(rec.Attempts) == 0 {
+		return true
+	}
+	last := rec.Attempts[len(rec.Attempts)-1]
+	return last.PodStopped || last.Cluster != rec.Cluster || last.Reason == string(podstate.ReasonClusterLost)
 }

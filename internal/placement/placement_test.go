@@ -96,3 +96,27 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Check with no cluster: %v; want it to say none is configured", err)
 	}
 }
+
+func TestMovable(t *testing.T) {
+	ended := func(stopped bool, cluster, reason string) store.AttemptOutcome {
+		return store.AttemptOutcome{Attempt: 0, Phase: "Failed", Reason: reason, Cluster: cluster, PodStopped: stopped}
+	}
+	for name, tc := range map[string]struct {
+		rec  store.Record
+		want bool
+	}{
+		"a first attempt, no pod":                        {store.Record{Cluster: "east"}, true},
+		"a first attempt with its pod":                   {store.Record{Cluster: "east", PodCreated: true}, false},
+		"finished":                                       {store.Record{Cluster: "east", Terminal: true}, false},
+		"the previous attempt's pod stopped":             {store.Record{Cluster: "east", Attempt: 1, Attempts: []store.AttemptOutcome{ended(true, "east", "ExitCode")}}, true},
+		"the previous attempt's pod may still stop here": {store.Record{Cluster: "east", Attempt: 1, Attempts: []store.AttemptOutcome{ended(false, "east", "ExitCode")}}, false},
+		"the previous attempt ran on another cluster":    {store.Record{Cluster: "west", Attempt: 1, Attempts: []store.AttemptOutcome{ended(false, "east", "ExitCode")}}, true},
+		"the previous attempt was lost with its cluster": {store.Record{Cluster: "", Attempt: 1, Attempts: []store.AttemptOutcome{ended(false, "east", "ClusterLost")}}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := Movable(tc.rec); got != tc.want {
+				t.Errorf("Movable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

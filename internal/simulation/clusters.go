@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/kubetask/kubetask/internal/placement"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 )
@@ -38,7 +39,12 @@ type clusterPlan struct {
 	// declaration is then of a cluster that still answers).
 	pauseAt, pauseFor time.Duration
 	// loseAt: when the operator declares east lost.
-	loseAt   time.Duration
+	loseAt time.Duration
+	// quiet: no declaration; while east is partitioned the placer moves
+	// away the tasks of east that placement.Movable allows (placed, no
+	// pod, no earlier pod that may still run there), as the service does
+	// for an unreachable cluster.
+	quiet    bool
 	declared bool // the operator began: east takes no more tasks
 	// refused are the records (ID and version) whose attempt
 	// LoseAttempt refused to end: not offered again at that version.
@@ -62,6 +68,7 @@ func (w *world) drawClusters() {
 	for i := range east {
 		east[i] = r.IntN(3) != 0
 	}
+	cp.quiet = cp.pauseFor > 0 && r.IntN(3) == 0
 	if !on || w.opt.NoClusters || w.adopt || w.repl != nil {
 		return
 	}
@@ -109,9 +116,13 @@ func (w *world) clusterHousekeeping(now time.Time) {
 				p.paused = now.Add(cp.pauseFor)
 			}
 		}
-		w.hist.add(Event{Kind: KFault, Note: fmt.Sprintf("cluster east partitioned from the service for %s", cp.pauseFor)})
+		note := fmt.Sprintf("cluster east partitioned from the service for %s", cp.pauseFor)
+		if cp.quiet {
+			note += "; the placer moves its movable tasks to west meanwhile"
+		}
+		w.hist.add(Event{Kind: KFault, Note: note})
 	}
-	if !cp.declared && w.now() >= cp.loseAt {
+	if !cp.declared && !cp.quiet && w.now() >= cp.loseAt {
 		cp.declared = true
 		e, err := w.mem.BeginTerm(context.Background(), instEast)
 		if err != nil {
@@ -132,7 +143,14 @@ func (w *world) clusterHousekeeping(now time.Time) {
 // record each, so that the seed interleaves them with the executors'
 // steps.
 func (w *world) operatorChoices() []choice {
-	if w.cl == nil || !w.cl.declared {
+	if w.cl == nil {
+		return nil
+	}
+	cp := w.cl
+	if cp.quiet && cp.paused && w.now() < cp.pauseAt+cp.pauseFor {
+		return w.quietMoves()
+	}
+	if !cp.declared {
 		return nil
 	}
 	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
@@ -147,6 +165,27 @@ func (w *world) operatorChoices() []choice {
 			cs = append(cs, choice{100, func() { w.declareLost(r) }})
 		case r.Executor == "":
 			cs = append(cs, choice{100, func() { w.place(r) }})
+		}
+	}
+	return cs
+}
+
+// quietMoves are the placer's moves of east's tasks while east does not
+// answer (no declaration): only what placement.Movable allows, each a
+// compare-and-swap that sees no pod claimed.
+func (w *world) quietMoves() []choice {
+	recs, err := w.mem.List(context.Background(), store.ListOptions{Executor: instEast, NonTerminal: true})
+	if err != nil {
+		panic(err)
+	}
+	var cs []choice
+	for _, r := range recs {
+		r := r
+		if placement.Movable(r) && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)] {
+			cs = append(cs, choice{100, func() {
+				w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)] = true // tried at this version
+				w.move(r)
+			}})
 		}
 	}
 	return cs

@@ -251,3 +251,69 @@ func TestALostAttemptsEndIsRecordedAsDiscarded(t *testing.T) {
 		t.Errorf("the lost pod keeps kubetask's finalizer: %v", p.Finalizers)
 	}
 }
+
+// TestPodStoppedIsRecorded: an attempt's outcome says whether its pod was
+// seen stopped (every container terminated) when it was recorded: not
+// while the sidecar still runs after the main container's exit; yes once
+// the pod has stopped, or when there was no pod. The next attempt's first
+// wait for a slot says it in the same write, once the pass has seen the
+// pod stopped. A placer moves a task away from its cluster only then.
+func TestPodStoppedIsRecorded(t *testing.T) {
+	retried := func(tk *task.Task) {
+		one := int32(1)
+		tk.Spec.Retries.Limit, tk.Spec.Retries.RetryOn = &one, []string{string(podstate.ReasonExitCode)}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *podtest.PodWrapper
+		want bool
+	}{
+		{"the sidecar runs on", mainExited(3), false},
+		{"every container stopped", mainExited(3).On("envoy").Terminated(0).Phase(corev1.PodFailed), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFx(t, func(c *Config) { c.Cluster = "east" })
+			f.submit("a", newTask(retried))
+			f.update("a", func(r *store.Record) { r.PodCreated = true })
+			f.both(f.podOf("a", 0, tc.pod))
+			f.clk.SetTime(tc.pod.Now())
+			if _, _, err := f.sync("a"); err != nil {
+				t.Fatal(err)
+			}
+			rec := f.record("a")
+			if len(rec.Attempts) != 1 || rec.Attempt != 1 {
+				t.Fatalf("attempts %+v, current %d; want attempt 0 ended and 1 next", rec.Attempts, rec.Attempt)
+			}
+			if got := rec.Attempts[0].PodStopped; got != tc.want {
+				t.Errorf("attempt 0's pod recorded stopped: %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("the next attempt's wait for a slot", func(t *testing.T) {
+		f := newFx(t, func(c *Config) { c.Cluster = "east" })
+		f.submit("a", newTask(retried))
+		f.update("a", func(r *store.Record) {
+			r.Attempt = 1
+			r.Attempts = []store.AttemptOutcome{{Attempt: 0, Phase: "Failed", Reason: "ExitCode", Cluster: "east"}}
+		})
+		if err := f.ex.persistPending(f.ctx, f.record("a"), reasonWaitingForSlot, "parallelism 1 reached"); err != nil {
+			t.Fatal(err)
+		}
+		if !f.record("a").Attempts[0].PodStopped {
+			t.Error("the wait for a slot did not record attempt 0's pod stopped")
+		}
+	})
+	t.Run("no pod", func(t *testing.T) {
+		f := newFx(t, func(c *Config) { c.Cluster = "east" })
+		f.submit("a", newTask())
+		if err := f.ex.Cancel(f.ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.sync("a"); err != nil {
+			t.Fatal(err)
+		}
+		if rec := f.record("a"); len(rec.Attempts) != 1 || !rec.Attempts[0].PodStopped {
+			t.Errorf("attempts %+v; want one, its pod (none) recorded stopped", rec.Attempts)
+		}
+	})
+}

@@ -773,6 +773,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	rec.Attempts = append(rec.Attempts, store.AttemptOutcome{
 		Attempt: n, Pod: podName, PodUID: podUID, Phase: string(st.Phase), Reason: string(st.Reason),
 		Message: st.Message, ExitCode: st.ExitCode, Retryable: st.Retryable, Cluster: e.cfg.Cluster, FinishedAt: finishedAt, ObservedAt: now,
+		PodStopped: podstate.Stopped(pod), // nil: no pod, or gone
 	})
 	retry := rec.CancelledAt.IsZero() && t.ShouldRetry(st, n)
 	if retry {
@@ -1162,6 +1163,13 @@ func recordPending(rec store.Record, reason, message string) bool {
 // conflict is returned, and the sync retried from the record as it then is.
 func (e *Executor) persistPending(ctx context.Context, rec store.Record, reason, message string) error {
 	rec.Phase, rec.Reason, rec.Message, rec.ExitCode = string(podstate.Pending), reason, message, nil
+	if i := len(rec.Attempts) - 1; i >= 0 && !rec.Attempts[i].PodStopped && rec.Attempts[i].Cluster == e.cfg.Cluster {
+		// A pass that waits for a slot has seen the previous attempt's pod
+		// stopped (startAttempt waits for it first): said in the same
+		// write, so that the task may move to another cluster from here.
+		rec.Attempts = slices.Clone(rec.Attempts)
+		rec.Attempts[i].PodStopped = true
+	}
 	if _, err := e.update(ctx, rec); err != nil {
 		return fmt.Errorf("recording the state Pending/%s of task %s: %w", reason, rec.ID, err)
 	}

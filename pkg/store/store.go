@@ -59,6 +59,14 @@ type AttemptOutcome struct {
 	FinishedAt time.Time `json:"finishedAt"`
 	// ObservedAt is when the executor recorded the outcome (lag metric source).
 	ObservedAt time.Time `json:"observedAt"`
+	// PodStopped says no pod of this attempt runs any more on its
+	// cluster: its executor saw the pod stopped (every container
+	// terminated, or the pod gone) when it recorded this, or later, when
+	// the next attempt began waiting for a slot; also true for an attempt
+	// that had no pod. Until it is set, the task does not move to another
+	// cluster unless this cluster is declared lost: its next attempt waits
+	// for this pod there (the placer's rule, docs/multicluster.md).
+	PodStopped bool `json:"podStopped,omitempty"`
 	// Discarded is what the pod of an attempt declared lost with its
 	// cluster (Reason ClusterLost) did, as that cluster's executor saw it
 	// once the cluster answered again: kept for the user, never the

@@ -86,7 +86,7 @@ func testRecordClusterRoundTrip(t *testing.T, s store.Store) {
 	in.Attempts = []store.AttemptOutcome{
 		{Attempt: 0, Pod: "p0", Cluster: "west", Reason: "ClusterLost", FinishedAt: base,
 			Discarded: &store.DiscardedEnd{ExitCode: ptr[int32](3), Reason: "Error", FinishedAt: base.Add(time.Minute), ObservedAt: base.Add(2 * time.Minute)}},
-		{Attempt: 1, Pod: "p1", Cluster: "", FinishedAt: base.Add(time.Second)},
+		{Attempt: 1, Pod: "p1", Cluster: "", FinishedAt: base.Add(time.Second), PodStopped: true},
 		{Attempt: 2, Pod: "p2", Cluster: "east-1", ExitCode: ptr[int32](1)},
 	}
 	in.Attempt = 3
