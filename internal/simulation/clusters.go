@@ -68,7 +68,7 @@ func (w *world) drawClusters() {
 	for i := range east {
 		east[i] = r.IntN(3) != 0
 	}
-	cp.quiet = cp.pauseFor > 0 && r.IntN(3) == 0
+	cp.quiet = cp.pauseFor > 0 && (r.IntN(3) == 0 || w.opt.QuietMoves)
 	if !on || w.opt.NoClusters || w.adopt || w.repl != nil {
 		return
 	}

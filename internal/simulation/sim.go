@@ -54,6 +54,10 @@ type Options struct {
 	// NoClusters leaves out the scenario of two clusters' instances, one
 	// of which an operator declares lost (clusters.go).
 	NoClusters bool
+	// QuietMoves makes a run of the clusters scenario whose east is
+	// partitioned move tasks without a declaration (the seed draws that in
+	// a third of them): to replay a seed's interleaving in that variant.
+	QuietMoves bool
 	// Debug adds the executors' debug logs and every step the world
 	// released, held or failed to Result.Logs; it changes nothing else.
 	Debug bool

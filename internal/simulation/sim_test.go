@@ -405,3 +405,27 @@ func hasEvent(res *Result, f func(Event) bool) bool {
 	}
 	return false
 }
+
+// TestQuietMovesWaitForThePreviousPod (clusters seeds 1700002038 and
+// 1700004850, replayed without a declaration): task t3's attempt ended on
+// east while its sidecar still ran, and east went quiet before its
+// executor stopped the pod. A placer that moved every task of east with no
+// pod claimed moved t3, and its next attempt ran on west while the earlier
+// pod still ran on east (invariant 3, in both seeds). placement.Movable
+// keeps t3 on east until that pod is known stopped: east finishes it when
+// it answers again.
+func TestQuietMovesWaitForThePreviousPod(t *testing.T) {
+	for _, seed := range []int64{1700002038, 1700004850} {
+		res := runSeed(t, Options{Seed: seed, FaultLevel: -1, QuietMoves: true})
+		h := res.History.String()
+		if !strings.Contains(h, "movable tasks to west") {
+			t.Fatalf("seed %d: no partition with moves without a declaration:\n%s", seed, h)
+		}
+		if strings.Contains(h, "t3/1 (placed on cluster west") || strings.Contains(h, "t3/2 (placed on cluster west") {
+			t.Errorf("seed %d: t3 was moved while its earlier attempt's pod still ran on east", seed)
+		}
+		for _, v := range res.Violations {
+			t.Errorf("seed %d: %s", seed, v)
+		}
+	}
+}
