@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubetask/kubetask/internal/placement"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // The clusters scenario (docs/multicluster.md): two executor instances,
@@ -46,6 +50,13 @@ type clusterPlan struct {
 	// for an unreachable cluster.
 	quiet    bool
 	declared bool // the operator began: east takes no more tasks
+	// returns: east, declared lost, is Ready again once its partition
+	// ended and no pod of a lost attempt is left there (the Returning
+	// pass done): the operator stops, and the placer places on either
+	// cluster (back, a task may run on east again).
+	returns  bool
+	returned bool
+	r        *rand.Rand // the placer's choices once east returned
 	// refused are the records (ID and version) whose attempt
 	// LoseAttempt refused to end: not offered again at that version.
 	refused map[string]bool
@@ -69,6 +80,8 @@ func (w *world) drawClusters() {
 		east[i] = r.IntN(3) != 0
 	}
 	cp.quiet = cp.pauseFor > 0 && (r.IntN(3) == 0 || w.opt.QuietMoves)
+	cp.returns = r.IntN(2) == 0
+	cp.r = r
 	if !on || w.opt.NoClusters || w.adopt || w.repl != nil {
 		return
 	}
@@ -153,6 +166,17 @@ func (w *world) operatorChoices() []choice {
 	if !cp.declared {
 		return nil
 	}
+	if cp.returns && !cp.returned && w.now() >= cp.pauseAt+cp.pauseFor && !w.lostPodsOnEast() {
+		cp.returned = true
+		w.hist.add(Event{Kind: KFault, Note: "cluster east is Ready again: no pod of a lost attempt is left there"})
+		w.umu.Lock()
+		for _, p := range w.plans {
+			if !p.submitted && cp.r.IntN(2) == 0 {
+				p.instance = instEast // users submit to east again
+			}
+		}
+		w.umu.Unlock()
+	}
 	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
 	if err != nil {
 		panic(err)
@@ -161,7 +185,7 @@ func (w *world) operatorChoices() []choice {
 	for _, r := range recs {
 		r := r
 		switch {
-		case r.Executor == instEast && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)]:
+		case r.Executor == instEast && !cp.returned && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)]:
 			cs = append(cs, choice{100, func() { w.declareLost(r) }})
 		case r.Executor == "":
 			cs = append(cs, choice{100, func() { w.place(r) }})
@@ -225,14 +249,50 @@ func (w *world) declareLost(rec store.Record) {
 }
 
 // place moves an unplaced record to west, the cluster left.
-func (w *world) place(rec store.Record) { w.move(rec) }
+func (w *world) place(rec store.Record) {
+	if w.cl.returned && w.cl.r.IntN(2) == 0 {
+		w.moveTo(rec, instEast)
+		return
+	}
+	w.move(rec)
+}
+
+// lostPodsOnEast reports whether east holds a pod of an attempt declared
+// lost that is not gone: running, or held by kubetask's finalizer.
+func (w *world) lostPodsOnEast() bool {
+	w.srv.mu.Lock()
+	var left []*corev1.Pod
+	for _, pod := range w.srv.pods {
+		if w.srv.podScope[pod.UID] == "east" && (slices.Contains(pod.Finalizers, task.Finalizer) || pod.Spec.NodeName != "" && !stoppedPod(pod)) {
+			left = append(left, pod.DeepCopy())
+		}
+	}
+	w.srv.mu.Unlock()
+	for _, pod := range left {
+		id, n, err := task.IdentityFromPod(pod)
+		if err != nil {
+			continue
+		}
+		rec, err := w.mem.Get(context.Background(), id.RunID)
+		if err != nil || rec.Nonce != id.Nonce {
+			continue
+		}
+		if n < len(rec.Attempts) && rec.Attempts[n].Reason == "ClusterLost" && rec.Attempts[n].PodUID == string(pod.UID) {
+			return true
+		}
+	}
+	return false
+}
 
 // move moves rec to west (a compare-and-swap at its version that sees no
 // pod claimed) and tells west's live process of it, as the service's
 // placer does.
-func (w *world) move(rec store.Record) {
+func (w *world) move(rec store.Record) { w.moveTo(rec, instWest) }
+
+// moveTo moves rec to inst's cluster, as move does.
+func (w *world) moveTo(rec store.Record, inst string) {
 	rec.Epoch = 0 // the operator's move is unfenced: the version is its guard
-	out, err := w.mem.(store.Clusters).Move(context.Background(), rec, instWest, "west")
+	out, err := w.mem.(store.Clusters).Move(context.Background(), rec, inst, clusterOf(inst))
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrClaimed):
 		return // changed since the list: the next choice reads it again
@@ -240,8 +300,8 @@ func (w *world) move(rec store.Record) {
 		panic(err)
 	}
 	w.operator().note(out)
-	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: out.Attempt, Note: fmt.Sprintf("placed on cluster west (from %q)", rec.Cluster)})
-	if p := w.live(instWest); p != nil {
+	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: out.Attempt, Note: fmt.Sprintf("placed on cluster %s (from %q)", clusterOf(inst), rec.Cluster)})
+	if p := w.live(inst); p != nil {
 		if ex, ok := p.api.(interface{ Resync(string) }); ok {
 			ex.Resync(out.ID)
 		}
