@@ -269,14 +269,12 @@ func (e *Executor) discardedEnd(t *task.Task, out store.AttemptOutcome, pod *cor
 	if out.Reason != string(podstate.ReasonClusterLost) || out.Cluster != e.cfg.Cluster || out.Discarded != nil || out.PodUID != string(pod.UID) {
 		return store.DiscardedEnd{}, false
 	}
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == t.Spec.MainContainer && st.State.Terminated != nil {
-			term := st.State.Terminated
-			code := term.ExitCode
-			return store.DiscardedEnd{ExitCode: &code, Reason: term.Reason, FinishedAt: term.FinishedAt.Time, ObservedAt: now}, true
-		}
+	term := mainTerminated(pod, t.Spec.MainContainer)
+	if term == nil {
+		return store.DiscardedEnd{}, false
 	}
-	return store.DiscardedEnd{}, false
+	code := term.ExitCode
+	return store.DiscardedEnd{ExitCode: &code, Reason: term.Reason, FinishedAt: term.FinishedAt.Time, ObservedAt: now}, true
 }
 
 // recordDiscarded writes end as what the pod of lost attempt n of rec did:
@@ -1366,12 +1364,21 @@ func hasFinalizer(pod *corev1.Pod) bool {
 }
 
 func mainFinishedAt(pod *corev1.Pod, main string) time.Time {
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == main && st.State.Terminated != nil {
-			return st.State.Terminated.FinishedAt.Time
-		}
+	if term := mainTerminated(pod, main); term != nil {
+		return term.FinishedAt.Time
 	}
 	return time.Time{}
+}
+
+// mainTerminated is the terminated state the pod's status reports for its
+// main container, nil while none does.
+func mainTerminated(pod *corev1.Pod, main string) *corev1.ContainerStateTerminated {
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == main && st.State.Terminated != nil {
+			return st.State.Terminated
+		}
+	}
+	return nil
 }
 
 func untilRecheck(st podstate.State, now time.Time) time.Duration {
