@@ -132,19 +132,19 @@ func Check(events []Event, valid map[string]bool) []Violation {
 				add(InvAfter, e, "pod %s runs after the outcome (event %d): it was released to the scheduler (event %d) after the task's cancellation was recorded (event %d)", e.UID, max(oc, fin), p.released, c)
 			}
 			for _, o := range pods {
-				// A pod of an attempt declared lost with its cluster may
-				// run on beside the next attempt's: that is what the
-				// declaration is (at-least-once for that attempt).
-				if lost[ta{o.task, o.attempt}] || lost[k] {
+				if o == p || o.task != p.task || o.bound == 0 || o.stopped != 0 {
 					continue
 				}
-				// Nor may any pod left on a cluster declared lost (the
-				// sidecars of a finished attempt, stopping): the
-				// declaration gives up waiting for that cluster.
-				if o.cluster != p.cluster && (declared[o.cluster] != 0 || declared[p.cluster] != 0) {
-					continue
-				}
-				if o != p && o.task == p.task && o.bound != 0 && o.stopped == 0 {
+				switch {
+				case lost[ta{o.task, o.attempt}] || lost[k]:
+					// A pod of an attempt declared lost with its cluster
+					// may run on beside the next attempt's: that is what
+					// the declaration is (at-least-once for that attempt).
+				case o.cluster != p.cluster && (declared[o.cluster] != 0 || declared[p.cluster] != 0):
+					// Nor may any pod left on a cluster declared lost (the
+					// sidecars of a finished attempt, stopping): the
+					// declaration gives up waiting for that cluster.
+				default:
 					add(InvConcurrent, e, "pod %s was bound while pod %s (attempt %d) still ran", e.UID, o.uid, o.attempt)
 				}
 			}

@@ -57,11 +57,23 @@ type clusterPlan struct {
 	returns  bool
 	returned bool
 	r        *rand.Rand // the placer's choices once east returned
-	// refused are the records (ID and version) whose attempt
-	// LoseAttempt refused to end: not offered again at that version.
-	refused map[string]bool
-	paused  bool // the partition began
+	// tried are the records (ID and version) whose attempt LoseAttempt
+	// refused to end, or that a move without a declaration tried: not
+	// offered again at that version.
+	tried  map[recVersion]bool
+	paused bool // the partition began
 }
+
+// recVersion is a record at one version.
+type recVersion struct {
+	id      string
+	version int64
+}
+
+func versionOf(r store.Record) recVersion { return recVersion{r.ID, r.Version} }
+
+// partitionEnd is when east's partition ends (pauseAt when there is none).
+func (cp *clusterPlan) partitionEnd() time.Duration { return cp.pauseAt + cp.pauseFor }
 
 // drawClusters draws the clusters scenario from its own source (so that
 // the runs that do not draw it keep the histories they had before it
@@ -70,7 +82,7 @@ type clusterPlan struct {
 func (w *world) drawClusters() {
 	r := rand.New(rand.NewPCG(uint64(w.opt.Seed), 0xc105e7)) //nolint:gosec // a seeded source that replays is the point
 	on := r.IntN(3) == 0
-	cp := &clusterPlan{refused: map[string]bool{}, loseAt: time.Duration(1000+r.IntN(14000)) * time.Millisecond}
+	cp := &clusterPlan{tried: map[recVersion]bool{}, loseAt: time.Duration(1000+r.IntN(14000)) * time.Millisecond}
 	if r.IntN(4) != 0 {
 		cp.pauseFor = time.Duration(500+r.IntN(9000)) * time.Millisecond
 		cp.pauseAt = max(cp.loseAt-time.Duration(r.IntN(4000))*time.Millisecond, 0)
@@ -142,13 +154,24 @@ func (w *world) clusterHousekeeping(now time.Time) {
 			panic(err)
 		}
 		w.hist.add(Event{Kind: KFault, Note: fmt.Sprintf("the operator declares cluster east lost (began term %d of %s)", e, instEast)})
-		w.umu.Lock()
-		for _, p := range w.plans {
-			if !p.submitted && p.instance == instEast {
-				p.instance = instWest // users submit to the clusters there are
-			}
+		w.reroute(func(p *plan) bool { return p.instance == instEast }, instWest) // users submit to the clusters there are
+	}
+	if cp.declared && cp.returns && !cp.returned && w.now() >= cp.partitionEnd() && !w.lostPodsOnEast() {
+		cp.returned = true
+		w.hist.add(Event{Kind: KFault, Note: "cluster east is Ready again: no pod of a lost attempt is left there"})
+		w.reroute(func(*plan) bool { return cp.r.IntN(2) == 0 }, instEast) // users submit to east again
+	}
+}
+
+// reroute sends the users' tasks not submitted yet that pick chooses to
+// instance inst.
+func (w *world) reroute(pick func(*plan) bool, inst string) {
+	w.umu.Lock()
+	defer w.umu.Unlock()
+	for _, p := range w.plans {
+		if !p.submitted && pick(p) {
+			p.instance = inst
 		}
-		w.umu.Unlock()
 	}
 }
 
@@ -160,22 +183,11 @@ func (w *world) operatorChoices() []choice {
 		return nil
 	}
 	cp := w.cl
-	if cp.quiet && cp.paused && w.now() < cp.pauseAt+cp.pauseFor {
+	if cp.quiet && cp.paused && w.now() < cp.partitionEnd() {
 		return w.quietMoves()
 	}
 	if !cp.declared {
 		return nil
-	}
-	if cp.returns && !cp.returned && w.now() >= cp.pauseAt+cp.pauseFor && !w.lostPodsOnEast() {
-		cp.returned = true
-		w.hist.add(Event{Kind: KFault, Note: "cluster east is Ready again: no pod of a lost attempt is left there"})
-		w.umu.Lock()
-		for _, p := range w.plans {
-			if !p.submitted && cp.r.IntN(2) == 0 {
-				p.instance = instEast // users submit to east again
-			}
-		}
-		w.umu.Unlock()
 	}
 	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
 	if err != nil {
@@ -185,7 +197,7 @@ func (w *world) operatorChoices() []choice {
 	for _, r := range recs {
 		r := r
 		switch {
-		case r.Executor == instEast && !cp.returned && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)]:
+		case r.Executor == instEast && !cp.returned && !cp.tried[versionOf(r)]:
 			cs = append(cs, choice{100, func() { w.declareLost(r) }})
 		case r.Executor == "":
 			cs = append(cs, choice{100, func() { w.place(r) }})
@@ -205,9 +217,9 @@ func (w *world) quietMoves() []choice {
 	var cs []choice
 	for _, r := range recs {
 		r := r
-		if placement.Movable(r) && !w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)] {
+		if placement.Movable(r) && !w.cl.tried[versionOf(r)] {
 			cs = append(cs, choice{100, func() {
-				w.cl.refused[fmt.Sprint(r.ID, "@", r.Version)] = true // tried at this version
+				w.cl.tried[versionOf(r)] = true
 				w.move(r)
 			}})
 		}
@@ -226,14 +238,13 @@ func (w *world) operator() *simStore {
 // is now: a write that finds it changed since it was listed is tried again
 // at the next choice.
 func (w *world) declareLost(rec store.Record) {
-	op := w.operator()
 	if !rec.PodCreated {
 		w.move(rec)
 		return
 	}
 	lost, err := executor.LoseAttempt(rec, "east", time.Now())
 	if err != nil {
-		w.cl.refused[fmt.Sprint(rec.ID, "@", rec.Version)] = true
+		w.cl.tried[versionOf(rec)] = true
 		w.hist.add(Event{Kind: KFault, Task: w.hist.name(rec.ID, rec.Nonce), Note: "the operator's declaration refused: " + err.Error()})
 		return
 	}
@@ -244,7 +255,7 @@ func (w *world) declareLost(rec store.Record) {
 	case err != nil:
 		panic(err)
 	}
-	op.note(out)
+	w.operator().note(out)
 	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: rec.Attempt, UID: rec.PodUID, Note: "the operator declared the attempt lost with cluster east"})
 }
 

@@ -426,7 +426,7 @@ func (w *world) startProcess(instance string, adoptFrom []string) *process {
 		panic(err)
 	}
 	if w.cl != nil && instance == instEast && w.cl.paused {
-		p.paused = w.start.Add(w.cl.pauseAt + w.cl.pauseFor) // the partition holds a new process too
+		p.paused = w.start.Add(w.cl.partitionEnd()) // the partition holds a new process too
 	}
 	w.launch(p, ex, ex.Start, fmt.Sprintf("%s started for instance %s%s", name, instance, map[bool]string{true: " adopting " + strings.Join(adoptFrom, ","), false: ""}[len(adoptFrom) > 0]))
 	return p
