@@ -195,18 +195,20 @@ func (s *apiServer) request(ctx context.Context, actor string, a k8stesting.Acti
 // scenario each cluster's pods are apart (two clusters may hold a pod of
 // one name), by the cluster of the actor's instance (scopes).
 func (s *apiServer) keyFor(actor, ns, name string) string {
-	if sc := s.scopes[actor]; sc != "" {
-		return sc + ":" + ns + "/" + name
-	}
-	return ns + "/" + name
+	return scopedKey(s.scopes[actor], ns, name)
 }
 
 // keyOf is p's key: in the cluster it was created in.
 func (s *apiServer) keyOf(p *corev1.Pod) string {
-	if sc := s.podScope[p.UID]; sc != "" {
-		return sc + ":" + p.Namespace + "/" + p.Name
+	return scopedKey(s.podScope[p.UID], p.Namespace, p.Name)
+}
+
+// scopedKey is the key of pod ns/name in cluster sc ("": the one cluster).
+func scopedKey(sc, ns, name string) string {
+	if sc != "" {
+		return sc + ":" + ns + "/" + name
 	}
-	return p.Namespace + "/" + p.Name
+	return ns + "/" + name
 }
 
 // scope makes actor's pod requests go to cluster's pods (the clusters
