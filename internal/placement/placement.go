@@ -25,6 +25,7 @@ import (
 
 	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // Cluster is what placement knows of one cluster at a moment.
@@ -40,22 +41,17 @@ type Cluster struct {
 }
 
 // Want is what a task asks of its cluster (its spec.placement): a cluster
-// by name, a selector over cluster labels, or neither (any cluster).
-type Want struct {
-	// Cluster names the one cluster the task runs on.
-	Cluster string `json:"cluster,omitempty"`
-	// ClusterSelector selects the clusters the task may run on by their
-	// labels.
-	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
-}
+// by name, a selector over cluster labels, or neither (any cluster; a nil
+// *task.Placement asks the same).
+type Want = task.Placement
 
 // ErrNoCluster wraps a Want that no configured cluster could ever meet.
 var ErrNoCluster = errors.New("no configured cluster meets the task's placement")
 
-// allows returns w's selector as a function of a cluster (every cluster
+// allowed returns w's selector as a function of a cluster (every cluster
 // when w names none), or an error naming the field when the selector is
 // not valid.
-func (w Want) allows() (func(Cluster) bool, error) {
+func allowed(w Want) (func(Cluster) bool, error) {
 	if w.Cluster != "" && w.ClusterSelector != nil {
 		return nil, fmt.Errorf("spec.placement: cluster and clusterSelector are exclusive: name a cluster, or select clusters by their labels")
 	}
@@ -78,7 +74,7 @@ func (w Want) allows() (func(Cluster) bool, error) {
 // names the field and lists the clusters and their labels; it wraps
 // ErrNoCluster when the constraint is valid but unmet.
 func Check(w Want, clusters []Cluster) error {
-	allows, err := w.allows()
+	allows, err := allowed(w)
 	if err != nil {
 		return err
 	}
@@ -115,7 +111,7 @@ func describe(clusters []Cluster) string {
 // (the task waits; the placer asks again when a slot frees or a cluster's
 // state changes). An invalid Want allows no cluster (Check tells why).
 func Choose(w Want, clusters []Cluster) (name string, ok bool) {
-	allows, err := w.allows()
+	allows, err := allowed(w)
 	if err != nil {
 		return "", false
 	}

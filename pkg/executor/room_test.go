@@ -22,16 +22,19 @@ func TestRoomAtSubmit(t *testing.T) {
 		waiting     bool
 		want        bool
 		waits       bool // the plan says the next task waits
+		free        int  // Free("ns")
 	}{
-		{name: "nothing runs", parallelism: 2, want: true},
-		{name: "a slot free", parallelism: 2, pods: 1, want: true},
+		{name: "nothing runs", parallelism: 2, want: true, free: 2},
+		{name: "a slot free", parallelism: 2, pods: 1, want: true, free: 1},
 		{name: "every slot holds a pod", parallelism: 2, pods: 2, waits: true},
 		{name: "the last slot admitted to a creation", parallelism: 2, pods: 1, admitted: 1, waits: true},
-		{name: "a created pod counted once", parallelism: 3, pods: 1, admitted: 1, shown: true, want: true},
+		{name: "a created pod counted once", parallelism: 3, pods: 1, admitted: 1, shown: true, want: true, free: 1},
 		{name: "every slot taken, a created pod counted once", parallelism: 2, pods: 1, admitted: 1, shown: true, waits: true},
 		{name: "a task waits", parallelism: 1, pods: 1, waiting: true, waits: true},
-		{name: "its namespace has a limit", parallelism: 10, nsLimit: 5},
-		{name: "namespaces have a default limit", parallelism: 10, defaultNS: 5},
+		{name: "its namespace has a limit", parallelism: 10, nsLimit: 5, free: 5},
+		{name: "namespaces have a default limit", parallelism: 10, defaultNS: 5, free: 5},
+		{name: "its namespace's limit left", parallelism: 10, nsLimit: 3, pods: 2, free: 1},
+		{name: "its namespace at its limit", parallelism: 10, nsLimit: 2, pods: 2, waits: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFx(t, func(cfg *Config) {
@@ -91,6 +94,9 @@ func TestRoomAtSubmit(t *testing.T) {
 			}
 			if got := f.ex.roomAtSubmit("ns"); got != c.want {
 				t.Errorf("roomAtSubmit = %v, want %v (waiting %d, admitted %d, cached pods %d)", got, c.want, f.ex.waiting.Load(), f.ex.unseen.Load(), f.ex.cachedPodCount())
+			}
+			if got := f.ex.Free("ns"); got != c.free {
+				t.Errorf("Free = %d, want %d", got, c.free)
 			}
 			plan := f.ex.planAtSubmit(store.Record{ID: "next", Namespace: "ns", CreatedAt: f.clk.Now()}, 0)
 			if c.want && plan != "" {

@@ -64,6 +64,28 @@ func (e *Executor) usedLocked(now time.Time) (int, map[string]int) {
 	return n, byNS
 }
 
+// Free is how many more pods of namespace ns the executor would start now:
+// its parallelism left after the pods it holds (and the creations it
+// admitted) and the tasks waiting in its lines, capped by what ns's own
+// limit leaves; never negative. Like the answer at submission it is
+// advice: a service with several clusters places a task on the cluster
+// whose executor has the most (internal/placement).
+func (e *Executor) Free(ns string) int {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	used, byNS := e.usedLocked(now)
+	waiting, waitingNS := 0, len(e.lines[ns])
+	for _, line := range e.lines {
+		waiting += len(line)
+	}
+	e.mu.Unlock()
+	free := e.cfg.Parallelism - used - waiting
+	if lim := e.namespaceLimit(ns); lim > 0 {
+		free = min(free, lim-byNS[ns]-waitingNS)
+	}
+	return max(free, 0)
+}
+
 // namespaceLimit is ns's own cap of task pods at once (0: none but
 // Parallelism).
 func (e *Executor) namespaceLimit(ns string) int {

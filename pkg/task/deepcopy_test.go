@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestDeepCopySharesNothing: changing every reference-typed field of a copy
@@ -16,6 +17,7 @@ func TestDeepCopySharesNothing(t *testing.T) {
 	orig.Spec.Retries = Retries{Limit: &limit, RetryOn: []string{"ExitCode"}}
 	orig.Spec.Result = &Result{From: ResultFromFile, Path: "/out/r"}
 	orig.Spec.Logs.Containers = []string{"main"}
+	orig.Spec.Placement = &Placement{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}}
 	orig.Spec.Template.Labels = map[string]string{"x": "y"}
 	orig.Spec.Template.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"true"}}}
 	snapshot := orig.DeepCopy()
@@ -28,6 +30,7 @@ func TestDeepCopySharesNothing(t *testing.T) {
 	c.Spec.Retries.RetryOn[0] = "changed"
 	c.Spec.Result.Path = "/changed"
 	c.Spec.Logs.Containers[0] = "changed"
+	c.Spec.Placement.ClusterSelector.MatchLabels["region"] = "changed"
 	c.Spec.Template.Labels["x"] = "changed"
 	c.Spec.Template.Spec.Containers[0].Command[0] = "changed"
 	if !reflect.DeepEqual(snapshot, orig) {

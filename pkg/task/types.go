@@ -45,8 +45,23 @@ type Spec struct {
 	// It never stops a running task, nor gives the namespace more than its
 	// share of the executor's slots.
 	Priority int32 `json:"priority,omitempty"`
+	// Placement, for a service that runs tasks on several clusters, is
+	// where the task may run: one cluster by name, or the clusters whose
+	// labels a selector matches. Default: any cluster. A service refuses at
+	// submission a placement that none of its clusters could ever meet.
+	Placement *Placement `json:"placement,omitempty"`
 	// Template is the pod to run. kubetask never modifies it: BuildPod works on a copy.
 	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// Placement says which clusters a task may run on (docs/multicluster.md,
+// "Placement"). Cluster and ClusterSelector are exclusive.
+type Placement struct {
+	// Cluster names the one cluster the task runs on.
+	Cluster string `json:"cluster,omitempty"`
+	// ClusterSelector selects the clusters the task may run on by their
+	// labels (region, gpu, ...).
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 }
 
 // Cleanup is what kubetask does with a pod after recording its outcome.
@@ -223,5 +238,8 @@ func (t *Task) DeepCopy() *Task {
 		s.Result = &c
 	}
 	s.Logs.Containers = append([]string(nil), t.Spec.Logs.Containers...)
+	if p := t.Spec.Placement; p != nil {
+		s.Placement = &Placement{Cluster: p.Cluster, ClusterSelector: p.ClusterSelector.DeepCopy()}
+	}
 	return out
 }

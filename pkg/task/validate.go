@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -165,6 +166,9 @@ func (t *Task) validateSpec() field.ErrorList {
 
 	if s.Result != nil {
 		errs = append(errs, validateResult(s, spec.Child("result"))...)
+	}
+	if s.Placement != nil {
+		errs = append(errs, validatePlacement(s.Placement, spec.Child("placement"))...)
 	}
 
 	for i, name := range s.Logs.Containers {
@@ -362,4 +366,33 @@ func containerNames(spec *corev1.PodSpec) string {
 		names = append(names, c.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// maxClusterName is the longest cluster name (store.MaxClusterNameLength:
+// a cluster's name is part of executor instance names).
+const maxClusterName = 40
+
+// validatePlacement checks the form of p; whether a cluster it names or
+// selects is configured is the service's to say (placement.Check).
+func validatePlacement(p *Placement, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if p.Cluster != "" && p.ClusterSelector != nil {
+		errs = append(errs, field.Invalid(path.Child("clusterSelector"), "",
+			"cluster and clusterSelector are exclusive: name one cluster, or select clusters by their labels"))
+	}
+	if p.Cluster != "" {
+		msgs := validation.IsDNS1123Label(p.Cluster)
+		if len(p.Cluster) > maxClusterName {
+			msgs = append(msgs, fmt.Sprintf("must be no more than %d characters", maxClusterName))
+		}
+		for _, msg := range msgs {
+			errs = append(errs, field.Invalid(path.Child("cluster"), p.Cluster, msg))
+		}
+	}
+	if p.ClusterSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(p.ClusterSelector); err != nil {
+			errs = append(errs, field.Invalid(path.Child("clusterSelector"), p.ClusterSelector.String(), err.Error()))
+		}
+	}
+	return errs
 }

@@ -268,6 +268,22 @@ func TestLoadErrors(t *testing.T) {
 			doc:  strings.Replace(base, "metadata: {name: t1}", "metadata: {name: t1, labels: {team: 'data team'}}", 1),
 			want: []string{`metadata.labels[team]: Invalid value: "data team"`},
 		},
+		"placement names a cluster and selects clusters": {
+			doc:  withSpec("  placement: {cluster: east, clusterSelector: {matchLabels: {region: eu}}}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.clusterSelector: Invalid value`, "exclusive"},
+		},
+		"placement's cluster name": {
+			doc:  withSpec("  placement: {cluster: East_1}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.cluster: Invalid value: "East_1"`, "lowercase"},
+		},
+		"placement's cluster name too long": {
+			doc:  withSpec("  placement: {cluster: " + strings.Repeat("e", 41) + "}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.cluster: Invalid value`, "no more than 40 characters"},
+		},
+		"placement's selector": {
+			doc:  withSpec("  placement: {clusterSelector: {matchExpressions: [{key: region, operator: Near}]}}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.clusterSelector: Invalid value`, `"Near" is not a valid label selector operator`},
+		},
 		"ephemeral containers": {
 			doc:  withSpec("  template: {spec: {containers: [{name: base, image: a}], ephemeralContainers: [{name: dbg, image: a}]}}\n"),
 			want: []string{`spec.template.spec.ephemeralContainers: Forbidden: cannot be set on create`},
@@ -356,5 +372,25 @@ func TestDecodingAndValidationProblemsTogether(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlacementIsKept: a valid placement, a cluster or a selector, parses
+// and validates as written.
+func TestPlacementIsKept(t *testing.T) {
+	for _, p := range []string{"{cluster: eu-west-1}", "{clusterSelector: {matchLabels: {gpu: a100}}}", "{}"} {
+		tk, err := task.Parse([]byte(withSpec("  placement: " + p + "\n  template: {spec: {containers: [{name: base, image: a}]}}\n")))
+		if err != nil {
+			t.Fatalf("placement %s: %v", p, err)
+		}
+		got := tk.Spec.Placement
+		switch {
+		case got == nil:
+			t.Errorf("placement %s: dropped", p)
+		case strings.Contains(p, "eu-west-1") && got.Cluster != "eu-west-1":
+			t.Errorf("placement %s: cluster %q", p, got.Cluster)
+		case strings.Contains(p, "a100") && (got.ClusterSelector == nil || got.ClusterSelector.MatchLabels["gpu"] != "a100"):
+			t.Errorf("placement %s: selector %v", p, got.ClusterSelector)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 	"github.com/kubetask/kubetask/test/bench/benchresult"
 	"github.com/kubetask/kubetask/test/exectest"
 )
@@ -75,11 +79,15 @@ func (c *countingStore) Update(ctx context.Context, rec store.Record) (store.Rec
 type fairEvents struct {
 	mu    sync.Mutex
 	first map[string]map[executor.EventType]time.Time
+	// all is every event of each task, in order, for the explanation of a
+	// run that does not end.
+	all map[string][]executor.Event
 }
 
 func (f *fairEvents) add(ev executor.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.all[ev.ID] = append(f.all[ev.ID], ev)
 	m := f.first[ev.ID]
 	if m == nil {
 		m = map[executor.EventType]time.Time{}
@@ -115,7 +123,7 @@ func (f *fairEvents) times(prefix string, typ executor.EventType) []time.Time {
 func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	tb.Helper()
 	envA, envB := clustertest.New(tb), clustertest.New(tb)
-	evs := &fairEvents{first: map[string]map[executor.EventType]time.Time{}}
+	evs := &fairEvents{first: map[string]map[executor.EventType]time.Time{}, all: map[string][]executor.Event{}}
 	st := &countingStore{Store: store.NewMemory()}
 	ex, stop := exectest.StartExecutor(tb, envA, executor.Config{
 		InstanceID: "fair", Namespaces: []string{envA.Namespace, envB.Namespace},
@@ -155,8 +163,13 @@ func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	waitFor(tb, 20*time.Minute, "every task", func() (bool, string) {
 		a, b := len(evs.times("a", "Terminal")), len(evs.times("b", "Terminal"))
 		released := len(evs.times("", executor.EventPodReleased))
-		return a == sz.a && b == sz.b && released == sz.a+sz.b, fmt.Sprintf("%s: %d of A's and %d of B's tasks done, %d pods released",
+		done := a == sz.a && b == sz.b && released == sz.a+sz.b
+		progress := fmt.Sprintf("%s: %d of A's and %d of B's tasks done, %d pods released",
 			time.Since(aStart).Round(time.Second), a, b, released)
+		if !done && a+b == sz.a+sz.b {
+			progress += evs.unreleased(ctx, st, envA, envB)
+		}
+		return done, progress
 	})
 	r := fairRow{order: order, size: sz}
 	bPods := evs.times("b", executor.EventPodCreated)
@@ -190,6 +203,45 @@ func fairRun(tb testing.TB, order executor.SlotOrder, sz fairSize) fairRow {
 	exectest.WaitNoTaskPods(tb, envA, 2*time.Minute)
 	exectest.WaitNoTaskPods(tb, envB, 2*time.Minute)
 	return r
+}
+
+// unreleased describes the tasks that ended without a PodReleased event:
+// their events, their records' outcomes and their pods as the API server
+// shows them now.
+func (f *fairEvents) unreleased(ctx context.Context, st store.Store, envs ...*clustertest.Env) string {
+	f.mu.Lock()
+	var ids []string
+	for id, m := range f.first {
+		if _, ok := m[executor.EventPodReleased]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var b strings.Builder
+	for _, id := range ids[:min(len(ids), 3)] {
+		fmt.Fprintf(&b, "\n      task %s: events", id)
+		for _, ev := range f.all[id] {
+			fmt.Fprintf(&b, " %s(%d %s %s %s)", ev.Type, ev.Attempt, ev.Phase, ev.Reason, ev.Pod)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range ids[:min(len(ids), 3)] {
+		if rec, err := st.Get(ctx, id); err == nil {
+			fmt.Fprintf(&b, "\n      task %s: record %s %s attempt %d, outcomes %+v", id, rec.Phase, rec.Reason, rec.Attempt, rec.Attempts)
+		}
+		for _, env := range envs {
+			pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: task.LabelRun + "=" + id})
+			if err != nil {
+				fmt.Fprintf(&b, "\n      listing pods of %s: %v", id, err)
+				continue
+			}
+			for _, p := range pods.Items {
+				fmt.Fprintf(&b, "\n      pod %s: phase %s, node %q, deleting %v, finalizers %v, labels %v, statuses %+v",
+					p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Finalizers, p.Labels, p.Status.ContainerStatuses)
+			}
+		}
+	}
+	return b.String()
 }
 
 func earliest(ts []time.Time) time.Time {
