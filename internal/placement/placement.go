@@ -111,6 +111,12 @@ func describe(clusters []Cluster) string {
 // (the task waits; the placer asks again when a slot frees or a cluster's
 // state changes). An invalid Want allows no cluster (Check tells why).
 func Choose(w Want, clusters []Cluster) (name string, ok bool) {
+	return choose(w, clusters, true)
+}
+
+// choose is Choose, or Queue when free is false: the Ready cluster w
+// allows with the most Free (more than 0 with free), ties by name.
+func choose(w Want, clusters []Cluster, free bool) (name string, ok bool) {
 	allows, err := allowed(w)
 	if err != nil {
 		return "", false
@@ -118,7 +124,7 @@ func Choose(w Want, clusters []Cluster) (name string, ok bool) {
 	var best *Cluster
 	for i := range clusters {
 		c := &clusters[i]
-		if c.State != store.ClusterReady || c.Free <= 0 || !allows(*c) {
+		if c.State != store.ClusterReady || free && c.Free <= 0 || !allows(*c) {
 			continue
 		}
 		if best == nil || c.Free > best.Free || c.Free == best.Free && c.Name < best.Name {
@@ -129,6 +135,16 @@ func Choose(w Want, clusters []Cluster) (name string, ok bool) {
 		return "", false
 	}
 	return best.Name, true
+}
+
+// Queue returns the cluster to place a task of Want w on when Choose finds
+// none with a free slot: among the Ready clusters w allows, the one with
+// the most Free (the shortest line when Free counts the tasks in line as
+// negative), ties broken by name. ok is false when w allows no Ready
+// cluster. A service without a placer of its own (one that holds unplaced
+// tasks until a slot frees) puts the task in that cluster's line.
+func Queue(w Want, clusters []Cluster) (name string, ok bool) {
+	return choose(w, clusters, false)
 }
 
 // Movable reports whether the placer may move rec to another cluster

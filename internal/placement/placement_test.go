@@ -55,6 +55,36 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// TestQueue: with no free slot anywhere, the Ready cluster allowed with
+// the shortest line (the most Free); Choose's answer whenever it has one.
+func TestQueue(t *testing.T) {
+	for name, tc := range map[string]struct {
+		want     Want
+		clusters []Cluster
+		name     string // "": no Ready cluster allowed
+	}{
+		"a free slot: as Choose":            {Want{}, []Cluster{east, west}, "west"},
+		"none free: the shortest line":      {Want{}, []Cluster{in(east, store.ClusterReady, -3), in(west, store.ClusterReady, -1)}, "west"},
+		"none free: a tie by name":          {Want{}, []Cluster{in(west, store.ClusterReady, 0), in(east, store.ClusterReady, 0)}, "east"},
+		"a named cluster that is full":      {Want{Cluster: "east"}, []Cluster{in(east, store.ClusterReady, -5), west}, "east"},
+		"a selector: only those it allows":  {Want{ClusterSelector: inEU}, []Cluster{in(east, store.ClusterReady, -9), west}, "east"},
+		"never a cluster that is not Ready": {Want{}, []Cluster{in(west, store.ClusterUnreachable, 9), in(east, store.ClusterReady, -2)}, "east"},
+		"none Ready":                        {Want{Cluster: "west"}, []Cluster{in(west, store.ClusterDraining, 9), east}, ""},
+		"no cluster":                        {Want{}, nil, ""},
+		"both a name and a selector: none":  {Want{Cluster: "east", ClusterSelector: inEU}, []Cluster{east}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := Queue(tc.want, tc.clusters)
+			if got != tc.name || ok != (tc.name != "") {
+				t.Errorf("Queue = %q, %v; want %q", got, ok, tc.name)
+			}
+			if c, ok := Choose(tc.want, tc.clusters); ok && c != got {
+				t.Errorf("Choose = %q but Queue = %q", c, got)
+			}
+		})
+	}
+}
+
 func TestCheck(t *testing.T) {
 	bad := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "region", Operator: "Near"}}}
 	for name, tc := range map[string]struct {

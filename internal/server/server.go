@@ -42,6 +42,11 @@ type Executor interface {
 
 var _ Executor = (*executor.Executor)(nil)
 
+// ErrUnavailable wraps an Executor's error that will pass (no cluster a
+// task may run on is Ready now): the server answers 503 with Retry-After
+// and the error's text, and has stored nothing.
+var ErrUnavailable = errors.New("unavailable now")
+
 // Config configures a Server. New checks it and fills in the defaults.
 type Config struct {
 	// Executor runs the tasks. Required.

@@ -352,7 +352,7 @@ func (s *Server) toAPI(rec store.Record, full bool) api.Task {
 	t := api.Task{
 		ID: rec.ID, Namespace: rec.Namespace, Name: rec.Name, Labels: rec.Labels, Origin: rec.Origin,
 		Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, ExitCode: rec.ExitCode, Terminal: rec.Terminal,
-		Attempt: rec.Attempt, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
+		Attempt: rec.Attempt, Cluster: rec.Cluster, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	}
 	if rec.Result != nil {
 		if utf8.Valid(rec.Result) {
@@ -369,12 +369,12 @@ func (s *Server) toAPI(rec store.Record, full bool) api.Task {
 	for _, a := range rec.Attempts {
 		current = current || a.Attempt == rec.Attempt
 		t.Attempts = append(t.Attempts, api.Attempt{
-			Attempt: a.Attempt, Pod: a.Pod, Phase: a.Phase, Reason: a.Reason, Message: a.Message, ExitCode: a.ExitCode,
+			Attempt: a.Attempt, Pod: a.Pod, Cluster: a.Cluster, Phase: a.Phase, Reason: a.Reason, Message: a.Message, ExitCode: a.ExitCode,
 			Retryable: a.Retryable, FinishedAt: timePtr(a.FinishedAt), ObservedAt: timePtr(a.ObservedAt),
 		})
 	}
 	if !current && !rec.Terminal {
-		a := api.Attempt{Attempt: rec.Attempt, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, ExitCode: rec.ExitCode}
+		a := api.Attempt{Attempt: rec.Attempt, Cluster: rec.Cluster, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, ExitCode: rec.ExitCode}
 		if rec.PodCreated {
 			a.Pod = podName(rec, rec.Attempt)
 		}
@@ -481,6 +481,10 @@ func (s *Server) internal(what string, err error) error {
 	if errors.Is(err, store.ErrUnavailable) {
 		s.log.Warn("store unavailable", "what", what, "err", err)
 		return unavailable(what + " failed: the task store cannot be reached now; try again")
+	}
+	if errors.Is(err, ErrUnavailable) {
+		s.log.Warn("unavailable", "what", what, "err", err)
+		return unavailable(what + " failed: " + err.Error())
 	}
 	s.log.Error("request failed", "what", what, "err", err)
 	return huma.Error500InternalServerError(what + " failed; the server logged why")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
 )
 
 // Config configures `kubetask serve`. The zero value of every field but the
@@ -164,6 +165,28 @@ type Config struct {
 	// RefuseRuntimeClass lists the namespaces ("*": every one) whose tasks
 	// may not set runtimeClassName. Default none.
 	RefuseRuntimeClass []string `json:"refuseRuntimeClass,omitempty"`
+	// Clusters, when set, are the clusters the service runs tasks on
+	// (docs/multicluster.md), each with an executor instance of its own,
+	// InstanceID-NAME (its pod caches, fence, log capture, Parallelism and
+	// namespace limits). A task goes to a cluster its spec.placement allows,
+	// the one with the most free slots. Empty (default): the one cluster of
+	// --kubeconfig and --context.
+	Clusters []ClusterConfig `json:"clusters,omitempty"`
+}
+
+// ClusterConfig is one cluster of Config.Clusters.
+type ClusterConfig struct {
+	// Name is the cluster's name in records, placements and lists: 1 to 40
+	// characters of a-z, 0-9 and '-'.
+	Name string `json:"name"`
+	// Kubeconfig is the kubeconfig file to reach it with. Default
+	// $KUBECONFIG, else ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is the kubeconfig's context. Default its current context.
+	Context string `json:"context,omitempty"`
+	// Labels are the cluster's labels (region: eu, gpu: a100), which tasks'
+	// spec.placement.clusterSelector match.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Duration is a Go duration written as a string ("90s", "720h").
@@ -292,6 +315,7 @@ func (c *Config) Validate() error {
 	for _, msg := range validation.IsValidLabelValue(c.InstanceID) {
 		errs = append(errs, fmt.Errorf("instanceID %q: %s (--instance-id)", c.InstanceID, msg))
 	}
+	errs = append(errs, c.validateClusters()...)
 	switch c.Auth {
 	case "token", "kubernetes", "none":
 	default:
@@ -529,6 +553,40 @@ func (c *Config) validateSlots() []error {
 	case "", string(executor.SlotOrderFair), string(executor.SlotOrderFIFO):
 	default:
 		errs = append(errs, fmt.Errorf("slotOrder %q: want fair or fifo (--slot-order)", c.SlotOrder))
+	}
+	return errs
+}
+
+// validateClusters checks Clusters: valid, distinct names whose instance
+// IDs are label values, valid labels, and no shards (not yet: a replica
+// group over several clusters is docs/multicluster.md's step 3 still).
+func (c *Config) validateClusters() []error {
+	var errs []error
+	if len(c.Clusters) > 0 && c.Shards > 0 {
+		errs = append(errs, errors.New("clusters and shards: a replica group over several clusters is not built yet; run one process (shards 0) with clusters, or one group per cluster"))
+	}
+	seen := map[string]bool{}
+	for i, cl := range c.Clusters {
+		field := fmt.Sprintf("clusters[%d]", i)
+		if err := store.ValidateClusterName(cl.Name); err != nil {
+			errs = append(errs, fmt.Errorf("%s.name: %w", field, err))
+		} else {
+			for _, msg := range validation.IsValidLabelValue(c.InstanceID + "-" + cl.Name) {
+				errs = append(errs, fmt.Errorf("%s.name %q: its executor instance %q must be a label value: %s (a shorter instanceID or name)", field, cl.Name, c.InstanceID+"-"+cl.Name, msg))
+			}
+		}
+		if seen[cl.Name] {
+			errs = append(errs, fmt.Errorf("%s.name %q: named twice; each cluster needs a name of its own", field, cl.Name))
+		}
+		seen[cl.Name] = true
+		for _, k := range slices.Sorted(maps.Keys(cl.Labels)) {
+			for _, msg := range validation.IsQualifiedName(k) {
+				errs = append(errs, fmt.Errorf("%s.labels key %q: %s", field, k, msg))
+			}
+			for _, msg := range validation.IsValidLabelValue(cl.Labels[k]) {
+				errs = append(errs, fmt.Errorf("%s.labels[%s] %q: %s", field, k, cl.Labels[k], msg))
+			}
+		}
 	}
 	return errs
 }

@@ -60,6 +60,19 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"refusals of bad namespaces": {edit: func(c *Config) {
 			c.RefuseSecrets, c.RefuseRuntimeClass = []string{"Team_A"}, []string{"-x"}
 		}, errs: []string{`refuseSecrets: namespace "Team_A"`, `refuseRuntimeClass: namespace "-x"`, "(--refuse-runtime-class)"}},
+		"clusters": {edit: func(c *Config) {
+			c.Clusters = []ClusterConfig{{Name: "east", Context: "east", Labels: map[string]string{"region": "us"}}, {Name: "eu-west-1", Kubeconfig: "/k"}}
+		}},
+		"bad clusters": {edit: func(c *Config) {
+			c.Clusters = []ClusterConfig{{Name: "East"}, {Name: "west", Labels: map[string]string{"bad key!": "x", "region": "not ok"}}, {Name: "west"}, {Name: ""}}
+		}, errs: []string{`clusters[0].name: invalid cluster: name "East"`, `clusters[1].labels key "bad key!"`, `clusters[1].labels[region] "not ok"`,
+			`clusters[2].name "west": named twice`, `clusters[3].name: invalid cluster: name ""`}},
+		"clusters' instance IDs too long": {edit: func(c *Config) {
+			c.InstanceID, c.Clusters = strings.Repeat("i", 40), []ClusterConfig{{Name: strings.Repeat("c", 30)}}
+		}, errs: []string{"must be a label value", "a shorter instanceID or name"}},
+		"clusters with shards": {edit: func(c *Config) {
+			c.Store, c.Shards, c.Clusters = "postgres://db/k", 2, []ClusterConfig{{Name: "east"}}
+		}, errs: []string{"clusters and shards: a replica group over several clusters is not built yet"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {

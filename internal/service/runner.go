@@ -28,24 +28,14 @@ type runner struct {
 // group when cfg.Shards is set (its shards' executors share one client at the
 // executor's QPS, and divide Parallelism).
 func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*runner, error) {
-	ec.LeaseNamespace = cfg.LeaseNamespace
-	ec.LeaseDuration = cfg.LeaseDuration.Get()
-	if ec.LeaseDuration > 0 {
-		ec.RenewDeadline = ec.LeaseDuration * 2 / 3
-		ec.RetryPeriod = max(ec.LeaseDuration/7, 500*time.Millisecond)
-	}
+	leaseSettings(cfg, &ec)
 	if cfg.Shards == 0 {
 		ec.InstanceID = cfg.InstanceID
 		ex, err := executor.New(ec)
 		if err != nil {
 			return nil, err
 		}
-		return &runner{api: ex, start: ex.Start, ready: func() error {
-			if !ex.Ready() {
-				return errors.New("the executor has not synced its pod caches or does not hold its instance lease")
-			}
-			return nil
-		}}, nil
+		return singleRunner(ex), nil
 	}
 	// The shards' executors share one client at the executor's QPS, beside
 	// the service's own (dry runs, logs, auth reviews), as a single
@@ -82,6 +72,26 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 		return nil, err
 	}
 	return &runner{api: r, start: r.Run, ready: r.Ready}, nil
+}
+
+// leaseSettings sets ec's Lease fields from cfg.
+func leaseSettings(cfg Config, ec *executor.Config) {
+	ec.LeaseNamespace = cfg.LeaseNamespace
+	ec.LeaseDuration = cfg.LeaseDuration.Get()
+	if ec.LeaseDuration > 0 {
+		ec.RenewDeadline = ec.LeaseDuration * 2 / 3
+		ec.RetryPeriod = max(ec.LeaseDuration/7, 500*time.Millisecond)
+	}
+}
+
+// singleRunner runs one executor, which holds its instance Lease.
+func singleRunner(ex *executor.Executor) *runner {
+	return &runner{api: ex, start: ex.Start, ready: func() error {
+		if !ex.Ready() {
+			return errors.New("the executor has not synced its pod caches or does not hold its instance lease")
+		}
+		return nil
+	}}
 }
 
 // shardLimits divides the namespaces' limits among shards, as Parallelism

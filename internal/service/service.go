@@ -135,49 +135,63 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return srv
 		}, log)
 	}
-	exCfg := executor.Config{
-		RESTConfig: rc, Namespaces: cfg.Namespaces,
-		DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
-		NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,
-		NamespaceWeights: cfg.NamespaceWeights, SlotOrder: executor.SlotOrder(cfg.SlotOrder),
-		Store: st, Registerer: reg, Logger: log,
-		OnEvent: func(ev executor.Event) {
-			srvMu.Lock()
-			s := srv
-			srvMu.Unlock()
-			if s != nil {
-				s.Publish(ev)
-			}
-			if sharer != nil {
-				sharer.offer(ev)
-			}
-		},
-		CaptureLogs: func(ctx context.Context, lc executor.LogCapture) error {
-			key := store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container}
-			srvMu.Lock()
-			s := srv
-			srvMu.Unlock()
-			m.active.Inc()
-			defer m.active.Dec()
-			err := logcapture.Run(ctx, logcapture.Config{
-				Client: client, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container, UID: lc.UID,
-				Key: key, Nonce: lc.Nonce, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
-				OnAppend: func(n int64) {
-					m.bytes.Add(float64(n))
-					if s != nil {
-						s.NotifyLog(key)
-					}
-				},
-			})
-			if err != nil && ctx.Err() == nil {
-				m.failures.Inc()
-			}
-			return err
-		},
+	// exConfig is the executor configuration of one cluster, whose client
+	// (captureClient) reads its pods' logs.
+	exConfig := func(rc *rest.Config, captureClient kubernetes.Interface) executor.Config {
+		return executor.Config{
+			RESTConfig: rc, Namespaces: cfg.Namespaces,
+			DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
+			NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,
+			NamespaceWeights: cfg.NamespaceWeights, SlotOrder: executor.SlotOrder(cfg.SlotOrder),
+			Store: st, Registerer: reg, Logger: log,
+			OnEvent: func(ev executor.Event) {
+				srvMu.Lock()
+				s := srv
+				srvMu.Unlock()
+				if s != nil {
+					s.Publish(ev)
+				}
+				if sharer != nil {
+					sharer.offer(ev)
+				}
+			},
+			CaptureLogs: func(ctx context.Context, lc executor.LogCapture) error {
+				key := store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container}
+				srvMu.Lock()
+				s := srv
+				srvMu.Unlock()
+				m.active.Inc()
+				defer m.active.Dec()
+				err := logcapture.Run(ctx, logcapture.Config{
+					Client: captureClient, Namespace: lc.Namespace, Pod: lc.Pod, Container: lc.Container, UID: lc.UID,
+					Key: key, Nonce: lc.Nonce, Logs: logs, Progress: lc.Progress, Changed: lc.Changed, Logger: log,
+					OnAppend: func(n int64) {
+						m.bytes.Add(float64(n))
+						if s != nil {
+							s.NotifyLog(key)
+						}
+					},
+				})
+				if err != nil && ctx.Err() == nil {
+					m.failures.Inc()
+				}
+				return err
+			},
+		}
 	}
-	run, err := newRunner(cfg, exCfg, rc, st, reg, log)
-	if err != nil {
-		return err
+	var run *runner
+	if len(cfg.Clusters) == 0 {
+		run, err = newRunner(cfg, exConfig(rc, client), rc, st, reg, log)
+		if err != nil {
+			return err
+		}
+	} else {
+		var r *router
+		r, client, err = newRouter(ctx, cfg, st, reg, log, exConfig)
+		if err != nil {
+			return err
+		}
+		run = &runner{api: r, start: r.start, ready: r.ready}
 	}
 	proxies, err := cfg.TrustedProxyPrefixes()
 	if err != nil {

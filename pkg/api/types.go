@@ -51,6 +51,7 @@ type Task struct {
 	Result       string `json:"result,omitempty" doc:"The task's result, when it has one and it is valid UTF-8."`
 	ResultBase64 []byte `json:"resultBase64,omitempty" doc:"The task's result, base64, when it is not valid UTF-8."`
 	Attempt      int    `json:"attempt" doc:"The current (or last) attempt, 0 for the first."`
+	Cluster      string `json:"cluster,omitempty" doc:"The cluster the task is placed on (its current attempt's), for a service with several clusters."`
 	// Attempts lists every attempt: the finished ones with their outcome,
 	// then the current one while the task runs (FinishedAt unset).
 	Attempts    []Attempt  `json:"attempts,omitempty" doc:"Every attempt, oldest first; the current one (unfinished) last."`
@@ -94,6 +95,7 @@ func (t *Task) ResultBytes() []byte {
 type Attempt struct {
 	Attempt    int        `json:"attempt" doc:"Attempt number, 0 for the first."`
 	Pod        string     `json:"pod,omitempty" doc:"The attempt's pod name (in the task's namespace), once created."`
+	Cluster    string     `json:"cluster,omitempty" doc:"The cluster the attempt ran on, for a service with several clusters."`
 	Phase      string     `json:"phase"`
 	Reason     string     `json:"reason"`
 	Message    string     `json:"message,omitempty"`

@@ -22,7 +22,7 @@ func TestRoomAtSubmit(t *testing.T) {
 		waiting     bool
 		want        bool
 		waits       bool // the plan says the next task waits
-		free        int  // Free("ns")
+		free        int  // Free("ns"): negative, the tasks in line
 	}{
 		{name: "nothing runs", parallelism: 2, want: true, free: 2},
 		{name: "a slot free", parallelism: 2, pods: 1, want: true, free: 1},
@@ -30,7 +30,7 @@ func TestRoomAtSubmit(t *testing.T) {
 		{name: "the last slot admitted to a creation", parallelism: 2, pods: 1, admitted: 1, waits: true},
 		{name: "a created pod counted once", parallelism: 3, pods: 1, admitted: 1, shown: true, want: true, free: 1},
 		{name: "every slot taken, a created pod counted once", parallelism: 2, pods: 1, admitted: 1, shown: true, waits: true},
-		{name: "a task waits", parallelism: 1, pods: 1, waiting: true, waits: true},
+		{name: "a task waits", parallelism: 1, pods: 1, waiting: true, waits: true, free: -1},
 		{name: "its namespace has a limit", parallelism: 10, nsLimit: 5, free: 5},
 		{name: "namespaces have a default limit", parallelism: 10, defaultNS: 5, free: 5},
 		{name: "its namespace's limit left", parallelism: 10, nsLimit: 3, pods: 2, free: 1},

@@ -67,9 +67,10 @@ func (e *Executor) usedLocked(now time.Time) (int, map[string]int) {
 // Free is how many more pods of namespace ns the executor would start now:
 // its parallelism left after the pods it holds (and the creations it
 // admitted) and the tasks waiting in its lines, capped by what ns's own
-// limit leaves; never negative. Like the answer at submission it is
-// advice: a service with several clusters places a task on the cluster
-// whose executor has the most (internal/placement).
+// limit leaves. Zero or less: a task of ns would wait, behind about -Free
+// others. Like the answer at submission it is advice: a service with
+// several clusters places a task on the cluster whose executor has the
+// most (internal/placement).
 func (e *Executor) Free(ns string) int {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
@@ -83,7 +84,7 @@ func (e *Executor) Free(ns string) int {
 	if lim := e.namespaceLimit(ns); lim > 0 {
 		free = min(free, lim-byNS[ns]-waitingNS)
 	}
-	return max(free, 0)
+	return free
 }
 
 // namespaceLimit is ns's own cap of task pods at once (0: none but

@@ -1,0 +1,324 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubetask/kubetask/internal/placement"
+	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// target is one cluster the service runs tasks on: its name ("" for the
+// one cluster of a service without Clusters), labels and connection.
+type target struct {
+	name   string
+	labels map[string]string
+	rc     *rest.Config
+}
+
+// targets returns the clusters cfg runs tasks on: cfg.Clusters, each
+// reached through its kubeconfig and context, or the one cluster of rc.
+func targets(cfg Config, rc *rest.Config) ([]target, error) {
+	if len(cfg.Clusters) == 0 {
+		return []target{{rc: rc}}, nil
+	}
+	out := make([]target, 0, len(cfg.Clusters))
+	for i, c := range cfg.Clusters {
+		crc, err := clusterRESTConfig(c)
+		if err != nil {
+			return nil, fmt.Errorf("clusters[%d] (%s): %w", i, c.Name, err)
+		}
+		out = append(out, target{name: c.Name, labels: c.Labels, rc: crc})
+	}
+	return out, nil
+}
+
+// clusterRESTConfig loads the client configuration of c: its kubeconfig
+// (default $KUBECONFIG, else ~/.kube/config) at its context (default the
+// current one).
+func clusterRESTConfig(c ClusterConfig) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if c.Kubeconfig != "" {
+		rules.ExplicitPath = c.Kubeconfig
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %q, context %q: %w", c.Kubeconfig, c.Context, err)
+	}
+	return rc, nil
+}
+
+// clusterRun is the runner of one cluster of a service with several.
+type clusterRun struct {
+	name     string
+	labels   map[string]string
+	instance string
+	run      *runner
+	// free is the executor's Free (executor.Executor.Free).
+	free func(ns string) int
+}
+
+// router is the server.Executor of a service with several clusters: it
+// places each new task on a cluster (internal/placement: Check refuses a
+// placement no cluster could meet, Choose takes the Ready cluster allowed
+// with the most free slots, Queue the shortest line when none has one)
+// and sends every other call to the executor instance the task's record
+// names. The record's Executor and Cluster are written with the record
+// itself, by the chosen cluster's executor, in the store's one Create.
+//
+// What it does not do yet (docs/multicluster.md, step 3): hold a task
+// unplaced until a slot frees (a task that finds no free slot waits in
+// the line of the cluster with the shortest one, and stays there), move
+// tasks off a quiet or draining cluster, or set clusters' states.
+type router struct {
+	st       store.Store
+	rows     store.Clusters // nil: every cluster is Ready
+	clusters []*clusterRun
+	// defaultNamespace is the namespace of a task that names none.
+	defaultNamespace string
+}
+
+var _ server.Executor = (*router)(nil)
+
+// ensureRows writes a Ready row for every configured cluster that has
+// none, so that the store lists every cluster the service runs tasks on
+// (and an operator's later change of state has a row to change).
+func (r *router) ensureRows(ctx context.Context) error {
+	if r.rows == nil {
+		return nil
+	}
+	for _, c := range r.clusters {
+		_, err := r.rows.GetCluster(ctx, c.name)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("reading cluster %s: %w", c.name, err)
+		}
+		_, err = r.rows.PutCluster(ctx, store.Cluster{Name: c.name, State: store.ClusterReady, Labels: c.labels})
+		if err != nil && !errors.Is(err, store.ErrConflict) { // another process wrote it first
+			return fmt.Errorf("writing cluster %s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// view is what placement knows of the clusters for a task of namespace
+// ns: the configured labels, the stored states (Ready without a row), and
+// each executor's free slots for ns.
+func (r *router) view(ctx context.Context, ns string) ([]placement.Cluster, error) {
+	states := map[string]store.ClusterState{}
+	if r.rows != nil {
+		rows, err := r.rows.ListClusters(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading the clusters' states: %w", err)
+		}
+		for _, row := range rows {
+			states[row.Name] = row.State
+		}
+	}
+	out := make([]placement.Cluster, 0, len(r.clusters))
+	for _, c := range r.clusters {
+		st, ok := states[c.name]
+		if !ok {
+			st = store.ClusterReady
+		}
+		out = append(out, placement.Cluster{Name: c.name, Labels: c.labels, State: st, Free: c.free(ns)})
+	}
+	return out, nil
+}
+
+// place returns the cluster a task of namespace ns asking want goes to.
+func (r *router) place(ctx context.Context, ns string, want placement.Want) (*clusterRun, error) {
+	view, err := r.view(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	if err := placement.Check(want, view); err != nil {
+		return nil, fmt.Errorf("%w: %w", executor.ErrInvalidTask, err)
+	}
+	name, ok := placement.Choose(want, view)
+	if !ok {
+		name, ok = placement.Queue(want, view)
+	}
+	if !ok {
+		var states []string
+		for _, c := range view {
+			states = append(states, c.Name+" "+string(c.State))
+		}
+		return nil, fmt.Errorf("%w: no cluster the task's spec.placement allows is Ready (%s): submit it again later", server.ErrUnavailable, strings.Join(states, ", "))
+	}
+	return r.byName(name), nil
+}
+
+func (r *router) byName(name string) *clusterRun {
+	for _, c := range r.clusters {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r *router) byInstance(instance string) *clusterRun {
+	for _, c := range r.clusters {
+		if c.instance == instance {
+			return c
+		}
+	}
+	return nil
+}
+
+// SubmitCreated places the task, then submits it to the chosen cluster's
+// executor. A retry of an ID already stored gets the stored record,
+// wherever it was placed.
+func (r *router) SubmitCreated(ctx context.Context, id string, t *task.Task, opts ...executor.SubmitOption) (store.Record, bool, error) {
+	ns := t.Namespace
+	if ns == "" {
+		ns = r.defaultNamespace
+	}
+	var want placement.Want
+	if t.Spec.Placement != nil {
+		want = *t.Spec.Placement
+	}
+	c, err := r.place(ctx, ns, want)
+	if err != nil {
+		return store.Record{}, false, err
+	}
+	return c.run.api.SubmitCreated(ctx, id, t, opts...)
+}
+
+// Get returns the record as the executor that runs the task shows it (its
+// live progress), or as stored when no configured cluster's does.
+func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
+	rec, err := r.st.Get(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	if c := r.byInstance(rec.Executor); c != nil && !rec.Terminal {
+		return c.run.api.Get(ctx, id)
+	}
+	return rec, nil
+}
+
+// Cancel asks the executor that runs the task to stop it; a task that no
+// configured cluster's executor runs is cancelled in the store by the
+// first's (a compare-and-swap that any instance may write).
+func (r *router) Cancel(ctx context.Context, id string, opts ...executor.CancelOption) error {
+	rec, err := r.st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("cancelling task %s: %w", id, err)
+	}
+	c := r.byInstance(rec.Executor)
+	if c == nil {
+		c = r.clusters[0]
+	}
+	return c.run.api.Cancel(ctx, id, opts...)
+}
+
+// Healthy is every cluster's executor's liveness.
+func (r *router) Healthy() error {
+	var errs []error
+	for _, c := range r.clusters {
+		if err := c.run.api.Healthy(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ready is every cluster's executor's readiness.
+func (r *router) ready() error {
+	var errs []error
+	for _, c := range r.clusters {
+		if err := c.run.ready(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// start runs every cluster's executor until ctx ends; the first that ends
+// with an error while ctx lasts stops the others and is returned.
+func (r *router) start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(r.clusters))
+	for _, c := range r.clusters {
+		go func() {
+			err := c.run.start(ctx)
+			if err != nil {
+				err = fmt.Errorf("cluster %s: %w", c.name, err)
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range r.clusters {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+			cancel()
+		}
+	}
+	return errors.Join(all...)
+}
+
+// newRouter builds the executors of cfg.Clusters, one instance each
+// (InstanceID-NAME, its metrics labelled cluster=NAME), writes the
+// clusters' rows the store lacks, and returns the router and the first
+// cluster's client, which the server's dry runs and event reads use.
+func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.Registerer, log *slog.Logger,
+	exConfig func(*rest.Config, kubernetes.Interface) executor.Config) (*router, *kubernetes.Clientset, error) {
+	tgts, err := targets(cfg, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace}
+	r.rows, _ = st.(store.Clusters)
+	var first *kubernetes.Clientset
+	for _, tg := range tgts {
+		crc := rest.CopyConfig(tg.rc)
+		crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
+		if crc.QPS == 0 {
+			crc.QPS = executor.DefaultQPS
+		}
+		if crc.Burst == 0 {
+			crc.Burst = executor.DefaultBurst
+		}
+		client, err := kubernetes.NewForConfig(crc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubernetes client of cluster %s: %w", tg.name, err)
+		}
+		if first == nil {
+			first = client
+		}
+		ccfg := cfg
+		ccfg.InstanceID = cfg.InstanceID + "-" + tg.name
+		ec := exConfig(tg.rc, client)
+		leaseSettings(ccfg, &ec)
+		ec.Cluster = tg.name
+		ec.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": tg.name}, reg)
+		ec.Logger = log.With("cluster", tg.name)
+		ec.InstanceID = ccfg.InstanceID
+		ex, err := executor.New(ec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
+		}
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free})
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		return nil, nil, err
+	}
+	return r, first, nil
+}

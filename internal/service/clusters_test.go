@@ -1,0 +1,176 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// fakeInstance is one cluster's executor as the router sees it: it stores
+// the records it is given, naming itself, and counts the calls.
+type fakeInstance struct {
+	st                     store.Store
+	instance, cluster      string
+	submits, gets, cancels int
+}
+
+func (f *fakeInstance) SubmitCreated(ctx context.Context, id string, t *task.Task, _ ...executor.SubmitOption) (store.Record, bool, error) {
+	f.submits++
+	return f.st.Create(ctx, store.Record{ID: id, Namespace: t.Namespace, Name: t.Name, Executor: f.instance, Cluster: f.cluster, Phase: "Pending"})
+}
+
+func (f *fakeInstance) Get(ctx context.Context, id string) (store.Record, error) {
+	f.gets++
+	return f.st.Get(ctx, id)
+}
+
+func (f *fakeInstance) Cancel(context.Context, string, ...executor.CancelOption) error {
+	f.cancels++
+	return nil
+}
+
+func (f *fakeInstance) Healthy() error { return nil }
+
+// clusterStore is a store that keeps clusters' rows.
+type clusterStore interface {
+	store.Store
+	store.Clusters
+}
+
+func memoryWithClusters(t *testing.T) clusterStore {
+	st, ok := store.NewMemory().(clusterStore)
+	if !ok {
+		t.Fatal("the memory store keeps no clusters")
+	}
+	return st
+}
+
+// TestRouterPlaces: a new task goes to the Ready cluster its placement
+// allows with the most free slots, else to the shortest line; a placement
+// no cluster meets is an invalid task (422) naming the field; no Ready
+// cluster allowed is ErrUnavailable (503), with nothing stored; every
+// other call goes to the instance the record names.
+func TestRouterPlaces(t *testing.T) {
+	eu := &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}
+	for name, tc := range map[string]struct {
+		free      map[string]int
+		states    map[string]store.ClusterState
+		placement *task.Placement
+		want      string // the cluster chosen; "" when refused
+		err       error  // the refusal's kind
+		errText   string
+	}{
+		"the most free slots":               {free: map[string]int{"east": 2, "west": 5}, want: "west"},
+		"a tie goes to the first name":      {free: map[string]int{"east": 3, "west": 3}, want: "east"},
+		"a named cluster":                   {free: map[string]int{"east": 0, "west": 5}, placement: &task.Placement{Cluster: "east"}, want: "east"},
+		"a selector":                        {free: map[string]int{"east": 1, "west": 5}, placement: &task.Placement{ClusterSelector: eu}, want: "east"},
+		"none free: the shortest line":      {free: map[string]int{"east": -4, "west": -1}, want: "west"},
+		"never a draining cluster":          {free: map[string]int{"east": 1, "west": 9}, states: map[string]store.ClusterState{"west": store.ClusterDraining}, want: "east"},
+		"an unknown cluster":                {placement: &task.Placement{Cluster: "north"}, err: executor.ErrInvalidTask, errText: `spec.placement.cluster "north" matches none of the clusters: east (region=eu), west (region=us)`},
+		"a selector that matches none":      {placement: &task.Placement{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "a100"}}}, err: executor.ErrInvalidTask, errText: "spec.placement.clusterSelector matches none"},
+		"the only cluster allowed is lost":  {free: map[string]int{"east": 1, "west": 9}, placement: &task.Placement{Cluster: "west"}, states: map[string]store.ClusterState{"west": store.ClusterLost}, err: server.ErrUnavailable, errText: "east Ready, west Lost"},
+		"every cluster unreachable or lost": {states: map[string]store.ClusterState{"east": store.ClusterUnreachable, "west": store.ClusterLost}, err: server.ErrUnavailable},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			st := memoryWithClusters(t)
+			r := &router{st: st, rows: st, defaultNamespace: "default"}
+			fakes := map[string]*fakeInstance{}
+			for _, c := range []struct {
+				name   string
+				labels map[string]string
+			}{{"east", map[string]string{"region": "eu"}}, {"west", map[string]string{"region": "us"}}} {
+				f := &fakeInstance{st: st, instance: "kubetask-serve-" + c.name, cluster: c.name}
+				fakes[c.name] = f
+				free := tc.free[c.name]
+				r.clusters = append(r.clusters, &clusterRun{name: c.name, labels: c.labels, instance: f.instance,
+					run: &runner{api: f}, free: func(string) int { return free }})
+			}
+			if err := r.ensureRows(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for cl, state := range tc.states {
+				row, err := st.GetCluster(ctx, cl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				row.State, row.Since = state, metav1.Now().Time
+				if _, err := st.PutCluster(ctx, row); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+			tk.Spec.Placement = tc.placement
+			rec, created, err := r.SubmitCreated(ctx, "id-1", tk)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errText) {
+					t.Fatalf("SubmitCreated: %v; want %v with %q", err, tc.err, tc.errText)
+				}
+				if _, err := st.Get(ctx, "id-1"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("a refused task was stored (%v)", err)
+				}
+				return
+			}
+			if err != nil || !created {
+				t.Fatalf("SubmitCreated: %v, created %v", err, created)
+			}
+			if rec.Cluster != tc.want || fakes[tc.want].submits != 1 {
+				t.Fatalf("placed on %q (submits east %d, west %d), want %q", rec.Cluster, fakes["east"].submits, fakes["west"].submits, tc.want)
+			}
+			// A retry of the ID finds the record where it is, whatever
+			// the free slots say now.
+			other := "east"
+			if tc.want == "east" {
+				other = "west"
+			}
+			if again, created, err := r.SubmitCreated(ctx, "id-1", tk); err != nil || created || again.Cluster != tc.want {
+				t.Errorf("the retry: %v, created %v, on %q; want the record on %q", err, created, again.Cluster, tc.want)
+			}
+			if _, err := r.Get(ctx, "id-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Cancel(ctx, "id-1"); err != nil {
+				t.Fatal(err)
+			}
+			if f := fakes[tc.want]; f.gets != 1 || f.cancels != 1 {
+				t.Errorf("the placed cluster's instance: %d gets and %d cancels, want 1 each", f.gets, f.cancels)
+			}
+			if f := fakes[other]; f.gets != 0 || f.cancels != 0 {
+				t.Errorf("the other cluster's instance: %d gets and %d cancels, want none", f.gets, f.cancels)
+			}
+		})
+	}
+}
+
+// TestRouterWritesClusterRows: the configured clusters get Ready rows with
+// their labels; a row that exists (an operator drained the cluster) is
+// left as it is.
+func TestRouterWritesClusterRows(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	if _, err := st.PutCluster(ctx, store.Cluster{Name: "west", State: store.ClusterDraining}); err != nil {
+		t.Fatal(err)
+	}
+	r := &router{st: st, rows: st, clusters: []*clusterRun{{name: "east", labels: map[string]string{"region": "eu"}}, {name: "west"}}}
+	for range 2 { // twice: a restart writes nothing new
+		if err := r.ensureRows(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.ListClusters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Name != "east" || rows[0].State != store.ClusterReady || rows[0].Labels["region"] != "eu" || rows[0].Version != 1 ||
+		rows[1].Name != "west" || rows[1].State != store.ClusterDraining || rows[1].Version != 1 {
+		t.Errorf("rows %+v", rows)
+	}
+}
