@@ -1,0 +1,80 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/task"
+)
+
+// TestServeClusters: the built service given two clusters in its
+// configuration (east, region eu; west, region us: two names for the
+// local cluster, whose executor instances keep apart by their pods'
+// executor label) places each task as its spec.placement asks, runs it
+// with that cluster's instance (the pod's label, read from the API
+// server), says the cluster in the task and its attempts, labels its
+// metrics by cluster, and refuses at submission a placement no cluster
+// meets, naming the field and listing the clusters.
+func TestServeClusters(t *testing.T) {
+	env := clustertest.New(t)
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, env.Kubeconfig)
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, env, "--config", cfg)
+	instance := "serve-" + env.Namespace
+
+	kept := func(name, placement string) []byte {
+		d := strings.Replace(stepsTask(name, "data", 0), "  retries: {limit: 0}", "  retries: {limit: 0}\n  cleanup: Keep\n"+placement, 1)
+		return []byte(d)
+	}
+	for _, c := range []struct {
+		name, placement, cluster string
+	}{
+		{"to-west", "  placement: {cluster: west}", "west"},
+		{"to-eu", "  placement: {clusterSelector: {matchLabels: {region: eu}}}", "east"},
+	} {
+		tk := s.submit(kept(c.name, c.placement))
+		if tk.Cluster != c.cluster {
+			t.Fatalf("%s: placed on %q, want %q", c.name, tk.Cluster, c.cluster)
+		}
+		tk = s.waitTask(tk.ID, 2*time.Minute, c.name+" to finish", func(tk api.Task) bool { return tk.Terminal })
+		if tk.Phase != "Succeeded" || tk.Cluster != c.cluster || len(tk.Attempts) != 1 || tk.Attempts[0].Cluster != c.cluster {
+			t.Fatalf("%s: %s/%s on %q, attempts %+v; want Succeeded on %s", c.name, tk.Phase, tk.Reason, tk.Cluster, tk.Attempts, c.cluster)
+		}
+		pod, err := env.Client.CoreV1().Pods(env.Namespace).Get(context.Background(), tk.Attempts[0].Pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := pod.Labels[task.LabelExecutor], instance+"-"+c.cluster; got != want {
+			t.Errorf("%s: its pod ran under instance %q, want %q", c.name, got, want)
+		}
+	}
+
+	resp, b := s.do(http.MethodPost, api.Prefix+"/namespaces/"+env.Namespace+"/tasks", "application/yaml", kept("to-north", "  placement: {cluster: north}"))
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(b), `spec.placement.cluster \"north\" matches none of the clusters: east (region=eu), west (region=us)`) {
+		t.Errorf("a placement on no configured cluster: %s %s; want 422 naming the field and the clusters", resp.Status, b)
+	}
+	resp, b = s.do(http.MethodGet, "/metrics", "", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+	for _, cl := range []string{"east", "west"} {
+		re := regexp.MustCompile(`(?m)^kubetask_attempt_outcomes_total\{[^}]*cluster="` + cl + `"[^}]*\} 1$`)
+		if !re.Match(b) {
+			t.Errorf("/metrics: no kubetask_attempt_outcomes_total of cluster %s with 1 outcome", cl)
+		}
+	}
+}
