@@ -97,6 +97,9 @@ per line; -o yaml: one document per event).`,
 			if f.opts.Limit < 0 {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit must be positive, got %d", f.opts.Limit)}
 			}
+			if f.opts.Cluster != "" && f.watch {
+				return &ExitError{Code: ExitUsage, Err: errors.New("--cluster and --watch: the watch cannot filter by cluster yet; list with --cluster, or watch without it")}
+			}
 			c, conn, err := connect(cmd, cf)
 			if err != nil {
 				return err
@@ -115,6 +118,7 @@ per line; -o yaml: one document per event).`,
 	fl.StringVar(&f.opts.Reason, "reason", "", "only tasks with this reason (docs/states.md), such as Unschedulable or ExitCode")
 	fl.StringVar(&f.opts.NamePrefix, "name-prefix", "", "only tasks whose name starts with this")
 	fl.StringVarP(&f.selector, "selector", "l", "", "only tasks with these labels: key=value pairs separated by commas")
+	fl.StringVar(&f.opts.Cluster, "cluster", "", "only tasks placed on this cluster (a service with several clusters)")
 	fl.IntVar(&f.opts.Limit, "limit", 0, "list one page of at most this many tasks (1 to 1000), and say how to get the next")
 	fl.StringVar(&f.opts.Continue, "continue", "", "the continue token of the previous page (same filters)")
 	fl.StringVarP(&f.output, "output", "o", "", "wide, json or yaml")

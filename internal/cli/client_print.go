@@ -167,6 +167,9 @@ func printTask(w io.Writer, tk *api.Task, now time.Time) error {
 	field("ID", tk.ID)
 	field("Namespace", tk.Namespace)
 	field("Name", tk.Name)
+	if tk.Cluster != "" {
+		field("Cluster", tk.Cluster)
+	}
 	if len(tk.Labels) > 0 {
 		field("Labels", labelText(tk.Labels))
 	}
@@ -203,7 +206,12 @@ func printTask(w io.Writer, tk *api.Task, now time.Time) error {
 	if len(tk.Attempts) > 0 {
 		fmt.Fprintln(w, "Attempts:")
 		at := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(at, "  ATTEMPT\tPOD\tSTATE\tEXIT\tFINISHED\tMESSAGE")
+		clusters := slices.ContainsFunc(tk.Attempts, func(a api.Attempt) bool { return a.Cluster != "" })
+		if clusters {
+			fmt.Fprintln(at, "  ATTEMPT\tCLUSTER\tPOD\tSTATE\tEXIT\tFINISHED\tMESSAGE")
+		} else {
+			fmt.Fprintln(at, "  ATTEMPT\tPOD\tSTATE\tEXIT\tFINISHED\tMESSAGE")
+		}
 		for _, a := range tk.Attempts {
 			finished := "-"
 			if a.FinishedAt != nil {
@@ -213,7 +221,11 @@ func printTask(w io.Writer, tk *api.Task, now time.Time) error {
 			if a.Retryable {
 				st += " (retried)"
 			}
-			fmt.Fprintf(at, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, orDash(a.Pod), orDash(st), exitCode(a.ExitCode), finished, oneLine(a.Message, 100))
+			fmt.Fprintf(at, "  %d\t", a.Attempt)
+			if clusters {
+				fmt.Fprintf(at, "%s\t", orDash(a.Cluster))
+			}
+			fmt.Fprintf(at, "%s\t%s\t%s\t%s\t%s\n", orDash(a.Pod), orDash(st), exitCode(a.ExitCode), finished, oneLine(a.Message, 100))
 		}
 		if err := at.Flush(); err != nil {
 			return err

@@ -83,6 +83,26 @@ Created:    2026-01-02T03:04:05Z (0s ago)
 Pending: Pending; no pod events yet
 `,
 		},
+		"moved to another cluster after a loss": {
+			task: api.Task{
+				ID: "t5", Namespace: "default", Name: "n", Cluster: "west", Phase: "Running", Reason: "Running", Attempt: 1, CreatedAt: t0,
+				Attempts: []api.Attempt{
+					{Attempt: 0, Cluster: "east", Pod: "n-z-0", Phase: "Failed", Reason: "ClusterLost", Retryable: true, FinishedAt: &t0},
+					{Attempt: 1, Cluster: "west", Pod: "n-z-1", Phase: "Running", Reason: "Running"},
+				},
+			},
+			want: `ID:         t5
+Namespace:  default
+Name:       n
+Cluster:    west
+State:      Running
+Created:    2026-01-02T03:04:05Z (0s ago)
+Attempts:
+  ATTEMPT  CLUSTER  POD    STATE                         EXIT  FINISHED  MESSAGE
+  0        east     n-z-0  Failed/ClusterLost (retried)  -     0s ago    
+  1        west     n-z-1  Running                       -     -         
+`,
+		},
 		"succeeded with a binary result": {
 			task: api.Task{ID: "t4", Namespace: "default", Name: "n", Phase: "Succeeded", Reason: "Completed", Terminal: true, ResultBase64: []byte{0xff, 0}, CreatedAt: t0},
 			want: `ID:         t4

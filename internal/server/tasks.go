@@ -48,11 +48,12 @@ type listInput struct {
 	CreatedAfter  string `query:"createdAfter" doc:"Only tasks created at or after this time (RFC 3339)." example:"2026-01-02T15:04:05Z"`
 	CreatedBefore string `query:"createdBefore" doc:"Only tasks created before this time (RFC 3339)."`
 	Terminal      string `query:"terminal" doc:"true: only finished tasks; false: only unfinished ones."`
+	Cluster       string `query:"cluster" doc:"Only tasks placed on this cluster (a service with several clusters)." example:"east"`
 	Limit         string `query:"limit" doc:"Page size, 1 to 1000 (default 100)." example:"100"`
 	Continue      string `query:"continue" doc:"The continue token of the previous page; give the same filters."`
 }
 
-var listParams = []string{"namespace", "phase", "reason", "namePrefix", "labels", "createdAfter", "createdBefore", "terminal", "limit", "continue"}
+var listParams = []string{"namespace", "phase", "reason", "namePrefix", "labels", "createdAfter", "createdBefore", "terminal", "cluster", "limit", "continue"}
 
 type listOutput struct {
 	Body *api.TaskList
@@ -304,6 +305,12 @@ func (in *listInput) pageOptions() (store.PageOptions, error) {
 	f := filterFields{Namespace: in.Namespace, Phase: in.Phase, Reason: in.Reason, NamePrefix: in.NamePrefix, Labels: in.Labels}
 	opts := store.PageOptions{Continue: in.Continue}
 	f.parse(&opts, bad)
+	if in.Cluster != "" {
+		if err := store.ValidateClusterName(in.Cluster); err != nil {
+			bad("cluster", in.Cluster, "must be a cluster name: 1 to 40 characters of a-z, 0-9 and '-', starting and ending with a letter or digit")
+		}
+		opts.Cluster = in.Cluster
+	}
 	for _, tp := range []struct {
 		param, v string
 		into     *time.Time

@@ -103,6 +103,9 @@ type ListOptions struct {
 	// Terminal, when set, lists only finished (true) or unfinished (false)
 	// tasks.
 	Terminal *bool
+	// Cluster lists the tasks placed on one cluster (a service with
+	// several clusters).
+	Cluster string
 	// Limit is the page size, 1 to 1000. Default 100 (the server's).
 	Limit int
 	// Continue is the Continue token of the previous page (with the same
@@ -142,6 +145,9 @@ func (o *ListOptions) query() url.Values {
 	}
 	if o.Terminal != nil {
 		q.Set("terminal", strconv.FormatBool(*o.Terminal))
+	}
+	if o.Cluster != "" {
+		q.Set("cluster", o.Cluster)
 	}
 	if o.Limit != 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))

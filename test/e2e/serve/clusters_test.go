@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -63,6 +64,16 @@ func TestServeClusters(t *testing.T) {
 		}
 	}
 
+	for cl, want := range map[string]string{"west": "to-west", "east": "to-eu"} {
+		resp, b := s.do(http.MethodGet, api.Prefix+"/tasks?cluster="+cl+"&namespace="+env.Namespace, "", nil)
+		var list api.TaskList
+		if err := json.Unmarshal(b, &list); resp.StatusCode != http.StatusOK || err != nil {
+			t.Fatalf("list --cluster %s: %s %v", cl, resp.Status, err)
+		}
+		if len(list.Items) != 1 || list.Items[0].Name != want {
+			t.Errorf("list --cluster %s: %+v, want only %s", cl, list.Items, want)
+		}
+	}
 	resp, b := s.do(http.MethodPost, api.Prefix+"/namespaces/"+env.Namespace+"/tasks", "application/yaml", kept("to-north", "  placement: {cluster: north}"))
 	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(b), `spec.placement.cluster \"north\" matches none of the clusters: east (region=eu), west (region=us)`) {
 		t.Errorf("a placement on no configured cluster: %s %s; want 422 naming the field and the clusters", resp.Status, b)
