@@ -62,6 +62,12 @@ type podAction struct {
 	reported bool // its event was emitted
 }
 
+// releases reports whether a removes kubetask's finalizer from a pod that
+// had it: its success is the pod's PodReleased.
+func (a *podAction) releases() bool {
+	return (a.kind == actRelease || a.kind == actDeleteRelease) && a.held
+}
+
 // reflected reports whether pod (as the cache shows it now; nil: gone) shows
 // the effect of a.
 func (a *podAction) reflected(pod *corev1.Pod) bool {
@@ -118,8 +124,7 @@ func (a *podAction) givesWayTo(b *podAction) bool {
 	if !a.done || a.pod.UID == b.pod.UID && a.kind == b.kind {
 		return false
 	}
-	reportable := (a.kind == actRelease || a.kind == actDeleteRelease) && a.err == nil && a.held && !a.reported
-	return !reportable
+	return !a.releases() || a.reported
 }
 
 // retryAction hands a over like startAction, unless the last action on

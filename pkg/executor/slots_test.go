@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,10 +16,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubetask/kubetask/internal/podtest"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -761,5 +765,110 @@ func TestProgressIsStoredBeforeItIsShown(t *testing.T) {
 	}
 	if got, stored := f.state("a"), f.record("a"); got != "Running/Running" || stored.Reason != "Running" {
 		t.Errorf("after the write: Get %s, record %s/%s", got, stored.Phase, stored.Reason)
+	}
+}
+
+// TestAReleaseIsReportedWhenItsCallFailedButTookEffect: a finished pod's
+// delete and release (one action) whose answer is an error, while the
+// finalizer did go, is still reported PodReleased once: when the pod is
+// gone (a DELETE the API server applied and answered with a timeout), and
+// when the cache shows it without the finalizer (a DELETE that failed
+// beside a release that did not); then the pod is deleted. A release that
+// failed and left the finalizer on is not reported, and is sent again.
+// Before, the error dropped the action and the release was never reported
+// (test/bench/executor's fair run waited for its PodReleased for good).
+func TestAReleaseIsReportedWhenItsCallFailedButTookEffect(t *testing.T) {
+	timeout := apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0)
+	for name, c := range map[string]struct {
+		verb     string // the request that fails: delete (default) or patch
+		reactor  func(f *fx) k8stesting.ReactionFunc
+		released bool // the finalizer went
+		gone     bool // and the pod with it
+		deletes  bool // the DELETE marks the pod deleted, as the API server does a pod with a finalizer
+	}{
+		"the DELETE applied, answered with a timeout": {
+			reactor: func(f *fx) k8stesting.ReactionFunc {
+				return func(a k8stesting.Action) (bool, runtime.Object, error) {
+					d := a.(k8stesting.DeleteAction)
+					_ = f.client.Tracker().Delete(d.GetResource(), d.GetNamespace(), d.GetName())
+					return true, nil, timeout
+				}
+			},
+			released: true, gone: true,
+		},
+		"the DELETE failed, the release did not": {
+			reactor: func(*fx) k8stesting.ReactionFunc {
+				return func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, timeout }
+			},
+			released: true,
+		},
+		"the DELETE applied, the release failed": {
+			verb: "patch",
+			reactor: func(*fx) k8stesting.ReactionFunc {
+				return func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, timeout }
+			},
+			deletes: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFx(t, nil)
+			f.submit("a", newTask())
+			f.update("a", func(r *store.Record) { r.PodCreated = true })
+			w := mainExited(0).Phase(corev1.PodSucceeded)
+			pod := f.podOf("a", 0, w)
+			f.both(pod)
+			f.clk.SetTime(w.Now())
+			verb := cmp.Or(c.verb, "delete")
+			f.client.PrependReactor(verb, "pods", c.reactor(f))
+			if c.deletes {
+				f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					d := a.(k8stesting.DeleteAction) // the tracker, not the client: the reaction holds the client's lock
+					obj, err := f.client.Tracker().Get(d.GetResource(), d.GetNamespace(), d.GetName())
+					if err != nil {
+						return true, nil, err
+					}
+					p := obj.(*corev1.Pod).DeepCopy()
+					now := metav1.NewTime(f.clk.Now())
+					p.DeletionTimestamp = &now
+					return true, nil, f.client.Tracker().Update(d.GetResource(), p, d.GetNamespace())
+				})
+			}
+			if _, _, err := f.sync("a"); err != nil { // records the outcome; the cleaner's action fails
+				t.Fatal(err)
+			}
+			if f.record("a").Terminal != true {
+				t.Fatal("outcome not recorded")
+			}
+			f.reflect(pod.Name)
+			live := f.serverPod(pod.Name)
+			if gone := live == nil; gone != c.gone || live != nil && hasFinalizer(live) == c.released {
+				t.Fatalf("after the action: gone %v, pod %v; want gone %v, released %v", gone, live, c.gone, c.released)
+			}
+			if !c.released {
+				if _, _, err := f.sync("a"); err == nil {
+					t.Error("a pass after the failed release: no error")
+				}
+				if got := f.eventTypes("a"); slices.Contains(got, "PodReleased") {
+					t.Fatalf("events %v: PodReleased while the finalizer is on", got)
+				}
+			}
+			if c.deletes {
+				f.client.ReactionChain = f.client.ReactionChain[1:]
+			}
+			f.client.ReactionChain = f.client.ReactionChain[1:] // the API server answers again
+			for range 3 {
+				_, _, err := f.sync("a")
+				if err != nil {
+					t.Logf("pass: %v", err)
+				}
+				f.reflect(pod.Name)
+			}
+			if got := f.eventTypes("a"); strings.Count(strings.Join(got, ","), "PodReleased") != 1 {
+				t.Errorf("events %v: want PodReleased once", got)
+			}
+			if p := f.serverPod(pod.Name); p != nil && (p.DeletionTimestamp == nil || hasFinalizer(p)) {
+				t.Error("the pod was neither deleted nor released") // the fake API server keeps a deleted pod once released
+			}
+		})
 	}
 }

@@ -835,8 +835,13 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		case !a.done:
 			return 0, nil // in flight: the cleaner brings the task back
 		case a.err != nil:
-			e.clearAction(key)
-			return 0, a.err // rate-limited retry of the pass
+			if !a.releases() || hasFinalizer(pod) {
+				e.clearAction(key)
+				return 0, a.err // rate-limited retry of the pass
+			}
+			// The call failed, yet the pod shows the finalizer gone: the
+			// release took effect (beside a DELETE that did not, say). It
+			// is reported now; what is left is decided below.
 		case !a.reflected(pod) && now.Sub(a.doneAt) < actionSettle:
 			return 0, nil // the cache will show it
 		}
@@ -910,7 +915,14 @@ func (e *Executor) reportReleases(id string, pods map[int]*corev1.Pod, discard [
 // reportDone emits PodReleased for the done releases of task id not yet
 // reported, and forgets the done actions on the pods forget names (and only
 // those: an action forgotten while its pod is still there is decided again,
-// and reported again).
+// and reported again). A release whose call failed is reported too when
+// forget names its pod: forget names pods that are gone, which a pod held
+// by the finalizer cannot be, or (finishPod) a pod the cache shows
+// without the finalizer. The call's error does not say that nothing was
+// done: an API server that answers a timeout may have written (the
+// DELETE of actDeleteRelease timed out while its release took effect, and
+// the pod went with no PodReleased: test/bench/executor's fair run
+// waited for it for good).
 func (e *Executor) reportDone(id string, forget func(key string) bool) {
 	type report struct {
 		key string
@@ -922,7 +934,7 @@ func (e *Executor) reportDone(id string, forget func(key string) bool) {
 		if a.id != id || !a.done {
 			continue
 		}
-		if (a.kind == actRelease || a.kind == actDeleteRelease) && a.err == nil && a.held && !a.reported {
+		if a.releases() && !a.reported && (a.err == nil || forget(key)) {
 			a.reported = true
 			reports = append(reports, report{key, *a})
 		}
