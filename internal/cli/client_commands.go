@@ -20,6 +20,7 @@ import (
 func newClientCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newSubmitCommand(), newGetCommand(), newListCommand(), newLogsCommand(), newCancelCommand(), newRerunCommand(),
+		newClustersCommand(),
 	}
 }
 

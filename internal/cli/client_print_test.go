@@ -215,3 +215,24 @@ func TestShellWord(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintClusters(t *testing.T) {
+	var b bytes.Buffer
+	if err := printClusters(&b, []api.Cluster{
+		{Name: "east", State: "Draining", Since: *ago(2 * time.Minute), Reason: "Drained", Message: "drained by an operator", Labels: map[string]string{"region": "eu"}},
+		{Name: "west", State: "Ready"},
+	}, t0); err != nil {
+		t.Fatal(err)
+	}
+	want := `NAME   STATE      SINCE   LABELS      MESSAGE
+east   Draining   2m      region=eu   drained by an operator
+west   Ready      -       -           
+`
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("output (-want +got):\n%s", diff)
+	}
+	b.Reset()
+	if err := printClusters(&b, nil, t0); err != nil || !strings.Contains(b.String(), "runs tasks on one cluster") {
+		t.Errorf("no clusters: %q, %v", b.String(), err)
+	}
+}

@@ -31,6 +31,7 @@ const (
 	ActionCancel  Action = "cancel" // POST /tasks/{id}/cancel
 	ActionRerun   Action = "rerun"  // POST /tasks/{id}/rerun
 	ActionMetrics Action = "metrics"
+	ActionDrain   Action = "drain" // POST /clusters/{name}/drain, /resume
 )
 
 // phrase is the action as a refusal says it ("may not read the logs of
@@ -41,6 +42,8 @@ func (a Action) phrase() string {
 		return "read the logs of tasks"
 	case ActionMetrics:
 		return "read the metrics"
+	case ActionDrain:
+		return "drain or resume clusters"
 	}
 	return string(a) + " tasks"
 }

@@ -174,6 +174,10 @@ func reviewAttributes(action Action, ns string) (*authorizationv1.ResourceAttrib
 		ra.Verb = "delete"
 	case ActionMetrics:
 		return nil, &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}
+	case ActionDrain:
+		// Draining a cluster is cordoning all of it: for who may cordon
+		// nodes (of the cluster the service authenticates against).
+		return &authorizationv1.ResourceAttributes{Resource: "nodes", Verb: "patch"}, nil
 	default:
 		return nil, nil
 	}

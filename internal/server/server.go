@@ -51,6 +51,10 @@ var ErrUnavailable = errors.New("unavailable now")
 type Config struct {
 	// Executor runs the tasks. Required.
 	Executor Executor
+	// Clusters shows and drains the clusters of a service with several
+	// (GET /clusters, POST /clusters/{name}/drain and /resume); nil: one
+	// cluster.
+	Clusters Clusters
 	// Pager lists task records for GET /tasks (the store's). Required.
 	Pager store.Pager
 	// Logs is the log archive for GET /tasks/{id}/logs. Without it that

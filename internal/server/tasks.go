@@ -104,6 +104,7 @@ func (s *Server) register() {
 		Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}, s.rerun)
 	s.registerStreams()
+	s.registerClusters()
 	s.tidyOpenAPI()
 }
 

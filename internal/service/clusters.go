@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/kubetask/kubetask/internal/placement"
 	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
@@ -321,4 +324,78 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		return nil, nil, err
 	}
 	return r, first, nil
+}
+
+var _ server.Clusters = (*router)(nil)
+
+// ListClusters returns the configured clusters with their rows' states
+// (Ready without a row: a store that keeps no clusters).
+func (r *router) ListClusters(ctx context.Context) ([]api.Cluster, error) {
+	rows := map[string]store.Cluster{}
+	if r.rows != nil {
+		list, err := r.rows.ListClusters(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading the clusters: %w", err)
+		}
+		for _, row := range list {
+			rows[row.Name] = row
+		}
+	}
+	out := make([]api.Cluster, 0, len(r.clusters))
+	for _, c := range r.clusters {
+		row, ok := rows[c.name]
+		if !ok {
+			row = store.Cluster{Name: c.name, State: store.ClusterReady}
+		}
+		out = append(out, apiCluster(row, c.labels))
+	}
+	slices.SortFunc(out, func(a, b api.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Drain moves cluster name from Ready to Draining (draining) or back, by
+// a compare-and-swap on its row; a cluster in the state asked already is
+// returned as it is.
+func (r *router) Drain(ctx context.Context, name string, draining bool) (api.Cluster, error) {
+	c := r.byName(name)
+	if c == nil {
+		return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, store.ErrNotFound)
+	}
+	if r.rows == nil {
+		return api.Cluster{}, fmt.Errorf("%w: the store keeps no clusters' states (memory, SQLite and PostgreSQL do)", server.ErrClusterState)
+	}
+	from, to := store.ClusterReady, store.ClusterDraining
+	if !draining {
+		from, to = to, from
+	}
+	for {
+		row, err := r.rows.GetCluster(ctx, name)
+		if err != nil {
+			return api.Cluster{}, fmt.Errorf("reading cluster %s: %w", name, err)
+		}
+		switch row.State {
+		case to:
+			return apiCluster(row, c.labels), nil
+		case from:
+		default:
+			return api.Cluster{}, fmt.Errorf("%w: cluster %s is %s (since %s), not %s", server.ErrClusterState, name, row.State, row.Since.Format(time.RFC3339), from)
+		}
+		row.State, row.Since, row.Reason, row.Message = to, time.Time{}, "", ""
+		if to == store.ClusterDraining {
+			row.Reason, row.Message = "Drained", "drained by an operator: no new placement; running tasks finish"
+		}
+		row, err = r.rows.PutCluster(ctx, row)
+		if errors.Is(err, store.ErrConflict) {
+			continue // changed meanwhile: decide again
+		}
+		if err != nil {
+			return api.Cluster{}, fmt.Errorf("writing cluster %s: %w", name, err)
+		}
+		return apiCluster(row, c.labels), nil
+	}
+}
+
+// apiCluster is row as the API shows it, with the configured labels.
+func apiCluster(row store.Cluster, labels map[string]string) api.Cluster {
+	return api.Cluster{Name: row.Name, State: string(row.State), Since: row.Since, Reason: row.Reason, Message: row.Message, Labels: labels}
 }

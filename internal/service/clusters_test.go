@@ -3,8 +3,10 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -172,5 +174,71 @@ func TestRouterWritesClusterRows(t *testing.T) {
 	if len(rows) != 2 || rows[0].Name != "east" || rows[0].State != store.ClusterReady || rows[0].Labels["region"] != "eu" || rows[0].Version != 1 ||
 		rows[1].Name != "west" || rows[1].State != store.ClusterDraining || rows[1].Version != 1 {
 		t.Errorf("rows %+v", rows)
+	}
+}
+
+// TestRouterDrains: Ready to Draining and back, each idempotent; a
+// drained cluster takes no new task; a Lost cluster is not the drain's to
+// change (ErrClusterState), an unknown one ErrNotFound.
+func TestRouterDrains(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	r := &router{st: st, rows: st, defaultNamespace: "default"}
+	fakes := map[string]*fakeInstance{}
+	for _, name := range []string{"east", "west"} {
+		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+		fakes[name] = f
+		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance, run: &runner{api: f}, free: func(string) int { return 5 }})
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		cluster  string
+		draining bool
+		state    string
+		err      error
+	}{
+		{"east", true, "Draining", nil},
+		{"east", true, "Draining", nil},
+		{"east", false, "Ready", nil},
+		{"east", false, "Ready", nil},
+		{"east", true, "Draining", nil},
+		{"north", true, "", store.ErrNotFound},
+	} {
+		c, err := r.Drain(ctx, step.cluster, step.draining)
+		if !errors.Is(err, step.err) || err == nil && c.State != step.state {
+			t.Fatalf("step %d: drain %s %v: %+v, %v; want %s, %v", i, step.cluster, step.draining, c, err, step.state, step.err)
+		}
+	}
+	row, err := st.GetCluster(ctx, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Version != 4 || row.Reason != "Drained" {
+		t.Errorf("east's row: version %d, reason %q; want 4 writes (the first and three changes), Drained", row.Version, row.Reason)
+	}
+	for i := range 3 {
+		rec, _, err := r.SubmitCreated(ctx, fmt.Sprintf("t%d", i), &task.Task{ObjectMeta: metav1.ObjectMeta{Name: "t"}})
+		if err != nil || rec.Cluster != "west" {
+			t.Fatalf("a task while east drains: on %q, %v; want west", rec.Cluster, err)
+		}
+	}
+	list, err := r.ListClusters(ctx)
+	if err != nil || len(list) != 2 || list[0].State != "Draining" || list[1].State != "Ready" {
+		t.Errorf("ListClusters: %+v, %v", list, err)
+	}
+	west, err := st.GetCluster(ctx, "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	west.State, west.Since = store.ClusterLost, time.Now()
+	if _, err := st.PutCluster(ctx, west); err != nil {
+		t.Fatal(err)
+	}
+	for _, draining := range []bool{true, false} {
+		if _, err := r.Drain(ctx, "west", draining); !errors.Is(err, server.ErrClusterState) || !strings.Contains(err.Error(), "cluster west is Lost") {
+			t.Errorf("drain a lost cluster (%v): %v", draining, err)
+		}
 	}
 }

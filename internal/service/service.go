@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		}
 	}
 	var run *runner
+	var clusters server.Clusters // nil: one cluster
 	if len(cfg.Clusters) == 0 {
 		run, err = newRunner(cfg, exConfig(rc, client), rc, st, reg, log)
 		if err != nil {
@@ -192,6 +193,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return err
 		}
 		run = &runner{api: r, start: r.start, ready: r.ready}
+		clusters = r
 	}
 	proxies, err := cfg.TrustedProxyPrefixes()
 	if err != nil {
@@ -206,7 +208,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		quotas = &server.Quotas{Counter: counter, MaxUnfinished: cfg.MaxUnfinishedTasksPerNamespace, MaxTotal: cfg.MaxTasksPerNamespace}
 	}
 	s, err := server.New(server.Config{
-		Executor: run.api, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
+		Executor: run.api, Clusters: clusters, Pager: pager, Logs: logs, Client: client, ValidateOnServer: true, Auth: auth,
 		Namespaces: cfg.Namespaces,
 		PodPolicy: server.PodPolicy{Level: cfg.PodSecurity, NamespaceLevels: cfg.NamespacePodSecurity, ServiceAccounts: cfg.ServiceAccounts,
 			RefuseSecrets: cfg.RefuseSecrets, RefuseRuntimeClass: cfg.RefuseRuntimeClass},

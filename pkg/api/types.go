@@ -196,3 +196,20 @@ func (p *Problem) Error() string {
 	}
 	return b.String()
 }
+
+// Cluster is one cluster of a service with several (kubetask serve's
+// clusters): where tasks are placed, and whether they may be now.
+type Cluster struct {
+	Name    string            `json:"name" doc:"The cluster's name, as tasks' spec.placement.cluster names it." example:"east"`
+	State   string            `json:"state" doc:"Ready (tasks are placed on it), Unreachable, Draining (no new placement; running tasks finish), Lost or Returning (docs/multicluster.md)." example:"Ready"`
+	Since   time.Time         `json:"since" doc:"When the cluster entered its state."`
+	Reason  string            `json:"reason,omitempty" doc:"Why the cluster is in its state, one word."`
+	Message string            `json:"message,omitempty" doc:"Why, for people."`
+	Labels  map[string]string `json:"labels,omitempty" doc:"The cluster's labels, which tasks' spec.placement.clusterSelector match."`
+}
+
+// ClusterList is the clusters of a service, by name; empty for a service
+// that runs tasks on one cluster (no clusters in its configuration).
+type ClusterList struct {
+	Items []Cluster `json:"items" doc:"The clusters, by name."`
+}

@@ -30,11 +30,20 @@ import (
 func TestServeClusters(t *testing.T) {
 	env := clustertest.New(t)
 	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, env.Kubeconfig)
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startService(t, env, "--config", cfg)
+	toks := fmt.Sprintf("tokens:\n- {token: admin-token-0123456789, subject: admin, namespaces: \"*\"}\n- {token: team-token-0123456789, subject: team, namespaces: [%s]}\n", env.Namespace)
+	if err := os.WriteFile(tokens, []byte(toks), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, env, "--config", cfg, "--token-file", tokens)
+	s.Token = "admin-token-0123456789"
+	teamProc := *s.process
+	teamProc.Token = "team-token-0123456789"
+	team := &service{t: t, process: &teamProc}
 	instance := "serve-" + env.Namespace
 
 	kept := func(name, placement string) []byte {
@@ -87,5 +96,47 @@ func TestServeClusters(t *testing.T) {
 		if !re.Match(b) {
 			t.Errorf("/metrics: no kubetask_attempt_outcomes_total of cluster %s with 1 outcome", cl)
 		}
+	}
+
+	// The clusters, and their drain: the CLI, as an operator (a token for
+	// every namespace) and as a team (a token for one namespace: refused,
+	// and nothing changes, as the next placement shows).
+	if out := s.ok("clusters"); !regexp.MustCompile(`(?m)^east\s+Ready\s+\S+\s+region=eu`).MatchString(out) || !regexp.MustCompile(`(?m)^west\s+Ready\s+\S+\s+region=us`).MatchString(out) {
+		t.Errorf("kubetask clusters:\n%s", out)
+	}
+	if r := team.cli(s.URL, "clusters", "drain", "east"); r.code == 0 || !strings.Contains(r.stderr, "team may not drain or resume clusters") {
+		t.Errorf("a team's token drains a cluster: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := team.cli(s.URL, "clusters"); r.code == 0 || !strings.Contains(r.stderr, "team may not list tasks in every namespace") {
+		t.Errorf("a team's token lists the clusters: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var more []string // the tasks submitted below, waited for at the end
+	if tk := s.submit(kept("after-refusal", "")); tk.Cluster != "east" {
+		t.Errorf("after the team's refused drain of east: placed on %q, want east (free slots tie: the first name)", tk.Cluster)
+	} else {
+		more = append(more, tk.ID)
+	}
+	if out := s.ok("clusters", "drain", "east"); !strings.Contains(out, "cluster east: Draining since") {
+		t.Errorf("kubetask clusters drain east: %s", out)
+	}
+	if tk := s.submit(kept("while-east-drains", "")); tk.Cluster != "west" {
+		t.Errorf("while east drains: placed on %q, want west", tk.Cluster)
+	} else {
+		more = append(more, tk.ID)
+	}
+	resp, b = s.do(http.MethodPost, api.Prefix+"/namespaces/"+env.Namespace+"/tasks", "application/yaml", kept("east-only", "  placement: {cluster: east}"))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "east Draining, west Ready") {
+		t.Errorf("a task for east only while east drains: %s %s; want 503 with Retry-After naming the states", resp.Status, b)
+	}
+	if out := s.ok("clusters", "resume", "east"); !strings.Contains(out, "cluster east: Ready since") {
+		t.Errorf("kubetask clusters resume east: %s", out)
+	}
+	if tk := s.submit(kept("after-resume", "")); tk.Cluster != "east" {
+		t.Errorf("after east resumed: placed on %q, want east", tk.Cluster)
+	} else {
+		more = append(more, tk.ID)
+	}
+	for _, id := range more {
+		s.waitTask(id, 2*time.Minute, id+" to finish", func(tk api.Task) bool { return tk.Terminal })
 	}
 }
