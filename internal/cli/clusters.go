@@ -49,7 +49,7 @@ a caller allowed every namespace. A service on one cluster lists none.
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml")
 	cf.add(cmd.Flags())
-	cmd.AddCommand(newDrainCommand(true), newDrainCommand(false))
+	cmd.AddCommand(newDrainCommand(true), newDrainCommand(false), newLoseCommand())
 	return cmd
 }
 
@@ -77,6 +77,42 @@ func newDrainCommand(draining bool) *cobra.Command {
 			return nil
 		},
 	}
+	cf.add(cmd.Flags())
+	return cmd
+}
+
+// newLoseCommand is `kubetask clusters lose NAME --yes`.
+func newLoseCommand() *cobra.Command {
+	cf := &clientFlags{}
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "lose NAME --yes",
+		Short: "Declare a cluster lost: its tasks run again elsewhere (at least once for those that had a pod there)",
+		Long: `Declare a cluster lost, for one that will not answer again soon: no task is
+placed on it any more; each of its tasks whose current attempt has a pod
+ends that attempt Failed/ClusterLost and runs its next attempt on another
+cluster, and the others move there. The lost pods may still run where
+nobody sees them: for those attempts this is at least once, not exactly
+once. If the cluster answers again, its lost pods are stopped and what they
+did is recorded as discarded, never as the task's outcome. Repeatable.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !yes {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("declaring cluster %s lost runs its tasks' attempts again elsewhere while their pods may still run there (at least once): add --yes to do it", args[0])}
+			}
+			c, conn, err := connect(cmd, cf)
+			if err != nil {
+				return err
+			}
+			cl, err := c.LoseCluster(cmd.Context(), args[0])
+			if err != nil {
+				return clientExit(cmd.Context(), conn, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s: %s since %s: %s\n", cl.Name, cl.State, cl.Since.Format(time.RFC3339), cl.Message)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "declare it: its lost attempts run again elsewhere (at least once)")
 	cf.add(cmd.Flags())
 	return cmd
 }

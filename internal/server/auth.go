@@ -31,7 +31,7 @@ const (
 	ActionCancel  Action = "cancel" // POST /tasks/{id}/cancel
 	ActionRerun   Action = "rerun"  // POST /tasks/{id}/rerun
 	ActionMetrics Action = "metrics"
-	ActionDrain   Action = "drain" // POST /clusters/{name}/drain, /resume
+	ActionDrain   Action = "drain" // POST /clusters/{name}/drain, /resume, /lose
 )
 
 // phrase is the action as a refusal says it ("may not read the logs of
@@ -43,7 +43,7 @@ func (a Action) phrase() string {
 	case ActionMetrics:
 		return "read the metrics"
 	case ActionDrain:
-		return "drain or resume clusters"
+		return "drain, resume or declare lost clusters"
 	}
 	return string(a) + " tasks"
 }

@@ -25,6 +25,11 @@ type Clusters interface {
 	// configured, ErrClusterState for one in another state (Lost,
 	// Unreachable, Returning: not the operator's to undo this way).
 	Drain(ctx context.Context, name string, draining bool) (api.Cluster, error)
+	// Lose declares cluster name lost (docs/multicluster.md): its tasks'
+	// attempts that have a pod end Failed/ClusterLost and run again
+	// elsewhere, the others move. At least once for those attempts. It
+	// returns the cluster; errors as Drain's.
+	Lose(ctx context.Context, name string) (api.Cluster, error)
 }
 
 // ErrClusterState wraps a drain or resume that the cluster's state does
@@ -52,6 +57,14 @@ func (s *Server) registerClusters() {
 			"For callers who may list the tasks of every namespace.",
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden},
 	}, s.listClusters)
+	huma.Register(s.api, huma.Operation{
+		OperationID: "loseCluster", Method: http.MethodPost, Path: api.Prefix + "/clusters/{name}/lose", Tags: tags,
+		Summary: "Declare a cluster lost",
+		Description: "For a cluster that will not answer again soon: no task is placed on it; each of its tasks whose attempt has a pod " +
+			"ends that attempt Failed/ClusterLost and runs it again on another cluster (at least once: the lost pod may still run " +
+			"where nobody sees it), the others move. Repeatable. For the callers who may drain clusters.",
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+	}, s.loseCluster)
 	for _, op := range []struct {
 		id, verb, summary, desc string
 		draining                bool
@@ -110,6 +123,29 @@ func (s *Server) drainCluster(ctx context.Context, in *clusterInput, draining bo
 		return nil, huma.Error409Conflict(err.Error())
 	case err != nil:
 		return nil, s.internal("changing cluster "+in.Name, err)
+	}
+	return &clusterOutput{Body: &c}, nil
+}
+
+func (s *Server) loseCluster(ctx context.Context, in *clusterInput) (*clusterOutput, error) {
+	if err := noQuery(ctx); err != nil {
+		return nil, err
+	}
+	noteAudit(ctx, ActionDrain, AllNamespaces, "")
+	if err := s.mayAll(ctx, ActionDrain); err != nil {
+		return nil, err
+	}
+	if s.cfg.Clusters == nil {
+		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: this service runs tasks on one cluster (no clusters in its configuration)", in.Name))
+	}
+	c, err := s.cfg.Clusters.Lose(ctx, in.Name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: GET %s/clusters lists them", in.Name, api.Prefix))
+	case errors.Is(err, ErrClusterState):
+		return nil, huma.Error409Conflict(err.Error())
+	case err != nil:
+		return nil, s.internal("declaring cluster "+in.Name+" lost", err)
 	}
 	return &clusterOutput{Body: &c}, nil
 }

@@ -23,6 +23,15 @@ func (f *fakeClusters) ListClusters(context.Context) ([]api.Cluster, error) {
 	return []api.Cluster{{Name: "east", State: f.state["east"]}, {Name: "west", State: f.state["west"]}}, nil
 }
 
+func (f *fakeClusters) Lose(_ context.Context, name string) (api.Cluster, error) {
+	f.drains++
+	if _, ok := f.state[name]; !ok {
+		return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, store.ErrNotFound)
+	}
+	f.state[name] = "Lost"
+	return api.Cluster{Name: name, State: "Lost"}, nil
+}
+
 func (f *fakeClusters) Drain(_ context.Context, name string, draining bool) (api.Cluster, error) {
 	f.drains++
 	st, ok := f.state[name]
@@ -60,7 +69,7 @@ func TestClusters(t *testing.T) {
 		want         string
 	}{
 		{http.MethodGet, "/clusters", team, http.StatusForbidden, "team-a may not list tasks in every namespace"},
-		{http.MethodPost, "/clusters/east/drain", team, http.StatusForbidden, "team-a may not drain or resume clusters in every namespace"},
+		{http.MethodPost, "/clusters/east/drain", team, http.StatusForbidden, "team-a may not drain, resume or declare lost clusters in every namespace"},
 		{http.MethodGet, "/clusters", admin, http.StatusOK, `"name":"east","state":"Ready"`},
 		{http.MethodPost, "/clusters/east/drain", admin, http.StatusOK, `"state":"Draining"`},
 		{http.MethodGet, "/clusters", admin, http.StatusOK, `"name":"east","state":"Draining"`},
@@ -68,14 +77,17 @@ func TestClusters(t *testing.T) {
 		{http.MethodPost, "/clusters/west/drain", admin, http.StatusConflict, "cluster west is Lost"},
 		{http.MethodPost, "/clusters/north/drain", admin, http.StatusNotFound, `no cluster \"north\"`},
 		{http.MethodPost, "/clusters/east/drain?force=true", admin, http.StatusBadRequest, "force"},
+		{http.MethodPost, "/clusters/east/lose", team, http.StatusForbidden, "team-a may not drain, resume or declare lost clusters"},
+		{http.MethodPost, "/clusters/east/lose", admin, http.StatusOK, `"state":"Lost"`},
+		{http.MethodPost, "/clusters/north/lose", admin, http.StatusNotFound, `no cluster \"north\"`},
 	} {
 		resp, b := h.do(c.method, api.Prefix+c.path, nil, c.as...)
 		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
 			t.Errorf("%s %s as %s: %s %s; want %d with %q", c.method, c.path, c.as[1], resp.Status, b, c.status, c.want)
 		}
 	}
-	if fc.drains != 4 {
-		t.Errorf("%d drains reached the clusters, want 4 (none of the refused callers')", fc.drains)
+	if fc.drains != 6 {
+		t.Errorf("%d drains and losses reached the clusters, want 6 (none of the refused callers')", fc.drains)
 	}
 
 	one := newHarness(t, nil)

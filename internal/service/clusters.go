@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +71,9 @@ type clusterRun struct {
 	run      *runner
 	// free is the executor's Free (executor.Executor.Free).
 	free func(ns string) int
+	// resync brings a task placed on the cluster to its executor's notice
+	// (executor.Executor.Resync); nil in tests.
+	resync func(id string)
 }
 
 // router is the server.Executor of a service with several clusters: it
@@ -90,6 +94,7 @@ type router struct {
 	clusters []*clusterRun
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
+	log              *slog.Logger
 }
 
 var _ server.Executor = (*router)(nil)
@@ -267,6 +272,9 @@ func (r *router) start(ctx context.Context) error {
 			errs <- err
 		}()
 	}
+	if r.rows != nil {
+		go r.placeEvery(ctx, placeInterval)
+	}
 	var all []error
 	for range r.clusters {
 		if err := <-errs; err != nil {
@@ -287,7 +295,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace}
+	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace, log: log}
 	r.rows, _ = st.(store.Clusters)
 	var first *kubernetes.Clientset
 	for _, tg := range tgts {
@@ -318,7 +326,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		if err != nil {
 			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
-		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free})
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free, resync: ex.Resync})
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		return nil, nil, err
@@ -398,4 +406,209 @@ func (r *router) Drain(ctx context.Context, name string, draining bool) (api.Clu
 // apiCluster is row as the API shows it, with the configured labels.
 func apiCluster(row store.Cluster, labels map[string]string) api.Cluster {
 	return api.Cluster{Name: row.Name, State: string(row.State), Since: row.Since, Reason: row.Reason, Message: row.Message, Labels: labels}
+}
+
+// Lose declares cluster name lost (docs/multicluster.md, "A cluster
+// declared lost"), as the simulator's operator does (its clusters
+// scenario explores this procedure against the executors' steps): the
+// row becomes Lost, so that nothing is placed there; a new term of the
+// cluster's instance begins in the store, so that no write of the
+// instance's already on its way lands after the declaration; then each
+// unfinished task placed there, from its record as it is now, either ends
+// its attempt Failed/ClusterLost (its pod recorded: executor.LoseAttempt,
+// an unfenced compare-and-swap; the next attempt waits unplaced) or, with
+// no pod recorded, is moved (a compare-and-swap that sees no pod claimed).
+// Last, the unplaced tasks are placed (placeUnplaced). It is at least once
+// for the lost attempts: their pods may still run where nobody sees them,
+// and are stopped and recorded as discarded if the cluster answers again.
+// Calling it again sweeps again.
+func (r *router) Lose(ctx context.Context, name string) (api.Cluster, error) {
+	c := r.byName(name)
+	if c == nil {
+		return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, store.ErrNotFound)
+	}
+	if r.rows == nil {
+		return api.Cluster{}, fmt.Errorf("%w: the store keeps no clusters' states", server.ErrClusterState)
+	}
+	row, err := r.markLost(ctx, name)
+	if err != nil {
+		return api.Cluster{}, err
+	}
+	if _, err := r.st.BeginTerm(ctx, c.instance); err != nil {
+		return api.Cluster{}, fmt.Errorf("beginning a term of %s to fence it: %w", c.instance, err)
+	}
+	lost, moved, err := r.sweepLost(ctx, c)
+	if err != nil {
+		return api.Cluster{}, err
+	}
+	placed, err := r.placeUnplaced(ctx)
+	if err != nil {
+		return api.Cluster{}, err
+	}
+	out := apiCluster(row, c.labels)
+	out.Message = fmt.Sprintf("%s; this declaration: %d attempts lost, %d tasks moved, %d placed", out.Message, lost, moved, placed)
+	return out, nil
+}
+
+// markLost sets cluster name's row Lost (from any other state), and
+// returns it.
+func (r *router) markLost(ctx context.Context, name string) (store.Cluster, error) {
+	for {
+		row, err := r.rows.GetCluster(ctx, name)
+		if err != nil {
+			return row, fmt.Errorf("reading cluster %s: %w", name, err)
+		}
+		if row.State == store.ClusterLost {
+			return row, nil
+		}
+		row.State, row.Since = store.ClusterLost, time.Time{}
+		row.Reason, row.Message = "DeclaredLost", "declared lost by an operator: its attempts were ended ClusterLost and run again elsewhere"
+		row, err = r.rows.PutCluster(ctx, row)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return row, fmt.Errorf("writing cluster %s: %w", name, err)
+		}
+		return row, nil
+	}
+}
+
+// sweepLost ends or moves every unfinished task of lost cluster c's
+// instance, each from its record as it is now (a write that finds the
+// record changed reads it again).
+func (r *router) sweepLost(ctx context.Context, c *clusterRun) (lost, moved int, err error) {
+	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+	}
+	for _, rec := range recs {
+		for tries := 0; ; tries++ {
+			if rec.Terminal || rec.Executor != c.instance {
+				break // finished, or placed elsewhere, meanwhile
+			}
+			var err error
+			if rec.PodCreated {
+				var out store.Record
+				if out, err = executor.LoseAttempt(rec, c.name, time.Now()); err == nil {
+					out.Epoch = 0 // the declaration's write, unfenced: the version is its guard
+					_, err = r.st.Update(ctx, out)
+				}
+				if err == nil {
+					lost++
+				}
+			} else {
+				var to *clusterRun
+				if to, err = r.placeFor(ctx, rec); err == nil && to != nil {
+					err = r.move(ctx, rec, to)
+				}
+				if err == nil && to != nil {
+					moved++
+				}
+			}
+			if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrClaimed) || tries > 10 {
+				if err != nil && !errors.Is(err, executor.ErrNotLosable) {
+					return lost, moved, fmt.Errorf("task %s: %w", rec.ID, err)
+				}
+				break
+			}
+			if rec, err = r.st.Get(ctx, rec.ID); err != nil {
+				return lost, moved, fmt.Errorf("reading task %s again: %w", rec.ID, err)
+			}
+		}
+	}
+	return lost, moved, nil
+}
+
+// placeUnplaced places every unfinished task that names no instance (the
+// next attempt of a lost one) on a Ready cluster it allows, the one with
+// the most free slots (else the shortest line), and tells that cluster's
+// executor; a task no Ready cluster may take stays unplaced until the
+// next call. It returns how many it placed.
+func (r *router) placeUnplaced(ctx context.Context) (int, error) {
+	recs, err := r.st.List(ctx, store.ListOptions{NonTerminal: true})
+	if err != nil {
+		return 0, fmt.Errorf("listing the unfinished tasks: %w", err)
+	}
+	placed := 0
+	for _, rec := range recs {
+		if rec.Executor != "" {
+			continue
+		}
+		to, err := r.placeFor(ctx, rec)
+		if err != nil || to == nil {
+			continue // cannot be placed now: the next call tries again
+		}
+		switch err := r.move(ctx, rec, to); {
+		case err == nil:
+			placed++
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrClaimed):
+			// changed since the list: the next call reads it again
+		default:
+			return placed, err
+		}
+	}
+	return placed, nil
+}
+
+// placeInterval is how often the router places the unplaced tasks (the
+// next attempts of lost ones that no Ready cluster could take at the
+// declaration, or whose move lost a race).
+const placeInterval = 10 * time.Second
+
+// placeEvery calls placeUnplaced every interval until ctx ends.
+func (r *router) placeEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := r.placeUnplaced(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("placing the unplaced tasks", "err", err)
+		} else if n > 0 {
+			r.log.Info("placed unplaced tasks", "tasks", n)
+		}
+	}
+}
+
+// placeFor returns the Ready cluster rec's task may go to now, nil when
+// none.
+func (r *router) placeFor(ctx context.Context, rec store.Record) (*clusterRun, error) {
+	var t task.Task
+	if err := json.Unmarshal(rec.Task, &t); err != nil {
+		return nil, fmt.Errorf("decoding task %s: %w", rec.ID, err)
+	}
+	var want placement.Want
+	if t.Spec.Placement != nil {
+		want = *t.Spec.Placement
+	}
+	view, err := r.view(ctx, rec.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	name, ok := placement.Choose(want, view)
+	if !ok {
+		name, ok = placement.Queue(want, view)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return r.byName(name), nil
+}
+
+// move places rec on cluster to (store Clusters.Move: a compare-and-swap
+// that sees no pod claimed) and tells its executor.
+func (r *router) move(ctx context.Context, rec store.Record, to *clusterRun) error {
+	rec.Epoch = 0 // the placer's move is unfenced: the version is its guard
+	out, err := r.rows.Move(ctx, rec, to.instance, to.name)
+	if err != nil {
+		return err
+	}
+	if to.resync != nil {
+		to.resync(out.ID)
+	}
+	return nil
 }

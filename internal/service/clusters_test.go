@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +242,95 @@ func TestRouterDrains(t *testing.T) {
 		if _, err := r.Drain(ctx, "west", draining); !errors.Is(err, server.ErrClusterState) || !strings.Contains(err.Error(), "cluster west is Lost") {
 			t.Errorf("drain a lost cluster (%v): %v", draining, err)
 		}
+	}
+}
+
+// TestRouterLoses: declaring east lost marks its row Lost, begins a new
+// term of its instance (a write of the old term is refused), ends the
+// attempt of a task with a pod there Failed/ClusterLost and places the
+// next attempt on west, moves a task without a pod to west, leaves a
+// finished task and west's tasks alone, and leaves unplaced a task that
+// may run on east only. A second declaration changes nothing more.
+func TestRouterLoses(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	r := &router{st: st, rows: st, defaultNamespace: "default"}
+	resynced := map[string][]string{}
+	for _, name := range []string{"east", "west"} {
+		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance, run: &runner{api: f},
+			free: func(string) int { return 5 }, resync: func(id string) { resynced[name] = append(resynced[name], id) }})
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldTerm, err := st.BeginTerm(ctx, "i-east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := func(p *task.Placement) []byte {
+		tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "default"}}
+		tk.Spec.Placement = p
+		b, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, rec := range []store.Record{
+		{ID: "running", Executor: "i-east", Cluster: "east", PodCreated: true, PodUID: "u-1", Phase: "Running", Task: doc(nil)},
+		{ID: "waiting", Executor: "i-east", Cluster: "east", Phase: "Pending", Task: doc(nil)},
+		{ID: "east-only", Executor: "i-east", Cluster: "east", PodCreated: true, PodUID: "u-2", Phase: "Running", Task: doc(&task.Placement{Cluster: "east"})},
+		{ID: "done", Executor: "i-east", Cluster: "east", Phase: "Succeeded", Terminal: true, Task: doc(nil)},
+		{ID: "on-west", Executor: "i-west", Cluster: "west", PodCreated: true, PodUID: "u-3", Phase: "Running", Task: doc(nil)},
+	} {
+		rec.Namespace, rec.Name, rec.Nonce = "default", "t", "n-"+rec.ID
+		if _, _, err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := r.Lose(ctx, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "Lost" || !strings.Contains(c.Message, "2 attempts lost, 1 tasks moved, 1 placed") {
+		t.Errorf("Lose: %+v", c)
+	}
+	get := func(id string) store.Record {
+		rec, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	if rec := get("running"); rec.Executor != "i-west" || rec.Cluster != "west" || rec.Attempt != 1 || len(rec.Attempts) != 1 ||
+		rec.Attempts[0].Reason != "ClusterLost" || rec.Attempts[0].Cluster != "east" || rec.Attempts[0].PodUID != "u-1" {
+		t.Errorf("the running task: on %s/%s, attempt %d, outcomes %+v; want attempt 0 lost on east, attempt 1 on west", rec.Executor, rec.Cluster, rec.Attempt, rec.Attempts)
+	}
+	if rec := get("waiting"); rec.Executor != "i-west" || rec.Cluster != "west" || rec.Attempt != 0 || len(rec.Attempts) != 0 {
+		t.Errorf("the waiting task: on %s/%s, attempt %d; want moved to west, attempt 0", rec.Executor, rec.Cluster, rec.Attempt)
+	}
+	if rec := get("east-only"); rec.Executor != "" || rec.Cluster != "" || rec.Attempt != 1 || rec.Reason != "ClusterLost" {
+		t.Errorf("the east-only task: on %q/%q, attempt %d, %s; want unplaced, attempt 1, ClusterLost", rec.Executor, rec.Cluster, rec.Attempt, rec.Reason)
+	}
+	if rec := get("done"); rec.Version != 1 {
+		t.Errorf("the finished task was written (version %d)", rec.Version)
+	}
+	if rec := get("on-west"); rec.Version != 1 {
+		t.Errorf("west's task was written (version %d)", rec.Version)
+	}
+	if got := resynced["west"]; !slices.Equal(slices.Sorted(slices.Values(got)), []string{"running", "waiting"}) {
+		t.Errorf("west's executor told of %v, want running and waiting", got)
+	}
+	stale := get("on-west")
+	stale.Executor, stale.Cluster, stale.Epoch = "i-east", "east", oldTerm
+	if _, err := st.Update(ctx, stale); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("a write of east's term from before the declaration: %v, want ErrFenced", err)
+	}
+	if c, err := r.Lose(ctx, "east"); err != nil || !strings.Contains(c.Message, "0 attempts lost, 0 tasks moved, 0 placed") {
+		t.Errorf("a second declaration: %+v, %v", c, err)
+	}
+	if _, err := r.Drain(ctx, "east", false); !errors.Is(err, server.ErrClusterState) {
+		t.Errorf("resume a lost cluster: %v, want ErrClusterState", err)
 	}
 }

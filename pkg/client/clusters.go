@@ -33,3 +33,15 @@ func (c *Client) DrainCluster(ctx context.Context, name string, draining bool) (
 	}
 	return &cl, nil
 }
+
+// LoseCluster declares cluster name lost: its tasks' attempts that have a
+// pod there end Failed/ClusterLost and run again on another cluster (at
+// least once: the lost pods may still run), the others move. Repeatable.
+// It returns the cluster.
+func (c *Client) LoseCluster(ctx context.Context, name string) (*api.Cluster, error) {
+	var cl api.Cluster
+	if _, err := c.call(ctx, request{method: http.MethodPost, path: pathOf("clusters", name, "lose"), repeatable: true}, &cl); err != nil {
+		return nil, fmt.Errorf("declaring cluster %s lost: %w", name, err)
+	}
+	return &cl, nil
+}

@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
@@ -29,21 +31,7 @@ import (
 // meets, naming the field and listing the clusters.
 func TestServeClusters(t *testing.T) {
 	env := clustertest.New(t)
-	cfg := filepath.Join(t.TempDir(), "serve.yaml")
-	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
-	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, env.Kubeconfig)
-	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	toks := fmt.Sprintf("tokens:\n- {token: admin-token-0123456789, subject: admin, namespaces: \"*\"}\n- {token: team-token-0123456789, subject: team, namespaces: [%s]}\n", env.Namespace)
-	if err := os.WriteFile(tokens, []byte(toks), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startService(t, env, "--config", cfg, "--token-file", tokens)
-	s.Token = "admin-token-0123456789"
-	teamProc := *s.process
-	teamProc.Token = "team-token-0123456789"
-	team := &service{t: t, process: &teamProc}
+	s, team := startTwoClusters(t, env)
 	instance := "serve-" + env.Namespace
 
 	kept := func(name, placement string) []byte {
@@ -104,7 +92,7 @@ func TestServeClusters(t *testing.T) {
 	if out := s.ok("clusters"); !regexp.MustCompile(`(?m)^east\s+Ready\s+\S+\s+region=eu`).MatchString(out) || !regexp.MustCompile(`(?m)^west\s+Ready\s+\S+\s+region=us`).MatchString(out) {
 		t.Errorf("kubetask clusters:\n%s", out)
 	}
-	if r := team.cli(s.URL, "clusters", "drain", "east"); r.code == 0 || !strings.Contains(r.stderr, "team may not drain or resume clusters") {
+	if r := team.cli(s.URL, "clusters", "drain", "east"); r.code == 0 || !strings.Contains(r.stderr, "team may not drain, resume or declare lost clusters") {
 		t.Errorf("a team's token drains a cluster: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := team.cli(s.URL, "clusters"); r.code == 0 || !strings.Contains(r.stderr, "team may not list tasks in every namespace") {
@@ -138,5 +126,101 @@ func TestServeClusters(t *testing.T) {
 	}
 	for _, id := range more {
 		s.waitTask(id, 2*time.Minute, id+" to finish", func(tk api.Task) bool { return tk.Terminal })
+	}
+}
+
+// startTwoClusters starts the built service with two clusters, east
+// (region eu) and west (region us), both the local cluster under two names,
+// and tokens for an operator (every namespace: the service's own) and for
+// a team (env's namespace only, the second service returned).
+func startTwoClusters(t *testing.T, env *clustertest.Env) (*service, *service) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, env.Kubeconfig)
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toks := fmt.Sprintf("tokens:\n- {token: admin-token-0123456789, subject: admin, namespaces: \"*\"}\n- {token: team-token-0123456789, subject: team, namespaces: [%s]}\n", env.Namespace)
+	if err := os.WriteFile(tokens, []byte(toks), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, env, "--config", cfg, "--token-file", tokens)
+	s.Token = "admin-token-0123456789"
+	teamProc := *s.process
+	teamProc.Token = "team-token-0123456789"
+	return s, &service{t: t, process: &teamProc}
+}
+
+// TestServeClusterLost: with a task running on east, the operator declares
+// east lost through the built CLI (refused without --yes). Its attempt 0
+// ends Failed/ClusterLost on east and attempt 1 runs on west and succeeds;
+// east's instance (its cluster answers: it is the local cluster) stops
+// and releases the lost attempt's pod. From the API server: the task's two
+// pods, attempt 0 under east's instance and attempt 1 under west's, and
+// none left. East stays Lost (resume is refused) and new tasks go west.
+func TestServeClusterLost(t *testing.T) {
+	env := clustertest.New(t)
+	s, _ := startTwoClusters(t, env)
+	instance := "serve-" + env.Namespace
+	pods := map[string]string{} // pod name -> its executor label, as the API server showed it
+	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := env.Client.CoreV1().Pods(env.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				mu.Lock()
+				pods[p.Name] = p.Labels[task.LabelExecutor]
+				mu.Unlock()
+			}
+		}
+	}()
+	doc := strings.Replace(stepsTask("long", "data", 0), "for i in 1 2 3", "sleep 4; for i in 1 2 3", 1)
+	tk := s.submit([]byte(doc))
+	if tk.Cluster != "east" {
+		t.Fatalf("placed on %q, want east (the first of a tie)", tk.Cluster)
+	}
+	s.waitTask(tk.ID, 2*time.Minute, "the task to run on east", func(tk api.Task) bool { return tk.Phase == "Running" })
+
+	if r := s.cli(s.URL, "clusters", "lose", "east"); r.code == 0 || !strings.Contains(r.stderr, "add --yes") {
+		t.Fatalf("lose without --yes: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if out := s.ok("clusters", "lose", "east", "--yes"); !strings.Contains(out, "cluster east: Lost since") || !strings.Contains(out, "1 attempts lost") {
+		t.Fatalf("kubetask clusters lose east --yes: %s", out)
+	}
+	done := s.waitTask(tk.ID, 3*time.Minute, "the task to finish", func(tk api.Task) bool { return tk.Terminal })
+	if done.Phase != "Succeeded" || done.Cluster != "west" || len(done.Attempts) != 2 ||
+		done.Attempts[0].Reason != "ClusterLost" || done.Attempts[0].Cluster != "east" || done.Attempts[1].Cluster != "west" || done.Attempts[1].Phase != "Succeeded" {
+		t.Fatalf("after the loss: %s/%s on %q, attempts %+v; want attempt 0 lost on east, attempt 1 Succeeded on west", done.Phase, done.Reason, done.Cluster, done.Attempts)
+	}
+	eventually(t, 2*time.Minute, "no task pod left", func() bool {
+		list, err := env.Client.CoreV1().Pods(env.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+		return err == nil && len(list.Items) == 0
+	})
+	mu.Lock()
+	want := map[string]string{done.Attempts[0].Pod: instance + "-east", done.Attempts[1].Pod: instance + "-west"}
+	for name, exec := range want {
+		if pods[name] != exec {
+			t.Errorf("pod %s: ran under %q, want %q (pods seen: %v)", name, pods[name], exec, pods)
+		}
+	}
+	if len(pods) != 2 {
+		t.Errorf("the API server showed %d task pods, want 2: %v", len(pods), pods)
+	}
+	mu.Unlock()
+
+	if r := s.cli(s.URL, "clusters", "resume", "east"); r.code == 0 || !strings.Contains(r.stderr, "cluster east is Lost") {
+		t.Errorf("resume a lost cluster: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if tk := s.submit([]byte(stepsTask("after", "data", 0))); tk.Cluster != "west" {
+		t.Errorf("a task after east was lost: placed on %q, want west", tk.Cluster)
+	} else {
+		s.waitTask(tk.ID, 2*time.Minute, "the task after the loss to finish", func(tk api.Task) bool { return tk.Terminal })
 	}
 }
