@@ -74,6 +74,11 @@ type clusterRun struct {
 	// resync brings a task placed on the cluster to its executor's notice
 	// (executor.Executor.Resync); nil in tests.
 	resync func(id string)
+	// stranded is the executor's Stranded.
+	stranded func(ctx context.Context) (int, error)
+	// quietSince is when the instance was first seen not answering since
+	// it last did (zero: it answers); only the router's loop uses it.
+	quietSince time.Time
 }
 
 // router is the server.Executor of a service with several clusters: it
@@ -95,6 +100,9 @@ type router struct {
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
+	// unreachableAfter is how long a Ready cluster's instance may not
+	// answer before the cluster is Unreachable.
+	unreachableAfter time.Duration
 }
 
 var _ server.Executor = (*router)(nil)
@@ -274,6 +282,7 @@ func (r *router) start(ctx context.Context) error {
 	}
 	if r.rows != nil {
 		go r.placeEvery(ctx, placeInterval)
+		go r.checkEvery(ctx, checkInterval)
 	}
 	var all []error
 	for range r.clusters {
@@ -295,7 +304,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace, log: log}
+	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
 	r.rows, _ = st.(store.Clusters)
 	var first *kubernetes.Clientset
 	for _, tg := range tgts {
@@ -326,7 +335,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		if err != nil {
 			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
-		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free, resync: ex.Resync})
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free, resync: ex.Resync, stranded: ex.Stranded})
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		return nil, nil, err
@@ -572,6 +581,107 @@ func (r *router) placeEvery(ctx context.Context, interval time.Duration) {
 			r.log.Info("placed unplaced tasks", "tasks", n)
 		}
 	}
+}
+
+// checkInterval is how often the router decides the clusters' states
+// from what it sees of their instances (checkClusters).
+const checkInterval = 2 * time.Second
+
+// checkEvery calls checkClusters every interval until ctx ends.
+func (r *router) checkEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.checkClusters(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			r.log.Warn("checking the clusters", "err", err)
+		}
+	}
+}
+
+// checkClusters writes each cluster's state as placement.Next decides it
+// from what the router sees of its instance now (a compare-and-swap on the
+// row: a row changed meanwhile is decided again at the next check), and
+// moves off each Unreachable cluster the tasks placement.Movable allows:
+// no pod claimed, none of a previous attempt that may still run there.
+func (r *router) checkClusters(ctx context.Context, now time.Time) error {
+	rows, err := r.rows.ListClusters(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the clusters: %w", err)
+	}
+	byName := map[string]store.Cluster{}
+	for _, row := range rows {
+		byName[row.Name] = row
+	}
+	var errs []error
+	for _, c := range r.clusters {
+		row, ok := byName[c.name]
+		if !ok {
+			continue
+		}
+		seen := placement.Seen{State: row.State, Answers: c.run.ready() == nil}
+		if seen.Answers {
+			c.quietSince = time.Time{}
+		} else if c.quietSince.IsZero() {
+			c.quietSince = now
+		}
+		seen.QuietSince = c.quietSince
+		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.stranded != nil {
+			if seen.Stranded, err = c.stranded(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
+				continue
+			}
+		}
+		if state, reason, msg, change := placement.Next(seen, now, r.unreachableAfter); change {
+			row.State, row.Since, row.Reason, row.Message = state, time.Time{}, reason, msg
+			if _, err := r.rows.PutCluster(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+				errs = append(errs, fmt.Errorf("writing cluster %s: %w", c.name, err))
+				continue
+			}
+			r.log.Info("cluster state", "cluster", c.name, "state", state, "reason", reason)
+			row.State = state
+		}
+		if row.State == store.ClusterUnreachable {
+			if n, err := r.moveQuiet(ctx, c); err != nil {
+				errs = append(errs, err)
+			} else if n > 0 {
+				r.log.Info("moved tasks off an unreachable cluster", "cluster", c.name, "tasks", n)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// moveQuiet moves the unfinished tasks of quiet cluster c that
+// placement.Movable allows to a Ready cluster, and returns how many.
+func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
+	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	if err != nil {
+		return 0, fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+	}
+	moved := 0
+	for _, rec := range recs {
+		if !placement.Movable(rec) {
+			continue
+		}
+		to, err := r.placeFor(ctx, rec)
+		if err != nil || to == nil {
+			continue
+		}
+		switch err := r.move(ctx, rec, to); {
+		case err == nil:
+			moved++
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrClaimed):
+			// claimed or changed meanwhile: decided again at the next check
+		default:
+			return moved, err
+		}
+	}
+	return moved, nil
 }
 
 // placeFor returns the Ready cluster rec's task may go to now, nil when

@@ -334,3 +334,98 @@ func TestRouterLoses(t *testing.T) {
 		t.Errorf("resume a lost cluster: %v, want ErrClusterState", err)
 	}
 }
+
+// TestRouterChecksClusters: a cluster whose instance stops answering is
+// Unreachable after unreachableAfter, its tasks without a pod move to the
+// other cluster (those with one stay), and it is Ready again once it
+// answers; a lost cluster that answers is Returning until its instance
+// shows no stranded pod, then Ready.
+func TestRouterChecksClusters(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second}
+	answers := map[string]bool{"east": true, "west": true}
+	stranded := 0
+	resynced := map[string][]string{}
+	for _, name := range []string{"east", "west"} {
+		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance,
+			run: &runner{api: f, ready: func() error {
+				if !answers[name] {
+					return errors.New("no lease")
+				}
+				return nil
+			}},
+			free: func(string) int { return 5 }, resync: func(id string) { resynced[name] = append(resynced[name], id) },
+			stranded: func(context.Context) (int, error) { return stranded, nil }})
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(&task.Task{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []store.Record{
+		{ID: "waiting", Executor: "i-east", Cluster: "east", Phase: "Pending"},
+		{ID: "running", Executor: "i-east", Cluster: "east", PodCreated: true, PodUID: "u", Phase: "Running"},
+	} {
+		rec.Namespace, rec.Name, rec.Nonce, rec.Task = "default", "t", "n-"+rec.ID, doc
+		if _, _, err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(name string) store.ClusterState {
+		t.Helper()
+		row, err := st.GetCluster(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row.State
+	}
+	t0 := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	check := func(at time.Duration, want store.ClusterState) {
+		t.Helper()
+		if err := r.checkClusters(ctx, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		if got := state("east"); got != want {
+			t.Fatalf("at %s: east is %s, want %s", at, got, want)
+		}
+	}
+	check(0, store.ClusterReady)
+	answers["east"] = false
+	check(time.Second, store.ClusterReady)
+	check(30*time.Second, store.ClusterReady) // quiet for 29 s
+	if rec, _ := st.Get(ctx, "waiting"); rec.Executor != "i-east" {
+		t.Fatalf("a task moved while east was still Ready: %s", rec.Executor)
+	}
+	check(31*time.Second, store.ClusterUnreachable)
+	if rec, _ := st.Get(ctx, "waiting"); rec.Executor != "i-west" || rec.Cluster != "west" || !slices.Equal(resynced["west"], []string{"waiting"}) {
+		t.Errorf("the task without a pod: on %s/%s, west told of %v; want moved to west", rec.Executor, rec.Cluster, resynced["west"])
+	}
+	if rec, _ := st.Get(ctx, "running"); rec.Executor != "i-east" {
+		t.Errorf("the task with a pod moved to %s: its pod may still run on east", rec.Executor)
+	}
+	if state("west") != store.ClusterReady {
+		t.Errorf("west is %s", state("west"))
+	}
+	answers["east"] = true
+	check(40*time.Second, store.ClusterReady)
+
+	row, err := st.GetCluster(ctx, "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.State, row.Since = store.ClusterLost, t0
+	if _, err := st.PutCluster(ctx, row); err != nil {
+		t.Fatal(err)
+	}
+	answers["east"] = false
+	check(time.Minute, store.ClusterLost)
+	answers["east"], stranded = true, 2
+	check(2*time.Minute, store.ClusterReturning)
+	check(3*time.Minute, store.ClusterReturning)
+	stranded = 0
+	check(4*time.Minute, store.ClusterReady)
+}

@@ -172,6 +172,11 @@ type Config struct {
 	// the one with the most free slots. Empty (default): the one cluster of
 	// --kubeconfig and --context.
 	Clusters []ClusterConfig `json:"clusters,omitempty"`
+	// UnreachableAfter is how long a cluster's executor instance may not
+	// hold its Lease with synced pod caches before the cluster is
+	// Unreachable: no new placement, and its tasks without a pod move to
+	// another cluster. Default 30s.
+	UnreachableAfter Duration `json:"unreachableAfter,omitempty"`
 }
 
 // ClusterConfig is one cluster of Config.Clusters.
@@ -279,6 +284,9 @@ func (c *Config) Defaults() error {
 	if c.ReloadInterval == "" {
 		c.ReloadInterval = "10s"
 	}
+	if c.UnreachableAfter == "" {
+		c.UnreachableAfter = "30s"
+	}
 	if c.PodSecurity == "" {
 		c.PodSecurity = "baseline"
 	}
@@ -325,7 +333,8 @@ func (c *Config) Validate() error {
 		name string
 		v    Duration
 	}{{"retention", c.Retention}, {"shutdownTimeout", c.ShutdownTimeout}, {"leaseDuration", c.LeaseDuration},
-		{"bodyTimeout", c.BodyTimeout}, {"writeTimeout", c.WriteTimeout}, {"reloadInterval", c.ReloadInterval}} {
+		{"bodyTimeout", c.BodyTimeout}, {"writeTimeout", c.WriteTimeout}, {"reloadInterval", c.ReloadInterval},
+		{"unreachableAfter", c.UnreachableAfter}} {
 		if v, err := time.ParseDuration(string(d.v)); err != nil || v < 0 {
 			errs = append(errs, fmt.Errorf("%s %q: want a non-negative Go duration such as 720h or 30s", d.name, d.v))
 		}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -65,4 +66,39 @@ func LoseAttempt(rec store.Record, cluster string, now time.Time) (store.Record,
 	rec.Phase, rec.Reason = string(podstate.Pending), string(podstate.ReasonClusterLost)
 	rec.Message = fmt.Sprintf("%s; attempt %d waits for another cluster", msg, rec.Attempt)
 	return rec, nil
+}
+
+// Stranded counts the tasks of which this instance's caches show pods
+// while their records are placed on another cluster, or on none: pods of
+// attempts declared lost on this cluster, or moved away before their pod
+// was recorded, which this instance's passes stop and release (or
+// discard). A service reads it for a cluster coming back (Returning): no
+// task is placed there until it is 0. Only for an executor with a
+// Cluster; 0 otherwise.
+func (e *Executor) Stranded(ctx context.Context) (int, error) {
+	if e.cfg.Cluster == "" {
+		return 0, nil
+	}
+	runs := map[string]bool{}
+	for _, idx := range e.podIndexers() {
+		for _, o := range idx.List() {
+			if p, ok := o.(*cachedPod); ok && p.run() != "" {
+				runs[p.run()] = true
+			}
+		}
+	}
+	n := 0
+	for id := range runs {
+		rec, err := e.store.Get(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue // released and deleted by releaseUnknown
+		case err != nil:
+			return n, fmt.Errorf("reading task %s: %w", id, err)
+		}
+		if rec.Cluster != e.cfg.Cluster && rec.Executor != e.cfg.InstanceID {
+			n++
+		}
+	}
+	return n, nil
 }

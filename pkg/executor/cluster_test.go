@@ -317,3 +317,44 @@ func TestPodStoppedIsRecorded(t *testing.T) {
 		}
 	})
 }
+
+// TestStranded counts the tasks whose pods the instance shows while their
+// records are placed elsewhere: none while the record is the instance's,
+// one once its attempt is lost (unplaced) and once moved on to another
+// cluster, none once the pod is gone, and none without a cluster.
+func TestStranded(t *testing.T) {
+	f := newFx(t, func(c *Config) { c.Cluster = "east" })
+	f.submit("a", newTask())
+	pod := f.podOf("a", 0, running())
+	pod.UID = "u-a"
+	f.update("a", func(r *store.Record) { r.PodCreated, r.PodUID = true, string(pod.UID) })
+	f.both(pod)
+	f.submit("b", newTask()) // no pod
+	stranded := func(want int, when string) {
+		t.Helper()
+		if n, err := f.ex.Stranded(f.ctx); err != nil || n != want {
+			t.Errorf("%s: Stranded = %d, %v; want %d", when, n, err, want)
+		}
+	}
+	stranded(0, "the instance's own")
+	lost, err := LoseAttempt(f.record("a"), "east", f.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ex.store.Update(f.ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	stranded(1, "lost, unplaced")
+	f.update("a", func(r *store.Record) { r.Executor, r.Cluster = "other-west", "west" })
+	stranded(1, "placed on west")
+	f.uncache(pod)
+	stranded(0, "its pod gone")
+
+	g := newFx(t, nil)
+	g.submit("a", newTask())
+	g.cache(g.podOf("a", 0, running()))
+	g.update("a", func(r *store.Record) { r.Executor, r.Cluster = "other", "west" })
+	if n, err := g.ex.Stranded(g.ctx); err != nil || n != 0 {
+		t.Errorf("an executor without a cluster: Stranded = %d, %v; want 0", n, err)
+	}
+}
