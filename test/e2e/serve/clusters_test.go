@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -158,29 +161,13 @@ func startTwoClusters(t *testing.T, env *clustertest.Env) (*service, *service) {
 // east's instance (its cluster answers: it is the local cluster) stops
 // and releases the lost attempt's pod. From the API server: the task's two
 // pods, attempt 0 under east's instance and attempt 1 under west's, and
-// none left. East stays Lost (resume is refused) and new tasks go west.
+// none left. East, which answers, is Returning until that pod is gone,
+// then Ready, and takes new tasks again.
 func TestServeClusterLost(t *testing.T) {
 	env := clustertest.New(t)
 	s, _ := startTwoClusters(t, env)
 	instance := "serve-" + env.Namespace
-	pods := map[string]string{} // pod name -> its executor label, as the API server showed it
-	var mu sync.Mutex
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := env.Client.CoreV1().Pods(env.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok {
-				mu.Lock()
-				pods[p.Name] = p.Labels[task.LabelExecutor]
-				mu.Unlock()
-			}
-		}
-	}()
+	seen := watchTaskPods(t, env)
 	doc := strings.Replace(stepsTask("long", "data", 0), "for i in 1 2 3", "sleep 4; for i in 1 2 3", 1)
 	tk := s.submit([]byte(doc))
 	if tk.Cluster != "east" {
@@ -203,7 +190,7 @@ func TestServeClusterLost(t *testing.T) {
 		list, err := env.Client.CoreV1().Pods(env.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
 		return err == nil && len(list.Items) == 0
 	})
-	mu.Lock()
+	pods := seen()
 	want := map[string]string{done.Attempts[0].Pod: instance + "-east", done.Attempts[1].Pod: instance + "-west"}
 	for name, exec := range want {
 		if pods[name] != exec {
@@ -213,14 +200,195 @@ func TestServeClusterLost(t *testing.T) {
 	if len(pods) != 2 {
 		t.Errorf("the API server showed %d task pods, want 2: %v", len(pods), pods)
 	}
-	mu.Unlock()
 
-	if r := s.cli(s.URL, "clusters", "resume", "east"); r.code == 0 || !strings.Contains(r.stderr, "cluster east is Lost") {
-		t.Errorf("resume a lost cluster: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	if tk := s.submit([]byte(stepsTask("after", "data", 0))); tk.Cluster != "west" {
-		t.Errorf("a task after east was lost: placed on %q, want west", tk.Cluster)
+	// East answers (it is the local cluster): Returning, then Ready once
+	// no pod of its lost attempt is left; then it takes tasks again.
+	eventually(t, time.Minute, "east to be Ready again", func() bool {
+		return regexp.MustCompile(`(?m)^east\s+Ready\s`).MatchString(s.ok("clusters"))
+	})
+	if tk := s.submit([]byte(stepsTask("after", "data", 0))); tk.Cluster != "east" {
+		t.Errorf("a task after east returned: placed on %q, want east (the first of a tie)", tk.Cluster)
 	} else {
-		s.waitTask(tk.ID, 2*time.Minute, "the task after the loss to finish", func(tk api.Task) bool { return tk.Terminal })
+		s.waitTask(tk.ID, 2*time.Minute, "the task after the return to finish", func(tk api.Task) bool { return tk.Phase == "Succeeded" })
+	}
+}
+
+// watchTaskPods watches env's task pods from now until the test ends and
+// returns a function that tells each pod seen and the executor instance
+// its label named, as the API server showed them.
+func watchTaskPods(t *testing.T, env *clustertest.Env) func() map[string]string {
+	t.Helper()
+	pods := map[string]string{}
+	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := env.Client.CoreV1().Pods(env.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(); cancel() })
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				mu.Lock()
+				pods[p.Name] = p.Labels[task.LabelExecutor]
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(pods)
+	}
+}
+
+// partitionProxy forwards TCP connections to target until cut: then it
+// closes every open connection and every new one at once (a cluster
+// that does not answer), until healed.
+type partitionProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+}
+
+func startPartitionProxy(t *testing.T, target string) *partitionProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionProxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { _ = l.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *partitionProxy) serve(c net.Conn) {
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		p.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	_ = c.Close()
+	_ = up.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// setCut cuts (true) or heals (false) the link.
+func (p *partitionProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// TestServeClusterUnreachable: east is reached through a link the test
+// cuts (its executor instance then loses its Lease). After unreachableAfter
+// the service shows east Unreachable and moves to west the task that waited
+// in east's line without a pod, while the task whose pod runs on east
+// stays there; once the link heals, east is Ready again and that task's
+// outcome is recorded from its pod, which finished meanwhile. From the API
+// server: each task ran once, the moved one under west's instance, and no
+// pod is left.
+func TestServeClusterUnreachable(t *testing.T) {
+	env := clustertest.New(t)
+	raw, err := os.ReadFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := regexp.MustCompile(`server: https://(127\.0\.0\.1:\d+)`).FindSubmatch(raw)
+	if server == nil {
+		t.Fatalf("no server address in %s", env.Kubeconfig)
+	}
+	proxy := startPartitionProxy(t, string(server[1]))
+	eastKubeconfig := filepath.Join(t.TempDir(), "east.kubeconfig")
+	if err := os.WriteFile(eastKubeconfig, regexp.MustCompile(`server: https://127\.0\.0\.1:\d+`).ReplaceAll(raw, []byte("server: https://"+proxy.l.Addr().String())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	doc := fmt.Sprintf("parallelism: 1\nleaseDuration: 3s\nunreachableAfter: 3s\nclusters:\n- {name: east, kubeconfig: %q}\n- {name: west, kubeconfig: %q}\n", eastKubeconfig, env.Kubeconfig)
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seen := watchTaskPods(t, env)
+	s := startService(t, env, "--config", cfg)
+	instance := "serve-" + env.Namespace
+
+	long := func(name, secs string) []byte {
+		return []byte(strings.Replace(stepsTask(name, "data", 0), "for i in 1 2 3", "sleep "+secs+"; for i in 1 2 3", 1))
+	}
+	a := s.submit(long("a", "12")) // east (a tie: the first name)
+	b := s.submit(long("b", "4"))  // west: east's one slot is taken
+	c := s.submit(long("c", "1"))  // east's line: the lines tie, the first name
+	if a.Cluster != "east" || b.Cluster != "west" || c.Cluster != "east" {
+		t.Fatalf("placed on %s, %s, %s; want east, west, east", a.Cluster, b.Cluster, c.Cluster)
+	}
+	s.waitTask(a.ID, 2*time.Minute, "a to run on east", func(tk api.Task) bool { return tk.Phase == "Running" })
+
+	proxy.setCut(true)
+	eventually(t, time.Minute, "east to be Unreachable", func() bool {
+		return regexp.MustCompile(`(?m)^east\s+Unreachable\s`).MatchString(s.ok("clusters"))
+	})
+	moved := s.waitTask(c.ID, 2*time.Minute, "c to be moved to west and finish", func(tk api.Task) bool { return tk.Terminal })
+	if moved.Phase != "Succeeded" || moved.Cluster != "west" || len(moved.Attempts) != 1 || moved.Attempts[0].Cluster != "west" {
+		t.Errorf("c: %s/%s on %q, attempts %+v; want Succeeded on west, one attempt", moved.Phase, moved.Reason, moved.Cluster, moved.Attempts)
+	}
+	if tk := s.get(a.ID); tk.Cluster != "east" || tk.Terminal {
+		t.Errorf("a, whose pod runs on east: on %q, terminal %v; want it left on east, unfinished", tk.Cluster, tk.Terminal)
+	}
+
+	proxy.setCut(false)
+	eventually(t, time.Minute, "east to be Ready again", func() bool {
+		return regexp.MustCompile(`(?m)^east\s+Ready\s`).MatchString(s.ok("clusters"))
+	})
+	for _, id := range []string{a.ID, b.ID} {
+		tk := s.waitTask(id, 2*time.Minute, id+" to finish", func(tk api.Task) bool { return tk.Terminal })
+		if tk.Phase != "Succeeded" || len(tk.Attempts) != 1 {
+			t.Errorf("%s: %s/%s, attempts %+v; want Succeeded once", id, tk.Phase, tk.Reason, tk.Attempts)
+		}
+	}
+	eventually(t, 2*time.Minute, "no task pod left", func() bool {
+		list, err := env.Client.CoreV1().Pods(env.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+		return err == nil && len(list.Items) == 0
+	})
+	pods := seen()
+	for _, tk := range []api.Task{s.get(a.ID), s.get(b.ID), s.get(c.ID)} {
+		if exec, want := pods[tk.Attempts[0].Pod], instance+"-"+tk.Attempts[0].Cluster; exec != want {
+			t.Errorf("%s's pod %s: ran under %q, want %q", tk.Name, tk.Attempts[0].Pod, exec, want)
+		}
+	}
+	if len(pods) != 3 {
+		t.Errorf("the API server showed %d task pods, want 3, one per task: %v", len(pods), pods)
 	}
 }
