@@ -318,3 +318,47 @@ func settle(t testing.TB, c *localcluster.Cluster) {
 	t.Logf("clustertest: the cluster ran a probe pod %s after %d kube-apiserver restarts", time.Since(start).Round(time.Millisecond), restarts)
 	settled = restarts
 }
+
+// Another starts a cluster of t's own beside the shared one (its own etcd,
+// kube-apiserver, scheduler and controller-manager on free ports, and
+// opts' nodes: one local process node by default), stopped and removed
+// when t ends, and returns t's Env in it: a namespace of the same name as
+// env's, so that a task of env's namespace runs in either. A test of
+// several clusters (kubetask serve's clusters) takes env as one and this
+// as the other.
+func Another(t testing.TB, env *Env, opts Options) *Env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "kubetask-test-another-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config(ctx, dir, opts)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := localcluster.Start(ctx, cfg)
+	t.Cleanup(func() {
+		if c != nil {
+			stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer stopCancel()
+			if err := c.Stop(stopCtx); err != nil {
+				t.Errorf("stopping the other cluster: %v", err)
+			}
+		}
+		_ = os.RemoveAll(dir)
+		if cfg.EtcdDataDir != "" {
+			_ = os.RemoveAll(cfg.EtcdDataDir)
+		}
+	})
+	if err != nil {
+		t.Fatalf("starting another cluster: %v", err)
+	}
+	if err := c.EnsureNamespace(ctx, env.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Client: c.Client(), Config: c.RESTConfig(), Kubeconfig: c.Kubeconfig(), Namespace: env.Namespace, Cluster: c}
+}

@@ -34,7 +34,7 @@ import (
 // meets, naming the field and listing the clusters.
 func TestServeClusters(t *testing.T) {
 	env := clustertest.New(t)
-	s, team := startTwoClusters(t, env)
+	s, team := startTwoClusters(t, env, env.Kubeconfig)
 	instance := "serve-" + env.Namespace
 
 	kept := func(name, placement string) []byte {
@@ -133,14 +133,15 @@ func TestServeClusters(t *testing.T) {
 }
 
 // startTwoClusters starts the built service with two clusters, east
-// (region eu) and west (region us), both the local cluster under two names,
-// and tokens for an operator (every namespace: the service's own) and for
-// a team (env's namespace only, the second service returned).
-func startTwoClusters(t *testing.T, env *clustertest.Env) (*service, *service) {
+// (env's cluster, region eu) and west (the cluster of westKubeconfig,
+// region us: env's again, under another name, or another cluster), and
+// tokens for an operator (every namespace: the service's own) and for a
+// team (env's namespace only, the second service returned).
+func startTwoClusters(t *testing.T, env *clustertest.Env, westKubeconfig string) (*service, *service) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "serve.yaml")
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
-	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, env.Kubeconfig)
+	doc := fmt.Sprintf("clusters:\n- {name: east, kubeconfig: %q, labels: {region: eu}}\n- {name: west, kubeconfig: %q, labels: {region: us}}\n", env.Kubeconfig, westKubeconfig)
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -155,19 +156,21 @@ func startTwoClusters(t *testing.T, env *clustertest.Env) (*service, *service) {
 	return s, &service{t: t, process: &teamProc}
 }
 
-// TestServeClusterLost: with a task running on east, the operator declares
-// east lost through the built CLI (refused without --yes). Its attempt 0
+// TestServeClusterLost: two clusters, each its own API server, etcd and
+// node. With a task running on east, the operator declares east lost
+// through the built CLI (refused without --yes). Its attempt 0
 // ends Failed/ClusterLost on east and attempt 1 runs on west and succeeds;
 // east's instance (its cluster answers: it is the local cluster) stops
-// and releases the lost attempt's pod. From the API server: the task's two
-// pods, attempt 0 under east's instance and attempt 1 under west's, and
-// none left. East, which answers, is Returning until that pod is gone,
+// and releases the lost attempt's pod. From the two API servers: the
+// task's attempt 0 had a pod on east only, attempt 1 on west only, and
+// none is left. East, which answers, is Returning until that pod is gone,
 // then Ready, and takes new tasks again.
 func TestServeClusterLost(t *testing.T) {
 	env := clustertest.New(t)
-	s, _ := startTwoClusters(t, env)
+	west := clustertest.Another(t, env, clustertest.Options{})
+	s, _ := startTwoClusters(t, env, west.Kubeconfig)
 	instance := "serve-" + env.Namespace
-	seen := watchTaskPods(t, env)
+	seenEast, seenWest := watchTaskPods(t, env), watchTaskPods(t, west)
 	doc := strings.Replace(stepsTask("long", "data", 0), "for i in 1 2 3", "sleep 4; for i in 1 2 3", 1)
 	tk := s.submit([]byte(doc))
 	if tk.Cluster != "east" {
@@ -186,19 +189,18 @@ func TestServeClusterLost(t *testing.T) {
 		done.Attempts[0].Reason != "ClusterLost" || done.Attempts[0].Cluster != "east" || done.Attempts[1].Cluster != "west" || done.Attempts[1].Phase != "Succeeded" {
 		t.Fatalf("after the loss: %s/%s on %q, attempts %+v; want attempt 0 lost on east, attempt 1 Succeeded on west", done.Phase, done.Reason, done.Cluster, done.Attempts)
 	}
-	eventually(t, 2*time.Minute, "no task pod left", func() bool {
-		list, err := env.Client.CoreV1().Pods(env.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
-		return err == nil && len(list.Items) == 0
-	})
-	pods := seen()
-	want := map[string]string{done.Attempts[0].Pod: instance + "-east", done.Attempts[1].Pod: instance + "-west"}
-	for name, exec := range want {
-		if pods[name] != exec {
-			t.Errorf("pod %s: ran under %q, want %q (pods seen: %v)", name, pods[name], exec, pods)
-		}
+	for _, e := range []*clustertest.Env{env, west} {
+		eventually(t, 2*time.Minute, "no task pod left", func() bool {
+			list, err := e.Client.CoreV1().Pods(e.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+			return err == nil && len(list.Items) == 0
+		})
 	}
-	if len(pods) != 2 {
-		t.Errorf("the API server showed %d task pods, want 2: %v", len(pods), pods)
+	east, wpods := seenEast(), seenWest()
+	if len(east) != 1 || east[done.Attempts[0].Pod] != instance+"-east" {
+		t.Errorf("east's API server showed pods %v; want only attempt 0's, %s, under %s-east", east, done.Attempts[0].Pod, instance)
+	}
+	if len(wpods) != 1 || wpods[done.Attempts[1].Pod] != instance+"-west" {
+		t.Errorf("west's API server showed pods %v; want only attempt 1's, %s, under %s-west", wpods, done.Attempts[1].Pod, instance)
 	}
 
 	// East answers (it is the local cluster): Returning, then Ready once
