@@ -82,6 +82,9 @@ func TestServeClusters(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %s", resp.Status)
 	}
+	if !regexp.MustCompile(`(?m)^kubetask_placement_seconds_count [1-9]`).Match(b) {
+		t.Errorf("/metrics: no placement timed (kubetask_placement_seconds)")
+	}
 	for _, cl := range []string{"east", "west"} {
 		re := regexp.MustCompile(`(?m)^kubetask_attempt_outcomes_total\{[^}]*cluster="` + cl + `"[^}]*\} 1$`)
 		if !re.Match(b) {
