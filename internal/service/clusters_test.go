@@ -111,6 +111,9 @@ func TestRouterPlaces(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if err := r.refreshStates(ctx); err != nil { // as the router's check does every checkInterval
+				t.Fatal(err)
+			}
 			tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
 			tk.Spec.Placement = tc.placement
 			rec, created, err := r.SubmitCreated(ctx, "id-1", tk)
