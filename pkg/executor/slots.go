@@ -72,19 +72,19 @@ func (e *Executor) usedLocked(now time.Time) (int, map[string]int) {
 // several clusters places a task on the cluster whose executor has the
 // most (internal/placement).
 func (e *Executor) Free(ns string) int {
+	// Without a limit of ns's own, from the counters roomAtSubmit reads:
+	// no wait for e.mu behind the workers (a placement per submission).
+	free := e.cfg.Parallelism - e.cachedPodCount() - int(e.unseen.Load()) - int(e.waiting.Load())
+	lim := e.namespaceLimit(ns)
+	if lim == 0 {
+		return free
+	}
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
-	used, byNS := e.usedLocked(now)
-	waiting, waitingNS := 0, len(e.lines[ns])
-	for _, line := range e.lines {
-		waiting += len(line)
-	}
+	_, byNS := e.usedLocked(now)
+	waitingNS := len(e.lines[ns])
 	e.mu.Unlock()
-	free := e.cfg.Parallelism - used - waiting
-	if lim := e.namespaceLimit(ns); lim > 0 {
-		free = min(free, lim-byNS[ns]-waitingNS)
-	}
-	return free
+	return min(free, lim-byNS[ns]-waitingNS)
 }
 
 // namespaceLimit is ns's own cap of task pods at once (0: none but
