@@ -21,6 +21,7 @@ import (
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
+	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -109,9 +110,9 @@ type router struct {
 	placements prometheus.Observer
 
 	mu sync.Mutex
-	// states are the clusters' rows' states as last read (refreshStates);
-	// a cluster without one is Ready.
-	states map[string]store.ClusterState
+	// states are the clusters' rows as last read (refreshStates); a
+	// cluster without one is Ready.
+	states map[string]store.Cluster
 }
 
 var _ server.Executor = (*router)(nil)
@@ -148,9 +149,9 @@ func (r *router) view(_ context.Context, ns string) ([]placement.Cluster, error)
 	r.mu.Unlock()
 	out := make([]placement.Cluster, 0, len(r.clusters))
 	for _, c := range r.clusters {
-		st, ok := states[c.name]
-		if !ok {
-			st = store.ClusterReady
+		st := store.ClusterReady
+		if row, ok := states[c.name]; ok {
+			st = row.State
 		}
 		out = append(out, placement.Cluster{Name: c.name, Labels: c.labels, State: st, Free: c.free(ns)})
 	}
@@ -171,9 +172,9 @@ func (r *router) refreshStates(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the clusters' states: %w", err)
 	}
-	states := make(map[string]store.ClusterState, len(rows))
+	states := make(map[string]store.Cluster, len(rows))
 	for _, row := range rows {
-		states[row.Name] = row.State
+		states[row.Name] = row
 	}
 	r.mu.Lock()
 	r.states = states
@@ -181,16 +182,24 @@ func (r *router) refreshStates(ctx context.Context) error {
 	return nil
 }
 
-// setState notes cluster name's state as this process just wrote it.
-func (r *router) setState(name string, st store.ClusterState) {
+// setState notes cluster row as this process just wrote it.
+func (r *router) setState(row store.Cluster) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	states := maps.Clone(r.states)
 	if states == nil {
-		states = map[string]store.ClusterState{}
+		states = map[string]store.Cluster{}
 	}
-	states[name] = st
+	states[row.Name] = row
 	r.states = states
+}
+
+// rowOf returns cluster name's row as last read, if there is one.
+func (r *router) rowOf(name string) (store.Cluster, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.states[name]
+	return row, ok
 }
 
 // place returns the cluster a task of namespace ns asking want goes to.
@@ -264,10 +273,27 @@ func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
 	if err != nil {
 		return rec, err
 	}
-	if c := r.byInstance(rec.Executor); c != nil && !rec.Terminal {
-		return c.run.api.Get(ctx, id)
+	c := r.byInstance(rec.Executor)
+	if c == nil || rec.Terminal {
+		return rec, nil
+	}
+	if rec, err = c.run.api.Get(ctx, id); err != nil {
+		return rec, err
+	}
+	if row, ok := r.rowOf(c.name); ok && row.State == store.ClusterUnreachable {
+		rec = unreachable(rec, row)
 	}
 	return rec, nil
+}
+
+// unreachable is rec, unfinished and placed on cluster row, which does not
+// answer, as Get shows it: its attempt keeps its state (the record is not
+// written), and the reason says why nothing changes.
+func unreachable(rec store.Record, row store.Cluster) store.Record {
+	rec.Message = fmt.Sprintf("cluster %s has not answered since %s; the attempt keeps its last known state, %s/%s, until it does (its pod, if any, may still run there)",
+		row.Name, row.Since.UTC().Format(time.RFC3339), rec.Phase, rec.Reason)
+	rec.Reason = string(podstate.ReasonClusterUnreachable)
+	return rec
 }
 
 // Cancel asks the executor that runs the task to stop it; a task that no
@@ -458,7 +484,7 @@ func (r *router) Drain(ctx context.Context, name string, draining bool) (api.Clu
 		if err != nil {
 			return api.Cluster{}, fmt.Errorf("writing cluster %s: %w", name, err)
 		}
-		r.setState(name, row.State)
+		r.setState(row)
 		return apiCluster(row, c.labels), nil
 	}
 }
@@ -519,7 +545,7 @@ func (r *router) markLost(ctx context.Context, name string) (store.Cluster, erro
 			return row, fmt.Errorf("reading cluster %s: %w", name, err)
 		}
 		if row.State == store.ClusterLost {
-			r.setState(name, row.State)
+			r.setState(row)
 			return row, nil
 		}
 		row.State, row.Since = store.ClusterLost, time.Time{}
@@ -531,7 +557,7 @@ func (r *router) markLost(ctx context.Context, name string) (store.Cluster, erro
 		if err != nil {
 			return row, fmt.Errorf("writing cluster %s: %w", name, err)
 		}
-		r.setState(name, row.State)
+		r.setState(row)
 		return row, nil
 	}
 }
@@ -702,7 +728,9 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 			r.log.Info("cluster state", "cluster", c.name, "state", state, "reason", reason)
 			row.State = state
-			r.setState(c.name, state)
+			if written, err := r.rows.GetCluster(ctx, c.name); err == nil {
+				r.setState(written)
+			}
 		}
 		if row.State == store.ClusterUnreachable {
 			if n, err := r.moveQuiet(ctx, c); err != nil {

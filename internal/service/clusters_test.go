@@ -410,11 +410,22 @@ func TestRouterChecksClusters(t *testing.T) {
 	if rec, _ := st.Get(ctx, "running"); rec.Executor != "i-east" {
 		t.Errorf("the task with a pod moved to %s: its pod may still run on east", rec.Executor)
 	}
+	shown, err := r.Get(ctx, "running")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ := st.Get(ctx, "running"); shown.Reason != "ClusterUnreachable" || !strings.Contains(shown.Message, "cluster east has not answered since") ||
+		!strings.Contains(shown.Message, "Running/") || stored.Reason == "ClusterUnreachable" || shown.Phase != "Running" {
+		t.Errorf("Get of the task on the unreachable cluster: %s/%s %q (stored %s); want Running/ClusterUnreachable, saying since when, not stored", shown.Phase, shown.Reason, shown.Message, stored.Reason)
+	}
 	if state("west") != store.ClusterReady {
 		t.Errorf("west is %s", state("west"))
 	}
 	answers["east"] = true
 	check(40*time.Second, store.ClusterReady)
+	if shown, err := r.Get(ctx, "running"); err != nil || shown.Reason == "ClusterUnreachable" {
+		t.Errorf("Get once east answers: %s, %v", shown.Reason, err)
+	}
 
 	row, err := st.GetCluster(ctx, "east")
 	if err != nil {

@@ -113,10 +113,16 @@ const (
 	// nobody can see it, and the next attempt runs on another cluster (for
 	// that attempt, at least once). Phase Failed, retryable.
 	ReasonClusterLost Reason = "ClusterLost"
+	// ReasonClusterUnreachable: the attempt's cluster does not answer
+	// (docs/multicluster.md): the attempt keeps its last known state, which
+	// the message gives, and nothing of it changes until the cluster
+	// answers. Shown by a service with several clusters, never recorded.
+	// Phase Pending or Running.
+	ReasonClusterUnreachable Reason = "ClusterUnreachable"
 )
 
 // LifecycleReasons lists the reasons the attempt lifecycle adds to Reasons.
-var LifecycleReasons = []Reason{ReasonStopping, ReasonResultFailed, ReasonClusterLost}
+var LifecycleReasons = []Reason{ReasonStopping, ReasonResultFailed, ReasonClusterLost, ReasonClusterUnreachable}
 
 // Reasons lists every Reason Derive can return, in documentation order.
 var Reasons = []Reason{

@@ -104,6 +104,28 @@ func TestServeClusters(t *testing.T) {
 	if r := team.cli(s.URL, "clusters"); r.code == 0 || !strings.Contains(r.stderr, "team may not list tasks in every namespace") {
 		t.Errorf("a team's token lists the clusters: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// The placements below that expect east count on a tie of free slots:
+	// every earlier task's pod is released first (a kept pod leaves its
+	// instance's count once labelled released).
+	settled := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			s.waitTask(id, 2*time.Minute, id+" to finish", func(tk api.Task) bool { return tk.Terminal })
+		}
+		eventually(t, 2*time.Minute, "every task pod released", func() bool {
+			list, err := env.Client.CoreV1().Pods(env.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: task.ManagedSelector().String()})
+			if err != nil {
+				return false
+			}
+			for _, p := range list.Items {
+				if p.Labels[task.LabelReleased] != "true" {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	settled()
 	var more []string // the tasks submitted below, waited for at the end
 	if tk := s.submit(kept("after-refusal", "")); tk.Cluster != "east" {
 		t.Errorf("after the team's refused drain of east: placed on %q, want east (free slots tie: the first name)", tk.Cluster)
@@ -125,6 +147,7 @@ func TestServeClusters(t *testing.T) {
 	if out := s.ok("clusters", "resume", "east"); !strings.Contains(out, "cluster east: Ready since") {
 		t.Errorf("kubetask clusters resume east: %s", out)
 	}
+	settled(more...)
 	if tk := s.submit(kept("after-resume", "")); tk.Cluster != "east" {
 		t.Errorf("after east resumed: placed on %q, want east", tk.Cluster)
 	} else {
@@ -369,8 +392,8 @@ func TestServeClusterUnreachable(t *testing.T) {
 	if moved.Phase != "Succeeded" || moved.Cluster != "west" || len(moved.Attempts) != 1 || moved.Attempts[0].Cluster != "west" {
 		t.Errorf("c: %s/%s on %q, attempts %+v; want Succeeded on west, one attempt", moved.Phase, moved.Reason, moved.Cluster, moved.Attempts)
 	}
-	if tk := s.get(a.ID); tk.Cluster != "east" || tk.Terminal {
-		t.Errorf("a, whose pod runs on east: on %q, terminal %v; want it left on east, unfinished", tk.Cluster, tk.Terminal)
+	if tk := s.get(a.ID); tk.Cluster != "east" || tk.Terminal || tk.Reason != "ClusterUnreachable" || !strings.Contains(tk.Message, "cluster east has not answered since") {
+		t.Errorf("a, whose pod runs on east: on %q, terminal %v, %s %q; want it left on east, unfinished, ClusterUnreachable saying since when", tk.Cluster, tk.Terminal, tk.Reason, tk.Message)
 	}
 
 	proxy.setCut(false)
