@@ -39,6 +39,7 @@ const REASONS = {
   PodFailed: ['The pod failed before the main container finished (a kubelet admission rejection, for example).', ''],
   ResultFailed: ['The main container exited with code 0 but its result could not be read.', 'Check that the program writes its result where spec.result says, within result.maxBytes.'],
   ClusterLost: ['The attempt\'s cluster was declared lost while its pod was there; the pod may still run unseen.', 'kubetask runs the next attempt on another cluster.'],
+  ClusterUnreachable: ['The attempt\'s cluster does not answer: the attempt keeps its last known state until it does.', 'An operator may declare the cluster lost (kubetask clusters lose) to run the attempt elsewhere, at least once.'],
 };
 
 // explain returns {headline, detail, hint} for a task (or an attempt).
