@@ -105,6 +105,16 @@ func (s *Server) listClusters(ctx context.Context, _ *struct{}) (*clusterListOut
 }
 
 func (s *Server) drainCluster(ctx context.Context, in *clusterInput, draining bool) (*clusterOutput, error) {
+	return s.changeCluster(ctx, in, func(c Clusters) (api.Cluster, error) { return c.Drain(ctx, in.Name, draining) })
+}
+
+func (s *Server) loseCluster(ctx context.Context, in *clusterInput) (*clusterOutput, error) {
+	return s.changeCluster(ctx, in, func(c Clusters) (api.Cluster, error) { return c.Lose(ctx, in.Name) })
+}
+
+// changeCluster answers a change of cluster in.Name (change: drain,
+// resume, lose) for a caller allowed every namespace.
+func (s *Server) changeCluster(ctx context.Context, in *clusterInput, change func(Clusters) (api.Cluster, error)) (*clusterOutput, error) {
 	if err := noQuery(ctx); err != nil {
 		return nil, err
 	}
@@ -115,7 +125,7 @@ func (s *Server) drainCluster(ctx context.Context, in *clusterInput, draining bo
 	if s.cfg.Clusters == nil {
 		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: this service runs tasks on one cluster (no clusters in its configuration)", in.Name))
 	}
-	c, err := s.cfg.Clusters.Drain(ctx, in.Name, draining)
+	c, err := change(s.cfg.Clusters)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: GET %s/clusters lists them", in.Name, api.Prefix))
@@ -123,29 +133,6 @@ func (s *Server) drainCluster(ctx context.Context, in *clusterInput, draining bo
 		return nil, huma.Error409Conflict(err.Error())
 	case err != nil:
 		return nil, s.internal("changing cluster "+in.Name, err)
-	}
-	return &clusterOutput{Body: &c}, nil
-}
-
-func (s *Server) loseCluster(ctx context.Context, in *clusterInput) (*clusterOutput, error) {
-	if err := noQuery(ctx); err != nil {
-		return nil, err
-	}
-	noteAudit(ctx, ActionDrain, AllNamespaces, "")
-	if err := s.mayAll(ctx, ActionDrain); err != nil {
-		return nil, err
-	}
-	if s.cfg.Clusters == nil {
-		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: this service runs tasks on one cluster (no clusters in its configuration)", in.Name))
-	}
-	c, err := s.cfg.Clusters.Lose(ctx, in.Name)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, huma.Error404NotFound(fmt.Sprintf("no cluster %q: GET %s/clusters lists them", in.Name, api.Prefix))
-	case errors.Is(err, ErrClusterState):
-		return nil, huma.Error409Conflict(err.Error())
-	case err != nil:
-		return nil, s.internal("declaring cluster "+in.Name+" lost", err)
 	}
 	return &clusterOutput{Body: &c}, nil
 }

@@ -349,8 +349,14 @@ func (r *router) start(ctx context.Context) error {
 		}()
 	}
 	if r.rows != nil {
-		go r.placeEvery(ctx, placeInterval)
-		go r.checkEvery(ctx, checkInterval)
+		go r.every(ctx, placeInterval, "placing the unplaced tasks", func(ctx context.Context) error {
+			n, err := r.placeUnplaced(ctx)
+			if n > 0 {
+				r.log.Info("placed unplaced tasks", "tasks", n)
+			}
+			return err
+		})
+		go r.every(ctx, checkInterval, "checking the clusters", func(ctx context.Context) error { return r.checkClusters(ctx, time.Now()) })
 	}
 	var all []error
 	for range r.clusters {
@@ -384,15 +390,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	r.rows, _ = st.(store.Clusters)
 	var first *kubernetes.Clientset
 	for _, tg := range tgts {
-		crc := rest.CopyConfig(tg.rc)
-		crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
-		if crc.QPS == 0 {
-			crc.QPS = executor.DefaultQPS
-		}
-		if crc.Burst == 0 {
-			crc.Burst = executor.DefaultBurst
-		}
-		client, err := kubernetes.NewForConfig(crc)
+		client, err := serviceClient(cfg, tg.rc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("kubernetes client of cluster %s: %w", tg.name, err)
 		}
@@ -644,8 +642,9 @@ func (r *router) placeUnplaced(ctx context.Context) (int, error) {
 // declaration, or whose move lost a race).
 const placeInterval = 10 * time.Second
 
-// placeEvery calls placeUnplaced every interval until ctx ends.
-func (r *router) placeEvery(ctx context.Context, interval time.Duration) {
+// every calls fn every interval until ctx ends, logging its error as
+// what failed.
+func (r *router) every(ctx context.Context, interval time.Duration, what string, fn func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -654,10 +653,8 @@ func (r *router) placeEvery(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if n, err := r.placeUnplaced(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("placing the unplaced tasks", "err", err)
-		} else if n > 0 {
-			r.log.Info("placed unplaced tasks", "tasks", n)
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn(what, "err", err)
 		}
 	}
 }
@@ -665,22 +662,6 @@ func (r *router) placeEvery(ctx context.Context, interval time.Duration) {
 // checkInterval is how often the router decides the clusters' states
 // from what it sees of their instances (checkClusters).
 const checkInterval = 2 * time.Second
-
-// checkEvery calls checkClusters every interval until ctx ends.
-func (r *router) checkEvery(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := r.checkClusters(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			r.log.Warn("checking the clusters", "err", err)
-		}
-	}
-}
 
 // checkClusters writes each cluster's state as placement.Next decides it
 // from what the router sees of its instance now (a compare-and-swap on the

@@ -63,18 +63,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		return errors.New("the store does not support pages, logs and retention")
 	}
 
-	// The service's own client (log streams, dry-run validation, auth
-	// reviews) gets the executor's rate limits, not client-go's default of 5
-	// requests per second.
-	crc := rest.CopyConfig(rc)
-	crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
-	if crc.QPS == 0 {
-		crc.QPS = executor.DefaultQPS
-	}
-	if crc.Burst == 0 {
-		crc.Burst = executor.DefaultBurst
-	}
-	client, err := kubernetes.NewForConfig(crc)
+	client, err := serviceClient(cfg, rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -283,6 +272,21 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	stopEx()
 	exErr := <-exDone
 	return errors.Join(serveErr, exErr)
+}
+
+// serviceClient is the service's own client of a cluster (log streams,
+// dry-run validation): the executor's rate limits, not client-go's default
+// of 5 requests per second.
+func serviceClient(cfg Config, rc *rest.Config) (*kubernetes.Clientset, error) {
+	crc := rest.CopyConfig(rc)
+	crc.QPS, crc.Burst = cfg.QPS, cfg.Burst
+	if crc.QPS == 0 {
+		crc.QPS = executor.DefaultQPS
+	}
+	if crc.Burst == 0 {
+		crc.Burst = executor.DefaultBurst
+	}
+	return kubernetes.NewForConfig(crc)
 }
 
 // openStore opens the store cfg names and returns it with a description for
