@@ -96,7 +96,7 @@ func (e *Executor) Stranded(ctx context.Context) (int, error) {
 		case err != nil:
 			return n, fmt.Errorf("reading task %s: %w", id, err)
 		}
-		if rec.Cluster != e.cfg.Cluster && rec.Executor != e.cfg.InstanceID {
+		if rec.Executor != e.cfg.InstanceID && e.strandedHere(rec) { // as syncView decides lostOnly
 			n++
 		}
 	}

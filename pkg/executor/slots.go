@@ -211,8 +211,7 @@ func (e *Executor) planAtSubmit(rec store.Record, prio int32) string {
 // then. A submission thus does not queue for e.mu behind the workers when
 // slots are plentiful, the common case.
 func (e *Executor) roomAtSubmit(ns string) bool {
-	return e.waiting.Load() == 0 && e.namespaceLimit(ns) == 0 &&
-		int64(e.cachedPodCount())+e.unseen.Load() < int64(e.cfg.Parallelism)
+	return e.waiting.Load() == 0 && e.namespaceLimit(ns) == 0 && e.Free(ns) > 0
 }
 
 // deleteCreationLocked forgets the creation of task id, if any, keeping
