@@ -703,15 +703,17 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 		}
 		if state, reason, msg, change := placement.Next(seen, now, r.unreachableAfter); change {
 			row.State, row.Since, row.Reason, row.Message = state, time.Time{}, reason, msg
-			if _, err := r.rows.PutCluster(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+			written, err := r.rows.PutCluster(ctx, row)
+			switch {
+			case errors.Is(err, store.ErrConflict):
+				continue // changed meanwhile: decided again at the next check
+			case err != nil:
 				errs = append(errs, fmt.Errorf("writing cluster %s: %w", c.name, err))
 				continue
 			}
 			r.log.Info("cluster state", "cluster", c.name, "state", state, "reason", reason)
-			row.State = state
-			if written, err := r.rows.GetCluster(ctx, c.name); err == nil {
-				r.setState(written)
-			}
+			row = written
+			r.setState(written)
 		}
 		if row.State == store.ClusterUnreachable {
 			if n, err := r.moveQuiet(ctx, c); err != nil {
