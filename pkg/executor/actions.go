@@ -155,6 +155,7 @@ func (e *Executor) actionOf(key string) (podAction, bool) {
 func (e *Executor) clearAction(key string) {
 	e.mu.Lock()
 	delete(e.actions, key)
+	e.actions = emptied(e.actions)
 	e.mu.Unlock()
 }
 

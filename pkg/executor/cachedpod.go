@@ -84,21 +84,24 @@ var (
 // the same answer on pod() as on the whole pod. A cachedPod is never
 // modified once built.
 type cachedPod struct {
-	name, resourceVersion string
-	uid                   types.UID // the fence matches a pod to its record by UID
-	namespace             interned
-	shared                unique.Handle[sharedMeta] // zero: none of sharedKeys is set
-	own                   [len(ownKeys)]string
-	present               uint16   // bit j: ownKeys[j] is set
-	finalizers            interned // each after a finalizerSep, in order
-	created               metav1.Time
-	nodeName              interned
-	phase                 interned
-	startTime             *metav1.Time
-	containers            []cachedContainer // regular ones, then init containers
-	statuses              []cachedStatus    // of regular containers, then of init containers
-	conditions            []cachedCondition
-	rare                  *rarePodFields // nil when none of them is set
+	// nsName is the pod's cache key, namespace/name (name alone when the
+	// namespace is empty), whose tail is the pod's name: one string for both
+	// (the decoder's copy of the name is not kept).
+	nsName, resourceVersion string
+	uid                     types.UID // the fence matches a pod to its record by UID
+	namespace               interned
+	shared                  unique.Handle[sharedMeta] // zero: none of sharedKeys is set
+	own                     [len(ownKeys)]string
+	present                 uint16   // bit j: ownKeys[j] is set
+	finalizers              interned // each after a finalizerSep, in order
+	created                 metav1.Time
+	nodeName                interned
+	phase                   interned
+	startTime               *metav1.Time
+	containers              []cachedContainer // regular ones, then init containers
+	statuses                []cachedStatus    // of regular containers, then of init containers
+	conditions              []cachedCondition
+	rare                    *rarePodFields // nil when none of them is set
 }
 
 // rarePodFields are the fields of a cachedPod that most pods do not set.
@@ -165,8 +168,12 @@ type conditionMeta struct {
 // own, and repeated ones are interned), so nothing else of pod stays
 // reachable from it.
 func compactPod(pod *corev1.Pod) *cachedPod {
+	nsName := pod.Name
+	if pod.Namespace != "" {
+		nsName = pod.Namespace + "/" + pod.Name
+	}
 	c := &cachedPod{
-		name:            pod.Name,
+		nsName:          nsName,
 		uid:             pod.UID,
 		resourceVersion: pod.ResourceVersion,
 		namespace:       intern(pod.Namespace),
@@ -303,7 +310,7 @@ func compactState(s corev1.ContainerState) corev1.ContainerState {
 func (c *cachedPod) pod() *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.namespace.String(), Name: c.name, UID: c.uid, ResourceVersion: c.resourceVersion,
+			Namespace: c.namespace.String(), Name: c.name(), UID: c.uid, ResourceVersion: c.resourceVersion,
 			CreationTimestamp: c.created,
 		},
 		Spec:   corev1.PodSpec{NodeName: c.nodeName.String()},
@@ -375,11 +382,14 @@ func (c *cachedPod) pod() *corev1.Pod {
 }
 
 // key is the pod's cache key, namespace/name.
-func (c *cachedPod) key() string {
+func (c *cachedPod) key() string { return c.nsName }
+
+// name is the pod's name.
+func (c *cachedPod) name() string {
 	if ns := c.namespace.String(); ns != "" {
-		return ns + "/" + c.name
+		return c.nsName[len(ns)+1:]
 	}
-	return c.name
+	return c.nsName
 }
 
 // run is the pod's task ID: its task.AnnotationRun, which holds the exact

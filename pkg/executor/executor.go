@@ -231,9 +231,12 @@ func New(cfg Config) (*Executor, error) {
 	// A RecordOnly executor never starts, so nothing would shut its queue
 	// down: it has none (a queue's goroutine would outlive it).
 	if !cfg.RecordOnly {
-		e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-			limiter,
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubetask-executor", Clock: cfg.Clock})
+		const name = "kubetask-executor"
+		queue := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Clock: cfg.Clock, Queue: &fifo[string]{}})
+		e.queue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+			Name: name, Clock: cfg.Clock,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Clock: cfg.Clock, Queue: queue}),
+		})
 	}
 	return e, nil
 }

@@ -159,9 +159,10 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if id := pod.run(); id != "" {
 		if !deleted {
 			e.mu.Lock()
-			if c := e.creations[id]; c != nil && c.name == pod.name && !c.seen {
+			if c := e.creations[id]; c != nil && c.name == pod.name() && !c.seen {
 				c.seen = true
 				delete(e.unseenCr, id)
+				e.unseenCr = emptied(e.unseenCr)
 				e.unseen.Add(-1)
 			}
 			e.mu.Unlock()
@@ -171,10 +172,9 @@ func (e *Executor) podEvent(obj any, deleted bool) {
 	if deleted {
 		e.wakeWaiting()
 	}
-	ns := pod.namespace.String()
-	e.kickCaptures(ns + "/" + pod.name)
+	e.kickCaptures(pod.key())
 	if e.cfg.OnPodChange != nil {
-		e.cfg.OnPodChange(ns, pod.name)
+		e.cfg.OnPodChange(pod.namespace.String(), pod.name())
 	}
 }
 

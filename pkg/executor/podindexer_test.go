@@ -60,7 +60,7 @@ func TestPodIndexer(t *testing.T) {
 		var out []string
 		for _, o := range objs {
 			p := o.(*cachedPod)
-			out = append(out, p.name+"@"+p.resourceVersion)
+			out = append(out, p.name()+"@"+p.resourceVersion)
 		}
 		slices.Sort(out)
 		return out
@@ -95,7 +95,7 @@ func TestPodIndexer(t *testing.T) {
 			}
 			w, _ := want.ByIndex(runIndex, run)
 			if !slices.Equal(names(g), names(w)) {
-				t.Errorf("step %d (%s %s): pods of %q = %v, client-go's index says %v", i, s.op, s.pods[0].name, run, names(g), names(w))
+				t.Errorf("step %d (%s %s): pods of %q = %v, client-go's index says %v", i, s.op, s.pods[0].name(), run, names(g), names(w))
 			}
 		}
 		if g, w := got.ListKeys(), want.ListKeys(); !slices.Equal(slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(w))) {

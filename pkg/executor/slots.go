@@ -225,6 +225,7 @@ func (e *Executor) deleteCreationLocked(id string) bool {
 	}
 	delete(e.creations, id)
 	delete(e.unseenCr, id)
+	e.creations, e.unseenCr = emptied(e.creations), emptied(e.unseenCr)
 	return ok
 }
 
@@ -271,6 +272,7 @@ func (e *Executor) removeLocked(id string) bool {
 		return false
 	}
 	delete(e.inLine, id)
+	e.inLine = emptied(e.inLine)
 	e.waiting.Store(int64(len(e.inLine)))
 	line := e.lines[p.ns]
 	i := sort.Search(len(line), func(i int) bool { return !line[i].before(p.w) })

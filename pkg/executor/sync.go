@@ -94,6 +94,7 @@ func (e *Executor) dropLiveLocked(id string) {
 func (e *Executor) tidyMemoLocked(id string, m *taskMemo) {
 	if *m == (taskMemo{}) {
 		delete(e.memos, id)
+		e.memos = emptied(e.memos)
 	}
 }
 
@@ -806,6 +807,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	e.mu.Lock()
 	e.dropLiveLocked(rec.ID)
 	delete(e.sealed, rec.ID)
+	e.sealed = emptied(e.sealed)
 	e.mu.Unlock()
 	e.observe(rec.ID, updated.Phase, updated.Terminal)
 	if retry {
@@ -942,6 +944,7 @@ func (e *Executor) reportDone(id string, forget func(key string) bool) {
 			delete(e.actions, key)
 		}
 	}
+	e.actions = emptied(e.actions)
 	e.mu.Unlock()
 	for _, r := range reports {
 		e.emit(Event{ID: id, Attempt: r.a.attempt, Type: EventPodReleased, Pod: r.key, Time: r.a.doneAt})
@@ -1305,12 +1308,15 @@ func (e *Executor) forget(id string) {
 	delete(e.sealed, id)
 	delete(e.stopped, id)
 	delete(e.relabelled, id)
+	e.gates, e.failures, e.sealed = emptied(e.gates), emptied(e.failures), emptied(e.sealed)
+	e.stopped, e.relabelled = emptied(e.stopped), emptied(e.relabelled)
 	go e.forgetCaptures(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
 			delete(e.actions, key)
 		}
 	}
+	e.actions = emptied(e.actions)
 }
 
 // recordOf notes that task id's record has nonce: when that is not the

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,8 +32,8 @@ import (
 
 // maxHeapPerPod bounds the executor's heap per tracked pod (its pod cache,
 // queue and per-task state; not the store's records): issue 34's goal in
-// docs/benchmarks.md, at most 1 KB. Measured here: 977-1,001 B at 2,000
-// pods (docs/costs.md), 947 B at 10,000.
+// docs/benchmarks.md, at most 1 KB. Measured here: 940-950 B at 2,000
+// pods, idle or loaded (docs/costs.md).
 const maxHeapPerPod = 1024
 
 // heapPods is how many pods TestHeapPerTrackedPod tracks: enough that the
@@ -123,7 +124,7 @@ func TestHeapPerTrackedPod(t *testing.T) {
 	if overflow {
 		t.Fatal("a pod watch of the fake clientset ran out of room")
 	}
-	tracking := settledHeap()
+	tracking := settledHeap(pods.busy(client))
 	writeHeapProfile(t, profiles, "tracking.pprof")
 	cancel()
 	if err := <-done; err != nil {
@@ -262,21 +263,61 @@ func (w *podWatch) ResultChan() <-chan watch.Event { return w.ch }
 // settledHeap is the live heap once the executor is done with what it was
 // doing: a sync pass or a fresh read still in flight holds whole pods (25 KB
 // each on the heap), and on a loaded machine the last passes of a burst end
-// seconds after the events the test waits for. It returns the lowest of
-// readings 100 ms apart, once two in a row differ by less than 8 B per pod
-// (at most 15 s).
-func settledHeap() uint64 {
-	low := heapAfterGC()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+// seconds after the events the test waits for. A loaded process also moves
+// slowly, so two close readings alone do not say it is done (CI once read
+// 1,027 B per pod that way, against 980 B idle). It reads the heap every
+// 100 ms and returns the lowest reading once, for a whole second, busy
+// reported the same count of API calls with no watch event waiting, and the
+// readings stayed within 8 B per pod (at most 30 s).
+func settledHeap(busy func() (calls int, waiting int)) uint64 {
+	const window = 10 // readings, 100 ms apart
+	var heaps []uint64
+	lastCalls, quiet := -1, 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		calls, waiting := busy()
 		h := heapAfterGC()
-		settled := max(h, low)-min(h, low) < 8*heapPods
-		low = min(low, h)
-		if settled {
-			break
+		if calls != lastCalls || waiting > 0 {
+			lastCalls, quiet, heaps = calls, 0, heaps[:0]
+			continue
+		}
+		quiet++
+		heaps = append(heaps, h)
+		if quiet < window {
+			continue
+		}
+		low, high := slices.Min(heaps[len(heaps)-window:]), slices.Max(heaps[len(heaps)-window:])
+		if high-low < 8*heapPods {
+			return low
 		}
 	}
-	return low
+	if len(heaps) == 0 {
+		return heapAfterGC()
+	}
+	return slices.Min(heaps)
+}
+
+// busy is how many API calls the fake clientset saw and how many pod watch
+// events wait to be read: settledHeap's signs that the executor still works.
+func (pw *podWatches) busy(client *fake.Clientset) func() (int, int) {
+	return func() (int, int) {
+		pw.mu.Lock()
+		defer pw.mu.Unlock()
+		waiting := 0
+		for _, w := range pw.watches {
+			w.mu.Lock()
+			if !w.stopped {
+				waiting += len(w.ch)
+			}
+			w.mu.Unlock()
+		}
+		calls := 0
+		for _, a := range client.Actions() {
+			if a.GetResource().Resource != "leases" { // the Lease's renewals go on
+				calls++
+			}
+		}
+		return calls, waiting
+	}
 }
 
 // heapAfterGC is the live heap after two collections.
