@@ -670,6 +670,16 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // port, keeping etcd's data. Watches resumed from a resourceVersion older
 // than the restart then fail with 410 Expired.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	if err := c.StopAPIServer(ctx); err != nil {
+		return err
+	}
+	return c.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver alone (SIGTERM, SIGKILL after 10 s):
+// the cluster's API is down, its other components and nodes run on, until
+// StartAPIServer. It counts as a restart (APIServerRestarts).
+func (c *Cluster) StopAPIServer(ctx context.Context) error {
 	c.mu.Lock()
 	a := c.apiserver
 	c.apiRestarts++
@@ -677,6 +687,12 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if err := a.stop(ctx, 10*time.Second); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
 	}
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again on its port, keeping etcd's
+// data, after StopAPIServer, and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return c.startAPIServer(ctx)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -43,6 +44,9 @@ type Pod struct {
 	Task     string
 	Attempt  int
 	Executor string
+	// Cluster is the cluster whose API server's audit log told of the pod
+	// (Merge); "" for a history of one cluster.
+	Cluster string
 	// Epoch and Nonce are the fence's annotations ("" on pods without them).
 	Epoch, Nonce string
 	// MainContainer is the container whose exit decides the task.
@@ -149,6 +153,34 @@ func (w Write) String() string {
 		name += "/" + w.Subresource
 	}
 	return fmt.Sprintf("%s %s at %s", w.Verb, name, w.At.Format(time.RFC3339Nano))
+}
+
+// Merge is one history of the pods of several clusters, from each
+// cluster's audit log by its name: each pod marked with its Cluster. Pod
+// UIDs are unique across clusters, and the API servers of one machine share
+// its clock, so the pods' times compare across clusters.
+func Merge(byCluster map[string]*Audit) *Audit {
+	out := &Audit{Pods: map[types.UID]*Pod{}}
+	for _, name := range slices.Sorted(maps.Keys(byCluster)) {
+		a := byCluster[name]
+		for _, p := range a.Order {
+			p.Cluster = name
+			out.Pods[p.UID] = p
+			out.Order = append(out.Order, p)
+		}
+		out.Events += a.Events
+		out.BadLines += a.BadLines
+		out.Unresolved = append(out.Unresolved, a.Unresolved...)
+		out.Unidentified = append(out.Unidentified, a.Unidentified...)
+		if !a.First.IsZero() && (out.First.IsZero() || a.First.Before(out.First)) {
+			out.First = a.First
+		}
+		if a.Last.After(out.Last) {
+			out.Last = a.Last
+		}
+	}
+	slices.SortStableFunc(out.Order, func(a, b *Pod) int { return a.Created.Compare(b.Created) })
+	return out
 }
 
 // ReadAudit reads an audit log (JSON lines of audit.k8s.io/v1 Events, as

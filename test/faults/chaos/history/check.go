@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kubetask/kubetask/pkg/podstate"
 	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
@@ -120,6 +121,10 @@ type Report struct {
 	// marker line, by marker.
 	Logs    int
 	Markers map[string]int
+	// Lost counts the attempts declared lost with their cluster
+	// (ClusterLost): at least once by design, not judged by invariants 3,
+	// 4 and 6.
+	Lost int
 }
 
 // Count is the number of violations of inv.
@@ -249,7 +254,21 @@ func (c *checker) task(t Task) {
 			c.r.SeveralRuns++
 			c.violateAt(attemptRan[len(attemptRan)-1].Created, OneRunPerAttempt, rec.ID, a, "%d pods ran: %s", len(attemptRan), describe(attemptRan))
 		}
+		for _, p := range attemptRan {
+			if out != nil && out.Cluster != "" && p.Cluster != "" && p.Cluster != out.Cluster {
+				c.violateAt(p.Bound, OneRunPerAttempt, rec.ID, a, "pod %s ran on cluster %s, but the attempt is recorded on %s", p, p.Cluster, out.Cluster)
+			}
+		}
 		c.afterOutcome(rec, a, pods, out)
+		if lost(out) {
+			// Declared lost by an operator: at least once by design
+			// (docs/multicluster.md). Its pod may run on beside the next
+			// attempt, its outcome is not its pod's, its log may be
+			// missing. Invariants 1 and 2 still hold for it.
+			c.r.Lost++
+			ran = ran[:len(ran)-len(attemptRan)]
+			continue
+		}
 		if out != nil {
 			c.outcome(rec, a, *out, attemptRan)
 			c.mainLog(t, a, *out, attemptRan)
@@ -267,6 +286,11 @@ func (c *checker) task(t Task) {
 			c.r.Markers[m]++
 		}
 	}
+}
+
+// lost reports whether out is an attempt's declared loss with its cluster.
+func lost(out *store.AttemptOutcome) bool {
+	return out != nil && out.Reason == string(podstate.ReasonClusterLost)
 }
 
 // outcomeOf is the recorded outcome of attempt a, nil when none.

@@ -743,3 +743,85 @@ func TestRecheck(t *testing.T) {
 		t.Errorf("round trip: %d violations, want the two of the stale create", len(r.Violations))
 	}
 }
+
+// TestCheckClusters: the histories of two clusters' audit logs merged
+// (Merge), with the attempts' clusters in the store: an attempt declared
+// lost on one runs on beside the next attempt elsewhere (at least once by
+// design, not a violation), the same overlap without the loss is one, and
+// a pod that ran on another cluster than its attempt's, or one attempt's
+// pods on both, break invariant 1.
+func TestCheckClusters(t *testing.T) {
+	on := func(cluster string, o store.AttemptOutcome) store.AttemptOutcome {
+		o.Cluster = cluster
+		return o
+	}
+	// west's pod of attempt 0 runs from 0 until deleted at 20; east's pod
+	// of attempt 1 runs a whole clean life from 5.
+	overlap := func(h map[string]*h) {
+		p := pod(t, "a", 0, "u-west")
+		h["west"].create(p, 0).bind(p, "sim-0", 0.1).status(p, 0.5, map[string]any{"main": "running", "envoy": "running"}).
+			del(p, 20, 30).del(p, 20.1, 0)
+		h["east"].run(pod(t, "a", 1, "u-east"), 5, 0)
+	}
+	cases := map[string]struct {
+		history func(map[string]*h)
+		record  store.Record
+		want    map[Invariant]int
+		lost    int
+	}{
+		"an attempt lost on west runs on beside the next on east": {
+			history: overlap,
+			record: record("a", on("west", outcome(0, "Failed", "ClusterLost", nil, 4)),
+				on("east", outcome(1, "Succeeded", "Completed", exit(0), 7.5))),
+			lost: 1,
+		},
+		"the same overlap, not declared lost": {
+			history: overlap,
+			record: record("a", on("west", outcome(0, "Failed", "Evicted", nil, 4)),
+				on("east", outcome(1, "Succeeded", "Completed", exit(0), 7.5))),
+			want: map[Invariant]int{NoConcurrentRuns: 1},
+		},
+		"a pod on another cluster than its attempt's": {
+			history: func(h map[string]*h) { h["west"].run(pod(t, "a", 0, "u-west"), 0, 0) },
+			record:  record("a", on("east", outcome(0, "Succeeded", "Completed", exit(0), 2.5))),
+			want:    map[Invariant]int{OneRunPerAttempt: 1},
+		},
+		"one attempt's pods on both clusters": {
+			history: func(h map[string]*h) {
+				h["east"].run(pod(t, "a", 0, "u-east"), 0, 0)
+				h["west"].run(pod(t, "a", 0, "u-west"), 10, 0)
+			},
+			record: record("a", on("east", outcome(0, "Succeeded", "Completed", exit(0), 2.5))),
+			want:   map[Invariant]int{OneRunPerAttempt: 2, NoRunAfterOutcome: 1, NoConcurrentRuns: 0},
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			hs := map[string]*h{"east": {tb: t}, "west": {tb: t}}
+			c.history(hs)
+			audits := map[string]*Audit{}
+			for cl, h := range hs {
+				a, err := ReadAudit(bytes.NewReader(h.log()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				audits[cl] = a
+			}
+			merged := Merge(audits)
+			for _, p := range merged.Order {
+				if want := map[types.UID]string{"u-east": "east", "u-west": "west"}[p.UID]; p.Cluster != want {
+					t.Errorf("pod %s: cluster %q, want %q", p, p.Cluster, want)
+				}
+			}
+			rep := Check(Input{Audit: merged, Tasks: []Task{withLogs(c.record)}, Namespaces: []string{ns}})
+			for _, inv := range Invariants {
+				if got := rep.Count(inv); got != c.want[inv] {
+					t.Errorf("invariant %s: %d violations, want %d\n%s", inv, got, c.want[inv], rep.Examples(10))
+				}
+			}
+			if rep.Lost != c.lost {
+				t.Errorf("lost attempts: %d, want %d", rep.Lost, c.lost)
+			}
+		})
+	}
+}

@@ -21,6 +21,9 @@ func (r *Report) Table() string {
 	fmt.Fprintf(&b, "| creates answered AlreadyExists (after the attempt's outcome) | %d (%d) |\n", r.Refused, r.RefusedAfterOutcome)
 	fmt.Fprintf(&b, "| pods that ran seen stopped by | %s |\n", counts(r.Stopped))
 	fmt.Fprintf(&b, "| logs archived (ending in a marker) | %d (%s) |\n", r.Logs, counts(r.Markers))
+	if r.Lost > 0 {
+		fmt.Fprintf(&b, "| attempts declared lost with their cluster (not judged by 3, 4, 6) | %d |\n", r.Lost)
+	}
 	fmt.Fprintf(&b, "\n| invariant | violations |\n| --- | --- |\n")
 	for _, inv := range Invariants {
 		fmt.Fprintf(&b, "| %s | %d |\n", inv, r.Count(inv))
