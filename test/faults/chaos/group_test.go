@@ -58,10 +58,13 @@ var addrLine = regexp.MustCompile(`kubetask serve: (https?://[^ ]+)/api/v1`)
 // start starts replica id (again, after it exited) and waits until it is
 // ready. Its output is appended to <dir>/<id>.log.
 func (g *group) start(ctx context.Context, id string) (*replicaProc, error) {
-	args := append([]string{"serve", "--kubeconfig", g.env.Kubeconfig, "--namespaces", g.env.Namespace, "-n", g.env.Namespace,
+	args := []string{"serve", "--kubeconfig", g.env.Kubeconfig, "--namespaces", g.env.Namespace, "-n", g.env.Namespace,
 		"--listen", "127.0.0.1:0", "--auth", "none", "--state-dir", filepath.Join(g.dir, id), "--store", "postgres",
-		"--instance-id", g.name, "--shards", strconv.Itoa(g.shards), "--replica-id", id,
-		"--lease-namespace", g.env.Namespace, "--lease-duration", g.lease.String()}, g.extra...)
+		"--instance-id", g.name, "--lease-namespace", g.env.Namespace, "--lease-duration", g.lease.String()}
+	if g.shards > 0 { // a group of replicas; none: one service (of several clusters)
+		args = append(args, "--shards", strconv.Itoa(g.shards), "--replica-id", id)
+	}
+	args = append(args, g.extra...)
 	logPath := filepath.Join(g.dir, id+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

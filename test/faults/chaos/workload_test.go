@@ -182,7 +182,9 @@ func (w *workload) send(ctx context.Context, jobs []job, targets func() []*repli
 					if client.IsInvalid(err) || client.IsConflict(err) || time.Now().After(deadline) || ctx.Err() != nil {
 						return fmt.Errorf("submitting %s: %w", j.id, err)
 					}
-					w.retried.Add(1)
+					if n := w.retried.Add(1); n <= 5 || n%100 == 0 {
+						w.g.tb.Logf("submission %d sent again: %s: %v", n, j.id, err)
+					}
 				}
 				select {
 				case <-ctx.Done():
