@@ -141,7 +141,7 @@ func TestChaosClusters(t *testing.T) {
 	begin := time.Now()
 	// KUBETASK_CHAOS_CLUSTER_FAULTS: some of partition, down, revoke (all
 	// by default) before the loss, which always comes last.
-	faults := map[string]func(context.Context){"partition": c.partition, "down": c.down, "revoke": c.revoke}
+	faults := map[string]func(context.Context, *workload){"partition": c.partition, "down": c.down, "revoke": c.revoke}
 	names := []string{"partition", "down", "revoke"}
 	if v, ok := os.LookupEnv("KUBETASK_CHAOS_CLUSTER_FAULTS"); ok {
 		names = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
@@ -152,7 +152,7 @@ func TestChaosClusters(t *testing.T) {
 			t.Fatalf("KUBETASK_CHAOS_CLUSTER_FAULTS: no fault %q (want some of partition, down, revoke)", n)
 		}
 		c.pause(ctx, 10*time.Second)
-		f(ctx)
+		f(ctx, w)
 	}
 	c.pause(ctx, 10*time.Second)
 	long := c.loseAndReturn(ctx, w)
@@ -178,6 +178,15 @@ func TestChaosClusters(t *testing.T) {
 			return err
 		}); err != nil {
 			t.Logf("waiting for the task pods to go: %v (the checker reports them)", err)
+		}
+	}
+	for _, id := range c.stayed {
+		rec, err := st.Get(ctx, id)
+		switch {
+		case err != nil:
+			t.Errorf("task %s: %v", id, err)
+		case len(rec.Attempts) != 1 || rec.Attempts[0].Cluster != "west" || rec.Phase != "Succeeded":
+			t.Errorf("task %s, running on west when it went quiet: %s/%s on %q, attempts %+v; want one attempt, Succeeded on west", id, rec.Phase, rec.Reason, rec.Cluster, rec.Attempts)
 		}
 	}
 	for _, id := range long {
@@ -249,6 +258,9 @@ type clusterChaos struct {
 	t    *testing.T
 	svc  *client.Client
 	west *clustertest.Env
+	// stayed are the tasks running on west when a fault that is not a
+	// loss began: each must end with one attempt, on west.
+	stayed []string
 }
 
 func (c *clusterChaos) pause(ctx context.Context, d time.Duration) {
@@ -299,8 +311,9 @@ func (c *clusterChaos) apiserver(sig syscall.Signal) {
 // partition SIGSTOPs west's kube-apiserver (its port accepts connections,
 // nothing answers) until the service says Unreachable, 5 s more, then
 // SIGCONTs it and waits for Ready.
-func (c *clusterChaos) partition(ctx context.Context) {
+func (c *clusterChaos) partition(ctx context.Context, w *workload) {
 	c.t.Helper()
+	c.onWest(ctx, w, 3, "8s")
 	start := time.Now()
 	c.apiserver(syscall.SIGSTOP)
 	err := c.state(ctx, "Unreachable", time.Minute)
@@ -317,8 +330,9 @@ func (c *clusterChaos) partition(ctx context.Context) {
 
 // down stops west's kube-apiserver until the service says Unreachable, 5 s
 // more, then starts it again and waits for Ready.
-func (c *clusterChaos) down(ctx context.Context) {
+func (c *clusterChaos) down(ctx context.Context, w *workload) {
 	c.t.Helper()
+	c.onWest(ctx, w, 3, "8s")
 	start := time.Now()
 	if err := c.west.Cluster.StopAPIServer(ctx); err != nil {
 		c.t.Fatal(err)
@@ -337,20 +351,18 @@ func (c *clusterChaos) down(ctx context.Context) {
 	c.t.Logf("fault: west's kube-apiserver stopped: Unreachable, then Ready again, %s in all", time.Since(start).Round(time.Second))
 }
 
-// loseAndReturn places three long tasks on west (east drained meanwhile),
-// waits until they run, SIGSTOPs west's kube-apiserver, declares west lost,
-// waits until the tasks' next attempts finished on east, then SIGCONTs
-// west and waits for Ready (Returning first). It returns the long tasks.
-func (c *clusterChaos) loseAndReturn(ctx context.Context, w *workload) []string {
+// onWest places n tasks whose main container exits after exitAfter on
+// west (east drained meanwhile) and waits until they run there: the tasks
+// a fault of west meets.
+func (c *clusterChaos) onWest(ctx context.Context, w *workload, n int, exitAfter string) []string {
 	c.t.Helper()
-	start := time.Now()
 	if _, err := c.svc.DrainCluster(ctx, "east", true); err != nil {
 		c.t.Fatal(err)
 	}
-	long := kind{name: "kwok: main exits 0 after 15 s, on west", make: func(_ *rand.Rand, name string) *task.Task {
-		return retries(exectest.SimTask(name, map[string]string{kwokstages.ExitContainer: "main", kwokstages.ExitAfter: "15s"}))
+	k := kind{name: "kwok: main exits 0 after " + exitAfter + ", on west", make: func(_ *rand.Rand, name string) *task.Task {
+		return retries(exectest.SimTask(name, map[string]string{kwokstages.ExitContainer: "main", kwokstages.ExitAfter: exitAfter}))
 	}}
-	ids, err := w.submit(ctx, 3, &long)
+	ids, err := w.submit(ctx, n, &k)
 	if _, derr := c.svc.DrainCluster(ctx, "east", false); derr != nil {
 		c.t.Fatal(derr)
 	}
@@ -369,8 +381,22 @@ func (c *clusterChaos) loseAndReturn(ctx context.Context, w *workload) []string 
 		}
 		return nil
 	}); err != nil {
-		c.t.Fatalf("the long tasks to run on west: %v", err)
+		c.t.Fatalf("the tasks to run on west: %v", err)
 	}
+	c.stayed = append(c.stayed, ids...)
+	return ids
+}
+
+// loseAndReturn places three long tasks on west (onWest), SIGSTOPs west's
+// kube-apiserver, declares west lost, waits until the tasks' next
+// attempts finished on east, then SIGCONTs west and waits for Ready
+// (Returning first). It returns the long tasks.
+func (c *clusterChaos) loseAndReturn(ctx context.Context, w *workload) []string {
+	c.t.Helper()
+	start := time.Now()
+	ids := c.onWest(ctx, w, 3, "15s")
+	c.stayed = c.stayed[:len(c.stayed)-len(ids)] // these move: west is lost
+	var err error
 	c.apiserver(syscall.SIGSTOP)
 	_, err = c.svc.LoseCluster(ctx, "west")
 	if err == nil {
@@ -442,8 +468,9 @@ func (c *clusterChaos) bind(ctx context.Context) {
 // revoke deletes the service's ClusterRoleBinding on west (every request
 // of the service there is then refused, 403) until the service says
 // Unreachable, 5 s more, then binds it again and waits for Ready.
-func (c *clusterChaos) revoke(ctx context.Context) {
+func (c *clusterChaos) revoke(ctx context.Context, w *workload) {
 	c.t.Helper()
+	c.onWest(ctx, w, 3, "8s")
 	start := time.Now()
 	if err := c.west.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "kubetask-chaos", metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
