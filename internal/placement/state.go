@@ -27,6 +27,11 @@ type Seen struct {
 const (
 	ReasonNotAnswering = "NotAnswering"
 	ReasonReturning    = "Returning"
+	// ReasonNotConfigured: the store has a row of the cluster, the
+	// service's configuration does not name it (the service's own
+	// marking, not Next's): Unreachable until configured again or
+	// declared lost.
+	ReasonNotConfigured = "NotConfigured"
 )
 
 // Next decides a cluster's row state from what is seen of it now

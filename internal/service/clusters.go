@@ -100,6 +100,9 @@ type router struct {
 	st       store.Store
 	rows     store.Clusters // nil: every cluster is Ready
 	clusters []*clusterRun
+	// instanceID is the service's: a cluster's executor instance is
+	// instanceID-NAME (instanceOf).
+	instanceID string
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
@@ -137,7 +140,52 @@ func (r *router) ensureRows(ctx context.Context) error {
 			return fmt.Errorf("writing cluster %s: %w", c.name, err)
 		}
 	}
+	if err := r.markUnconfigured(ctx); err != nil {
+		return err
+	}
 	return r.refreshStates(ctx)
+}
+
+// instanceOf is the executor instance of cluster name.
+func (r *router) instanceOf(name string) string { return r.instanceID + "-" + name }
+
+// markUnconfigured marks each cluster the store has a row of, but the
+// configuration no longer names, Unreachable with reason NotConfigured
+// (one Lost stays Lost), and logs the unfinished tasks placed on it: they
+// keep their state, and nothing of them starts elsewhere (their pods may
+// run there), until the cluster is configured again (its instance then
+// answers, and the checks make it Ready) or an operator declares it lost
+// (Lose works on such a cluster: the loss is the store's).
+func (r *router) markUnconfigured(ctx context.Context) error {
+	list, err := r.rows.ListClusters(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the clusters: %w", err)
+	}
+	for _, row := range list {
+		if r.byName(row.Name) != nil || row.State == store.ClusterLost {
+			continue
+		}
+		if row.State != store.ClusterUnreachable || row.Reason != placement.ReasonNotConfigured {
+			row.State, row.Since, row.Reason = store.ClusterUnreachable, time.Time{}, placement.ReasonNotConfigured
+			row.Message = fmt.Sprintf("not in the service's configuration: the tasks placed on it keep their state until it is configured again or declared lost (kubetask clusters lose %s --yes)", row.Name)
+			if _, err := r.rows.PutCluster(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) { // another replica marked it
+				return fmt.Errorf("writing cluster %s: %w", row.Name, err)
+			}
+		}
+		recs, err := r.st.List(ctx, store.ListOptions{Executor: r.instanceOf(row.Name), NonTerminal: true})
+		if err != nil {
+			return fmt.Errorf("listing the tasks of cluster %s: %w", row.Name, err)
+		}
+		if len(recs) > 0 {
+			ids := make([]string, 0, min(len(recs), 10))
+			for _, rec := range recs[:cap(ids)] {
+				ids = append(ids, rec.ID)
+			}
+			r.log.Warn("a cluster not in the configuration has unfinished tasks: they keep their state until it is configured again, or declared lost",
+				"cluster", row.Name, "tasks", len(recs), "first", ids, "declare it lost", "kubetask clusters lose "+row.Name+" --yes")
+		}
+	}
+	return nil
 }
 
 // view is what placement knows of the clusters for a task of namespace
@@ -274,6 +322,13 @@ func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
 		return rec, err
 	}
 	c := r.byInstance(rec.Executor)
+	if c == nil && r.rows != nil && !rec.Terminal && rec.Cluster != "" && rec.Executor == r.instanceOf(rec.Cluster) {
+		// Placed on a cluster no longer configured: as stored, and why
+		// nothing changes.
+		if row, err := r.rows.GetCluster(ctx, rec.Cluster); err == nil && row.State == store.ClusterUnreachable {
+			return unreachable(rec, row), nil
+		}
+	}
 	if c == nil || rec.Terminal {
 		return rec, nil
 	}
@@ -290,8 +345,14 @@ func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
 // answer, as Get shows it: its attempt keeps its state (the record is not
 // written), and the reason says why nothing changes.
 func unreachable(rec store.Record, row store.Cluster) store.Record {
-	rec.Message = fmt.Sprintf("cluster %s has not answered since %s; the attempt keeps its last known state, %s/%s, until it does (its pod, if any, may still run there)",
-		row.Name, row.Since.UTC().Format(time.RFC3339), rec.Phase, rec.Reason)
+	since := row.Since.UTC().Format(time.RFC3339)
+	why, until := "has not answered since "+since, "until it does"
+	if row.Reason == placement.ReasonNotConfigured {
+		why = "is not in the service's configuration since " + since
+		until = "until it is configured again, or declared lost (kubetask clusters lose " + row.Name + " --yes)"
+	}
+	rec.Message = fmt.Sprintf("cluster %s %s; the attempt keeps its last known state, %s/%s, %s (its pod, if any, may still run there)",
+		row.Name, why, rec.Phase, rec.Reason, until)
 	rec.Reason = string(podstate.ReasonClusterUnreachable)
 	return rec
 }
@@ -378,7 +439,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &router{st: st, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
+	r := &router{st: st, instanceID: cfg.InstanceID, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
 	placements := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "kubetask_placement_seconds", Help: "Time of each submission's placement on a cluster (the clusters' states read, each executor's free slots, the choice), part of its store step.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -439,6 +500,10 @@ func (r *router) ListClusters(ctx context.Context) ([]api.Cluster, error) {
 			row = store.Cluster{Name: c.name, State: store.ClusterReady}
 		}
 		out = append(out, apiCluster(row, c.labels))
+		delete(rows, c.name)
+	}
+	for _, row := range rows { // no longer configured (markUnconfigured)
+		out = append(out, apiCluster(row, row.Labels))
 	}
 	slices.SortFunc(out, func(a, b api.Cluster) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -507,12 +572,17 @@ func apiCluster(row store.Cluster, labels map[string]string) api.Cluster {
 // and are stopped and recorded as discarded if the cluster answers again.
 // Calling it again sweeps again.
 func (r *router) Lose(ctx context.Context, name string) (api.Cluster, error) {
-	c := r.byName(name)
-	if c == nil {
-		return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, store.ErrNotFound)
-	}
 	if r.rows == nil {
 		return api.Cluster{}, fmt.Errorf("%w: the store keeps no clusters' states", server.ErrClusterState)
+	}
+	c := r.byName(name)
+	if c == nil {
+		// A cluster no longer configured, with a row: its loss is the
+		// store's alone (a new term of its instance, its attempts lost).
+		if _, err := r.rows.GetCluster(ctx, name); err != nil {
+			return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		c = &clusterRun{name: name, instance: r.instanceOf(name)}
 	}
 	row, err := r.markLost(ctx, name)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -335,6 +336,88 @@ func TestRouterLoses(t *testing.T) {
 	}
 	if _, err := r.Drain(ctx, "east", false); !errors.Is(err, server.ErrClusterState) {
 		t.Errorf("resume a lost cluster: %v, want ErrClusterState", err)
+	}
+}
+
+// TestRouterMarksUnconfiguredClusters: a cluster the store has a row of,
+// but the configuration no longer names (the service restarted without it
+// while it ran tasks), is Unreachable with reason NotConfigured once the
+// rows are ensured; it is listed; its task shows ClusterUnreachable and
+// why, and keeps its state (nothing written) until an operator declares the
+// cluster lost, which works without its client: the running attempt ends
+// ClusterLost and runs again on the configured cluster, the waiting task
+// moves there. A Lost cluster stays Lost.
+func TestRouterMarksUnconfiguredClusters(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	for _, row := range []store.Cluster{
+		{Name: "west", State: store.ClusterReady, Labels: map[string]string{"region": "us"}},
+		{Name: "north", State: store.ClusterLost, Reason: "DeclaredLost"},
+	} {
+		if _, err := st.PutCluster(ctx, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &router{st: st, rows: st, instanceID: "i", defaultNamespace: "default", log: quietLog()}
+	resynced := map[string][]string{}
+	f := &fakeInstance{st: st, instance: "i-east", cluster: "east"}
+	r.clusters = append(r.clusters, &clusterRun{name: "east", instance: f.instance, run: &runner{api: f},
+		free: func(string) int { return 5 }, resync: func(id string) { resynced["east"] = append(resynced["east"], id) }})
+	for _, rec := range []store.Record{
+		{ID: "running", Executor: "i-west", Cluster: "west", PodCreated: true, PodUID: "u-1", Phase: "Running", Task: []byte(`{"metadata":{"name":"t"}}`)},
+		{ID: "waiting", Executor: "i-west", Cluster: "west", Phase: "Pending", Task: []byte(`{"metadata":{"name":"t"}}`)},
+	} {
+		rec.Namespace, rec.Name, rec.Nonce = "default", "t", "n-"+rec.ID
+		if _, _, err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, err := r.ListClusters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, c := range list {
+		states[c.Name] = c.State + "/" + c.Reason
+	}
+	if want := map[string]string{"east": "Ready/", "west": "Unreachable/NotConfigured", "north": "Lost/DeclaredLost"}; !maps.Equal(states, want) {
+		t.Errorf("clusters %v, want %v", states, want)
+	}
+	got, err := r.Get(ctx, "running")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason != "ClusterUnreachable" || got.Version != 1 || !strings.Contains(got.Message, "cluster west is not in the service's configuration since") ||
+		!strings.Contains(got.Message, "kubetask clusters lose west --yes") {
+		t.Errorf("the task on west: %s (%s), version %d", got.Reason, got.Message, got.Version)
+	}
+	if err := r.ensureRows(ctx); err != nil { // a second start: no new write
+		t.Fatal(err)
+	}
+	if row, err := st.GetCluster(ctx, "west"); err != nil || row.Version != 2 {
+		t.Errorf("west's row after a second start: %+v, %v; want version 2 (one marking)", row, err)
+	}
+	c, err := r.Lose(ctx, "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "Lost" || !strings.Contains(c.Message, "1 attempts lost, 1 tasks moved") {
+		t.Errorf("Lose west: %+v", c)
+	}
+	for id, want := range map[string]int{"running": 1, "waiting": 0} {
+		rec, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Executor != "i-east" || rec.Cluster != "east" || rec.Attempt != want {
+			t.Errorf("%s after west was declared lost: on %s/%s, attempt %d; want on east, attempt %d", id, rec.Executor, rec.Cluster, rec.Attempt, want)
+		}
+	}
+	if _, err := r.Lose(ctx, "south"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("lose a cluster with no row: %v, want ErrNotFound", err)
 	}
 }
 
