@@ -45,6 +45,9 @@ import (
 //   - credentials revoked: the service reaches west as a ServiceAccount
 //     whose ClusterRoleBinding is deleted (every request refused, 403),
 //     then made again;
+//   - removed from the configuration: the service restarted without west
+//     while tasks run there (west Unreachable, NotConfigured; its tasks
+//     keep their state), then with west again;
 //   - a loss and a return: three long tasks placed on west (east drained
 //     meanwhile), west's kube-apiserver SIGSTOPped, west declared lost
 //     through the API, the tasks' next attempts run on east, then west
@@ -97,10 +100,16 @@ func TestChaosClusters(t *testing.T) {
 	c := &clusterChaos{t: t, west: west}
 	westKubeconfig := c.serviceAccount(ctx, dir)
 	cfg := filepath.Join(dir, "serve.yaml")
-	doc := fmt.Sprintf("unreachableAfter: 5s\nclusters:\n- {name: east, kubeconfig: %q}\n- {name: west, kubeconfig: %q}\n", env.Kubeconfig, westKubeconfig)
-	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
+	c.configure = func(withWest bool) {
+		doc := fmt.Sprintf("unreachableAfter: 5s\nclusters:\n- {name: east, kubeconfig: %q}\n", env.Kubeconfig)
+		if withWest {
+			doc += fmt.Sprintf("- {name: west, kubeconfig: %q}\n", westKubeconfig)
+		}
+		if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	c.configure(true)
 	g := &group{tb: t, env: env, bin: bin, dir: dir, storeURL: url, name: "chaos-clusters", lease: lease,
 		extra: []string{"--config", cfg}, replicas: map[string]*replicaProc{}}
 	defer g.stopAll()
@@ -137,19 +146,19 @@ func TestChaosClusters(t *testing.T) {
 		}
 	})
 
-	c.svc = svc.client
+	c.svc, c.g = svc.client, g
 	begin := time.Now()
-	// KUBETASK_CHAOS_CLUSTER_FAULTS: some of partition, down, revoke (all
+	// KUBETASK_CHAOS_CLUSTER_FAULTS: some of partition, down, revoke, removed (all
 	// by default) before the loss, which always comes last.
-	faults := map[string]func(context.Context, *workload){"partition": c.partition, "down": c.down, "revoke": c.revoke}
-	names := []string{"partition", "down", "revoke"}
+	faults := map[string]func(context.Context, *workload){"partition": c.partition, "down": c.down, "revoke": c.revoke, "removed": c.removed}
+	names := []string{"partition", "down", "revoke", "removed"}
 	if v, ok := os.LookupEnv("KUBETASK_CHAOS_CLUSTER_FAULTS"); ok {
 		names = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
 	}
 	for _, n := range names {
 		f, ok := faults[n]
 		if !ok {
-			t.Fatalf("KUBETASK_CHAOS_CLUSTER_FAULTS: no fault %q (want some of partition, down, revoke)", n)
+			t.Fatalf("KUBETASK_CHAOS_CLUSTER_FAULTS: no fault %q (want some of partition, down, revoke, removed)", n)
 		}
 		c.pause(ctx, 10*time.Second)
 		f(ctx, w)
@@ -261,6 +270,10 @@ type clusterChaos struct {
 	// stayed are the tasks running on west when a fault that is not a
 	// loss began: each must end with one attempt, on west.
 	stayed []string
+	// g is the service's group (one replica) and configure writes its
+	// configuration, with west or without.
+	g         *group
+	configure func(withWest bool)
 }
 
 func (c *clusterChaos) pause(ctx context.Context, d time.Duration) {
@@ -485,4 +498,46 @@ func (c *clusterChaos) revoke(ctx context.Context, w *workload) {
 		c.t.Fatalf("after the credentials were granted again: %v", err)
 	}
 	c.t.Logf("fault: the service's credentials on west revoked: Unreachable, then Ready again, %s in all", time.Since(start).Round(time.Second))
+}
+
+// removed restarts the service without west in its configuration while
+// three tasks run there: west is listed Unreachable/NotConfigured and its
+// tasks show ClusterUnreachable, keeping their state; then the service is
+// restarted with west again, which is Ready once its instance answers, and
+// the tasks end there.
+func (c *clusterChaos) removed(ctx context.Context, w *workload) {
+	c.t.Helper()
+	ids := c.onWest(ctx, w, 3, "8s")
+	start := time.Now()
+	restart := func(withWest bool) {
+		c.t.Helper()
+		c.configure(withWest)
+		if _, err := c.g.stop(replicaIDs[0], syscall.SIGTERM); err != nil {
+			c.t.Fatal(err)
+		}
+		r, err := c.g.start(ctx, replicaIDs[0])
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.svc = r.client
+	}
+	restart(false)
+	if err := c.state(ctx, "Unreachable", time.Minute); err != nil {
+		c.t.Fatalf("west removed from the configuration: %v", err)
+	}
+	for _, id := range ids {
+		tk, err := c.svc.Get(ctx, id)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if tk.Reason != "ClusterUnreachable" || tk.Cluster != "west" || tk.Terminal {
+			c.t.Errorf("task %s on west, not configured: %s/%s on %q (%s); want ClusterUnreachable, unfinished", id, tk.Phase, tk.Reason, tk.Cluster, tk.Message)
+		}
+	}
+	c.pause(ctx, 5*time.Second)
+	restart(true)
+	if err := c.state(ctx, "Ready", 3*time.Minute); err != nil {
+		c.t.Fatalf("west configured again: %v", err)
+	}
+	c.t.Logf("fault: the service restarted without west, 3 tasks running there: Unreachable/NotConfigured, then configured again and Ready, %s in all", time.Since(start).Round(time.Second))
 }
