@@ -21,12 +21,18 @@ type Seen struct {
 	// placed elsewhere (executor Stranded): pods of lost attempts its
 	// passes stop and release.
 	Stranded int
+	// Refused is, for a quiet cluster, why its API server refused the
+	// service's credentials (401 or 403) when asked; "" when it did not.
+	Refused string
 }
 
 // Reasons a cluster's row gives for the states Next decides.
 const (
 	ReasonNotAnswering = "NotAnswering"
-	ReasonReturning    = "Returning"
+	// ReasonCredentialsRefused: not answering, and its API server refuses
+	// the service's credentials (Seen.Refused).
+	ReasonCredentialsRefused = "CredentialsRefused"
+	ReasonReturning          = "Returning"
 	// ReasonNotConfigured: the store has a row of the cluster, the
 	// service's configuration does not name it (the service's own
 	// marking, not Next's): Unreachable until configured again or
@@ -45,6 +51,10 @@ const (
 func Next(s Seen, now time.Time, unreachableAfter time.Duration) (state store.ClusterState, reason, message string, change bool) {
 	switch s.State {
 	case store.ClusterReady:
+		if !s.Answers && !s.QuietSince.IsZero() && now.Sub(s.QuietSince) >= unreachableAfter && s.Refused != "" {
+			return store.ClusterUnreachable, ReasonCredentialsRefused,
+				"its API server refuses the service's credentials (" + s.Refused + "), and its executor instance has not held its Lease with synced pod caches since " + s.QuietSince.UTC().Format(time.RFC3339) + ": no new placement; its running attempts keep their state", true
+		}
 		if !s.Answers && !s.QuietSince.IsZero() && now.Sub(s.QuietSince) >= unreachableAfter {
 			return store.ClusterUnreachable, ReasonNotAnswering,
 				"its executor instance has not held its Lease with synced pod caches since " + s.QuietSince.UTC().Format(time.RFC3339) + ": no new placement; its running attempts keep their state", true

@@ -19,6 +19,7 @@ func TestNext(t *testing.T) {
 		"ready, quiet for less than the delay": {Seen{State: store.ClusterReady, QuietSince: quiet(29 * time.Second)}, ""},
 		"ready, quiet for the delay":           {Seen{State: store.ClusterReady, QuietSince: quiet(after)}, store.ClusterUnreachable},
 		"ready, quiet, no since known":         {Seen{State: store.ClusterReady}, ""},
+		"ready, quiet, credentials refused":    {Seen{State: store.ClusterReady, QuietSince: quiet(after), Refused: "403"}, store.ClusterUnreachable},
 		"unreachable, answers again":           {Seen{State: store.ClusterUnreachable, Answers: true}, store.ClusterReady},
 		"unreachable, still quiet":             {Seen{State: store.ClusterUnreachable, QuietSince: quiet(time.Hour)}, ""},
 		"draining stays, quiet":                {Seen{State: store.ClusterDraining, QuietSince: quiet(time.Hour)}, ""},
@@ -37,6 +38,9 @@ func TestNext(t *testing.T) {
 			}
 			if !change && got != tc.seen.State {
 				t.Errorf("no change, yet the state %s is not the row's %s", got, tc.seen.State)
+			}
+			if want := map[bool]string{false: ReasonNotAnswering, true: ReasonCredentialsRefused}[tc.seen.Refused != ""]; change && got == store.ClusterUnreachable && reason != want {
+				t.Errorf("Unreachable because %s, want %s", reason, want)
 			}
 		})
 	}

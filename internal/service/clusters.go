@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -79,6 +81,10 @@ type clusterRun struct {
 	resync func(id string)
 	// stranded is the executor's Stranded.
 	stranded func(ctx context.Context) (int, error)
+	// probe asks the cluster's API server something only the service's
+	// credentials allow (nil: never asked); checkClusters asks a quiet
+	// cluster, to tell refused credentials from silence.
+	probe func(ctx context.Context) error
 	// quietSince is when the instance was first seen not answering since
 	// it last did (zero: it answers); only the router's loop uses it.
 	quietSince time.Time
@@ -470,7 +476,16 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		if err != nil {
 			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
-		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), free: ex.Free, resync: ex.Resync, stranded: ex.Stranded})
+		probeNS := metav1.NamespaceAll // the instance's first namespace: one its credentials must cover
+		if len(ec.Namespaces) > 0 {
+			probeNS = ec.Namespaces[0]
+		}
+		probe := func(ctx context.Context) error { // a list of one pod: what the instance's caches need
+			_, err := client.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex),
+			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, probe: probe})
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		return nil, nil, err
@@ -738,6 +753,9 @@ const checkInterval = 2 * time.Second
 // row: a row changed meanwhile is decided again at the next check), and
 // moves off each Unreachable cluster the tasks placement.Movable allows:
 // no pod claimed, none of a previous attempt that may still run there.
+// probeTimeout bounds checkClusters' question to a quiet cluster.
+const probeTimeout = 3 * time.Second
+
 func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 	rows, err := r.rows.ListClusters(ctx)
 	if err != nil {
@@ -765,6 +783,13 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			c.quietSince = now
 		}
 		seen.QuietSince = c.quietSince
+		if !seen.Answers && row.State == store.ClusterReady && now.Sub(c.quietSince) >= r.unreachableAfter && c.probe != nil {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			if err := c.probe(pctx); apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+				seen.Refused = err.Error()
+			}
+			cancel()
+		}
 		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.stranded != nil {
 			if seen.Stranded, err = c.stranded(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"maps"
 	"slices"
 	"strings"
@@ -418,6 +420,56 @@ func TestRouterMarksUnconfiguredClusters(t *testing.T) {
 	}
 	if _, err := r.Lose(ctx, "south"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("lose a cluster with no row: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRouterNamesRefusedCredentials: a quiet cluster whose API server
+// refuses the service's credentials when asked (401 or 403) is
+// Unreachable with reason CredentialsRefused, and says the refusal; one
+// that does not answer the question either is NotAnswering.
+func TestRouterNamesRefusedCredentials(t *testing.T) {
+	for name, tc := range map[string]struct {
+		probe      error
+		wantReason string
+	}{
+		"forbidden":    {apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: no binding")), "CredentialsRefused"},
+		"unauthorized": {apierrors.NewUnauthorized("token expired"), "CredentialsRefused"},
+		"silent":       {context.DeadlineExceeded, "NotAnswering"},
+		"a 404":        {apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "data"), "NotAnswering"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			st := memoryWithClusters(t)
+			r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second}
+			probed := 0
+			f := &fakeInstance{st: st, instance: "i-east", cluster: "east"}
+			r.clusters = append(r.clusters, &clusterRun{name: "east", instance: f.instance,
+				run:   &runner{api: f, ready: func() error { return errors.New("no lease") }},
+				free:  func(string) int { return 5 },
+				probe: func(context.Context) error { probed++; return tc.probe }})
+			if err := r.ensureRows(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+			for _, at := range []time.Duration{0, 10 * time.Second, 30 * time.Second} {
+				if err := r.checkClusters(ctx, t0.Add(at)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			row, err := st.GetCluster(ctx, "east")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.State != store.ClusterUnreachable || row.Reason != tc.wantReason {
+				t.Errorf("east: %s/%s (%s), want Unreachable/%s", row.State, row.Reason, row.Message, tc.wantReason)
+			}
+			if tc.wantReason == "CredentialsRefused" && !strings.Contains(row.Message, tc.probe.Error()) {
+				t.Errorf("the message does not say the refusal %q: %s", tc.probe, row.Message)
+			}
+			if probed != 1 {
+				t.Errorf("asked the API server %d times, want once (only when the quiet reached unreachableAfter)", probed)
+			}
+		})
 	}
 }
 

@@ -283,6 +283,20 @@ func (c *clusterChaos) pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// reason is why the service says west is in its state.
+func (c *clusterChaos) reason(ctx context.Context) string {
+	l, err := c.svc.Clusters(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, cl := range l.Items {
+		if cl.Name == "west" {
+			return cl.Reason
+		}
+	}
+	return ""
+}
+
 // state waits until the service says west is in state, up to timeout.
 func (c *clusterChaos) state(ctx context.Context, state string, timeout time.Duration) error {
 	var last string
@@ -330,6 +344,11 @@ func (c *clusterChaos) partition(ctx context.Context, w *workload) {
 	start := time.Now()
 	c.apiserver(syscall.SIGSTOP)
 	err := c.state(ctx, "Unreachable", time.Minute)
+	if err == nil {
+		if got := c.reason(ctx); got != "NotAnswering" {
+			c.t.Errorf("partition: west Unreachable because %q, want NotAnswering", got)
+		}
+	}
 	c.pause(ctx, 5*time.Second)
 	c.apiserver(syscall.SIGCONT)
 	if err != nil {
@@ -489,6 +508,11 @@ func (c *clusterChaos) revoke(ctx context.Context, w *workload) {
 		c.t.Fatal(err)
 	}
 	err := c.state(ctx, "Unreachable", time.Minute)
+	if err == nil {
+		if got := c.reason(ctx); got != "CredentialsRefused" {
+			c.t.Errorf("credentials revoked: west Unreachable because %q, want CredentialsRefused", got)
+		}
+	}
 	c.pause(ctx, 5*time.Second)
 	c.bind(ctx)
 	if err != nil {
