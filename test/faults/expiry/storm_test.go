@@ -88,8 +88,10 @@ storm:
 		}
 	}
 	lists := counterValue(t, reg, "kubetask_pod_lists_total", "ok")
+	failedLists := counterValue(t, reg, "kubetask_pod_lists_total", "error")
 	watches := counterValue(t, reg, "kubetask_pod_watches_total", "ok")
-	t.Logf("%d compactions; the informers listed %v times and watched %v times", compactions, lists, watches)
+	expired := counterValue(t, reg, "kubetask_watch_errors_total", "expired")
+	t.Logf("%d compactions; the informers listed %v times (%v lists failed), watched %v times, and met 410 Expired %v times", compactions, lists, failedLists, watches, expired)
 	// One LIST at start; every further one is a relist after a 410.
 	if lists < 3 {
 		t.Errorf("the informers relisted %v times during the storm: the test did not test anything", lists-1)
