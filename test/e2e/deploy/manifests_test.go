@@ -100,7 +100,7 @@ func (o overlay) build(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	suffix := ""
 	if o.Suffix != "" {
-		suffix = "nameSuffix: -" + o.Suffix + "\n"
+		suffix = fmt.Sprintf("nameSuffix: %q\n", "-"+o.Suffix) // quoted: "-24567" unquoted is a YAML number
 	}
 	if name, tag, ok := strings.Cut(o.Image, ":"); ok {
 		suffix += "images: [{name: ghcr.io/kubetask/kubetask, newName: " + name + ", newTag: " + tag + "}]\n"
@@ -115,6 +115,19 @@ func (o overlay) build(t *testing.T) []*unstructured.Unstructured {
 		"/overlay/kustomization.yaml":   head + "resources: [../service, task-namespaces.yaml]\ncomponents: [../deploy/namespaced/namespaces-flag]\n",
 		"/overlay/task-namespaces.yaml": taskNamespaces(o.TaskNamespaces, o.Namespace),
 	})
+}
+
+// TestOverlayTakesADigitSuffix: a suffix of digits alone (rand.String
+// draws one now and then: CI on 64e0189 failed "cannot unmarshal number into
+// Go struct field Kustomization.nameSuffix") renames the objects as any.
+func TestOverlayTakesADigitSuffix(t *testing.T) {
+	for _, o := range []overlay{{Namespace: "svc", Suffix: "24567"}, {Namespace: "svc", Suffix: "24567", TaskNamespaces: []string{"a"}}} {
+		for _, obj := range o.build(t) {
+			if obj.GetKind() == "Deployment" && !strings.HasSuffix(obj.GetName(), "-24567") {
+				t.Errorf("the Deployment is %s, want a name ending in -24567", obj.GetName())
+			}
+		}
+	}
 }
 
 // taskNamespaces is a task-namespaces.yaml (deploy/namespaced/) for the task
