@@ -51,13 +51,13 @@ const (
 func Next(s Seen, now time.Time, unreachableAfter time.Duration) (state store.ClusterState, reason, message string, change bool) {
 	switch s.State {
 	case store.ClusterReady:
-		if !s.Answers && !s.QuietSince.IsZero() && now.Sub(s.QuietSince) >= unreachableAfter && s.Refused != "" {
-			return store.ClusterUnreachable, ReasonCredentialsRefused,
-				"its API server refuses the service's credentials (" + s.Refused + "), and its executor instance has not held its Lease with synced pod caches since " + s.QuietSince.UTC().Format(time.RFC3339) + ": no new placement; its running attempts keep their state", true
-		}
 		if !s.Answers && !s.QuietSince.IsZero() && now.Sub(s.QuietSince) >= unreachableAfter {
-			return store.ClusterUnreachable, ReasonNotAnswering,
-				"its executor instance has not held its Lease with synced pod caches since " + s.QuietSince.UTC().Format(time.RFC3339) + ": no new placement; its running attempts keep their state", true
+			reason, why := ReasonNotAnswering, ""
+			if s.Refused != "" {
+				reason, why = ReasonCredentialsRefused, "its API server refuses the service's credentials ("+s.Refused+"), and "
+			}
+			return store.ClusterUnreachable, reason,
+				why + "its executor instance has not held its Lease with synced pod caches since " + s.QuietSince.UTC().Format(time.RFC3339) + ": no new placement; its running attempts keep their state", true
 		}
 	case store.ClusterUnreachable:
 		if s.Answers {

@@ -328,10 +328,10 @@ func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
 		return rec, err
 	}
 	c := r.byInstance(rec.Executor)
-	if c == nil && r.rows != nil && !rec.Terminal && rec.Cluster != "" && rec.Executor == r.instanceOf(rec.Cluster) {
+	if c == nil && !rec.Terminal && rec.Cluster != "" && rec.Executor == r.instanceOf(rec.Cluster) {
 		// Placed on a cluster no longer configured: as stored, and why
 		// nothing changes.
-		if row, err := r.rows.GetCluster(ctx, rec.Cluster); err == nil && row.State == store.ClusterUnreachable {
+		if row, ok := r.rowOf(rec.Cluster); ok && row.State == store.ClusterUnreachable {
 			return unreachable(rec, row), nil
 		}
 	}
