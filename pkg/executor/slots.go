@@ -87,6 +87,50 @@ func (e *Executor) Free(ns string) int {
 	return min(free, lim-byNS[ns]-waitingNS)
 }
 
+// NextInLine returns up to n of the tasks waiting in the executor's lines
+// that its own free slots will not take now: those its slot plan would
+// start first if it had n slots more (SlotOrder between namespaces, their
+// weights, priorities and submission times within one), each namespace's
+// count capped at room(ns). A service with several clusters moves them to
+// a cluster with room for them (internal/service): no task waits in one
+// cluster's line while another has a slot it may take. Like Free it is
+// advice: a task it names may take a slot here before it is moved, and
+// the move (a compare-and-swap that sees no pod claimed) then fails.
+func (e *Executor) NextInLine(n int, room func(ns string) int) []string {
+	if n <= 0 || e.waiting.Load() == 0 {
+		return nil
+	}
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	own := e.planLocked(now)
+	if len(own.admit) == len(e.inLine) {
+		return nil
+	}
+	taken := make(map[string]bool, len(own.admit))
+	for _, id := range own.admit {
+		taken[id] = true
+	}
+	spaces := make(map[string]nsSlots, len(e.lines))
+	for ns, line := range e.lines {
+		r := room(ns)
+		if r <= 0 {
+			continue
+		}
+		rest := make([]waiter, 0, len(line))
+		for _, w := range line {
+			if !taken[w.id] {
+				rest = append(rest, w)
+			}
+		}
+		if len(rest) > 0 {
+			used := own.used[ns] // once its own free slots are taken
+			spaces[ns] = nsSlots{used: used, limit: used + r, weight: max(e.cfg.NamespaceWeights[ns], 1), waiting: rest}
+		}
+	}
+	return allot(e.cfg.SlotOrder, n, spaces).admit
+}
+
 // namespaceLimit is ns's own cap of task pods at once (0: none but
 // Parallelism).
 func (e *Executor) namespaceLimit(ns string) int {

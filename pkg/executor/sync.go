@@ -156,7 +156,12 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	lostOnly := false
 	if rec.Executor != e.cfg.InstanceID && (!rec.Terminal || !slices.Contains(e.cfg.AdoptFrom, rec.Executor)) {
 		if !e.strandedHere(rec) {
-			return 0, nil // another instance's task
+			// Another instance's task: moved away while it waited in
+			// this one's line, it leaves the line (a move would otherwise
+			// leave it at the line's head for good, holding a free slot in
+			// every plan).
+			e.unwait(id)
+			return 0, nil
 		}
 		lostOnly = true
 	}
@@ -165,6 +170,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 		// cluster together; this is a record no move of kubetask's writes):
 		// none of its attempts is this instance's to run.
 		e.cfg.Logger.Warn("a task of this instance is placed on another cluster; leaving it", "task", id, "cluster", rec.Cluster, "executor cluster", e.cfg.Cluster)
+		e.unwait(id)
 		return 0, nil
 	}
 	e.recordOf(id, rec.Nonce)
