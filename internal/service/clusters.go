@@ -81,6 +81,12 @@ type clusterRun struct {
 	resync func(id string)
 	// stranded is the executor's Stranded.
 	stranded func(ctx context.Context) (int, error)
+	// nextInLine is the executor's NextInLine (nil: its lines are not
+	// offered to other clusters).
+	nextInLine func(n int, room func(ns string) int, skip func(id string) bool) []string
+	// pinned are the tasks of its lines found to be kept on it by their
+	// placement, for each other cluster (rebalance skips them).
+	pinned map[string]map[string]bool
 	// probe asks the cluster's API server something only the service's
 	// credentials allow (nil: never asked); checkClusters asks a quiet
 	// cluster, to tell refused credentials from silence.
@@ -97,11 +103,10 @@ type clusterRun struct {
 // and sends every other call to the executor instance the task's record
 // names. The record's Executor and Cluster are written with the record
 // itself, by the chosen cluster's executor, in the store's one Create.
-//
-// What it does not do yet (docs/multicluster.md, step 3): hold a task
-// unplaced until a slot frees (a task that finds no free slot waits in
-// the line of the cluster with the shortest one, and stays there), move
-// tasks off a quiet or draining cluster, or set clusters' states.
+// Every checkInterval it decides the clusters' states (checkClusters),
+// moves the tasks without a pod off an Unreachable cluster (moveQuiet),
+// and gives free slots to the tasks waiting in other clusters' lines
+// (rebalance); every placeInterval it places the unplaced (placeUnplaced).
 type router struct {
 	st       store.Store
 	rows     store.Clusters // nil: every cluster is Ready
@@ -485,7 +490,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			return err
 		}
 		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex),
-			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, probe: probe})
+			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		return nil, nil, err
@@ -766,11 +771,6 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 		byName[row.Name] = row
 	}
 	var errs []error
-	defer func() {
-		if err := r.refreshStates(ctx); err != nil {
-			r.log.Warn("reading the clusters' states", "err", err)
-		}
-	}()
 	for _, c := range r.clusters {
 		row, ok := byName[c.name]
 		if !ok {
@@ -818,7 +818,161 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 		}
 	}
+	// The states as written, for the next placements and the moves below.
+	if err := r.refreshStates(ctx); err != nil {
+		errs = append(errs, err)
+	} else if n, err := r.rebalance(ctx); err != nil {
+		errs = append(errs, err)
+	} else if n > 0 {
+		r.log.Info("moved waiting tasks to clusters with free slots", "tasks", n)
+	}
 	return errors.Join(errs...)
+}
+
+// rebalance gives each Ready cluster's free slots to the tasks waiting in
+// the other clusters' lines (Ready or Draining ones; an Unreachable one's
+// are moveQuiet's), the cluster with the most free slots first: the tasks
+// each line's slot plan would start first (executor NextInLine: the fair
+// share between namespaces, weights and priorities), within the free
+// cluster's room for each namespace and what each task's spec.placement
+// allows. So a task that found every cluster full waits for the first
+// slot free on any cluster it may run on, not only on the one whose line
+// it joined, and a Draining cluster's line empties into the others. Each
+// move is the store's compare-and-swap that sees no pod claimed
+// (placement.Movable first): a task whose executor admitted it meanwhile
+// stays. Both executors are told (the first drops the task from its
+// line). It returns how many tasks moved.
+func (r *router) rebalance(ctx context.Context) (int, error) {
+	r.mu.Lock()
+	states := r.states
+	r.mu.Unlock()
+	stateOf := func(c *clusterRun) store.ClusterState {
+		if row, ok := states[c.name]; ok {
+			return row.State
+		}
+		return store.ClusterReady
+	}
+	type target struct {
+		c    *clusterRun
+		free int
+	}
+	var targets []target
+	for _, c := range r.clusters {
+		if stateOf(c) != store.ClusterReady || c.run.ready() != nil {
+			continue
+		}
+		if n := c.free(""); n > 0 {
+			targets = append(targets, target{c, n})
+		}
+	}
+	slices.SortStableFunc(targets, func(a, b target) int { return b.free - a.free })
+	moved := 0
+	for _, to := range targets {
+		n := to.free
+		taken := map[string]int{} // moved to it in this pass, by namespace
+		room := func(ns string) int { return to.c.free(ns) - taken[ns] }
+		for _, from := range r.clusters {
+			if n <= 0 {
+				break
+			}
+			if from == to.c || from.nextInLine == nil || (stateOf(from) != store.ClusterReady && stateOf(from) != store.ClusterDraining) {
+				continue
+			}
+			m, err := r.takeFrom(ctx, from, to.c, n, room, taken)
+			moved += m
+			n -= m
+			if err != nil {
+				return moved, err
+			}
+		}
+	}
+	return moved, nil
+}
+
+// takeFrom moves up to n tasks waiting in from's line to cluster to,
+// within room (taken counts them by namespace), and returns how many it
+// moved. The tasks whose placement keeps them off to are remembered in
+// from.pinned and skipped from then on; the line is asked again after
+// each round that found some (pinnedRounds at most).
+func (r *router) takeFrom(ctx context.Context, from, to *clusterRun, n int, room func(string) int, taken map[string]int) (int, error) {
+	pinned := from.pinned[to.name]
+	seen := map[string]bool{} // this pass's pinned ones: the rest are gone
+	defer func() {
+		if from.pinned == nil {
+			from.pinned = map[string]map[string]bool{}
+		}
+		from.pinned[to.name] = seen
+	}()
+	skip := func(id string) bool {
+		if pinned[id] || seen[id] {
+			seen[id] = true
+			return true
+		}
+		return false
+	}
+	moved := 0
+	for range pinnedRounds {
+		found := 0
+		for _, id := range from.nextInLine(n-moved, room, skip) {
+			rec, err := r.st.Get(ctx, id)
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					continue
+				}
+				return moved, fmt.Errorf("reading task %s: %w", id, err)
+			}
+			if rec.Executor != from.instance || rec.Terminal || !placement.Movable(rec) || room(rec.Namespace) <= 0 {
+				continue
+			}
+			if ok, err := r.allows(rec, to); err != nil || !ok {
+				seen[id] = true
+				found++
+				continue
+			}
+			switch err := r.move(ctx, rec, to); {
+			case err == nil:
+				moved++
+				taken[rec.Namespace]++
+				if from.resync != nil {
+					from.resync(id)
+				}
+			case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrClaimed):
+				// admitted or changed since: it stays
+			default:
+				return moved, err
+			}
+		}
+		if found == 0 || moved >= n {
+			break
+		}
+	}
+	return moved, nil
+}
+
+// pinnedRounds bounds how often takeFrom asks one line again after
+// finding tasks its placement keeps where they are.
+const pinnedRounds = 3
+
+// allows reports whether rec's task's spec.placement allows cluster c.
+func (r *router) allows(rec store.Record, c *clusterRun) (bool, error) {
+	want, err := wantOf(rec)
+	if err != nil {
+		return false, err
+	}
+	_, ok := placement.Choose(want, []placement.Cluster{{Name: c.name, Labels: c.labels, State: store.ClusterReady, Free: 1}})
+	return ok, nil
+}
+
+// wantOf is rec's task's spec.placement (none: any cluster).
+func wantOf(rec store.Record) (placement.Want, error) {
+	var t task.Task
+	if err := json.Unmarshal(rec.Task, &t); err != nil {
+		return placement.Want{}, fmt.Errorf("decoding task %s: %w", rec.ID, err)
+	}
+	if t.Spec.Placement == nil {
+		return placement.Want{}, nil
+	}
+	return *t.Spec.Placement, nil
 }
 
 // moveQuiet moves the unfinished tasks of quiet cluster c that
@@ -852,13 +1006,9 @@ func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
 // placeFor returns the Ready cluster rec's task may go to now, nil when
 // none.
 func (r *router) placeFor(ctx context.Context, rec store.Record) (*clusterRun, error) {
-	var t task.Task
-	if err := json.Unmarshal(rec.Task, &t); err != nil {
-		return nil, fmt.Errorf("decoding task %s: %w", rec.ID, err)
-	}
-	var want placement.Want
-	if t.Spec.Placement != nil {
-		want = *t.Spec.Placement
+	want, err := wantOf(rec)
+	if err != nil {
+		return nil, err
 	}
 	view, err := r.view(ctx, rec.Namespace)
 	if err != nil {

@@ -578,3 +578,120 @@ func TestRouterChecksClusters(t *testing.T) {
 	stranded = 0
 	check(4*time.Minute, store.ClusterReady)
 }
+
+// TestRouterRebalances: a cluster with free slots takes the tasks waiting
+// in another's line that the line's slot plan would start first, within
+// its room for each namespace: not a task whose placement names the other
+// cluster, not one whose pod is claimed, nothing from an Unreachable
+// cluster's line (moveQuiet's) or into a Draining one; both executors are
+// told of each move.
+func TestRouterRebalances(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		westFree  map[string]int // by namespace; "" the executor's
+		westState store.ClusterState
+		eastState store.ClusterState
+		want      []string // moved to west
+	}{
+		"west's free slots to the head of east's line":       {westFree: map[string]int{"": 2, "a": 2, "b": 2}, want: []string{"a1", "b1"}},
+		"as many as west has":                                {westFree: map[string]int{"": 1, "a": 1, "b": 1}, want: []string{"a1"}},
+		"a namespace west has no room for stays":             {westFree: map[string]int{"": 5, "a": 0, "b": 5}, want: []string{"b1"}},
+		"every movable one, past the pinned and the claimed": {westFree: map[string]int{"": 9, "a": 9, "b": 9}, want: []string{"a1", "b1", "a2"}},
+		"none to a Draining cluster":                         {westFree: map[string]int{"": 5, "a": 5, "b": 5}, westState: store.ClusterDraining},
+		"a Draining cluster's line empties":                  {westFree: map[string]int{"": 5, "a": 5, "b": 5}, eastState: store.ClusterDraining, want: []string{"a1", "b1", "a2"}},
+		"none from an Unreachable cluster":                   {westFree: map[string]int{"": 5, "a": 5, "b": 5}, eastState: store.ClusterUnreachable},
+		"no free slot":                                       {westFree: map[string]int{"": 0, "a": 5, "b": 5}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := memoryWithClusters(t)
+			r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second}
+			resynced := map[string][]string{}
+			// East's line, in its slot plan's order; NextInLine honours
+			// room and n as the executor's does.
+			line := []string{"pinned", "a1", "claimed", "b1", "a2"}
+			nsOf := map[string]string{"pinned": "a", "a1": "a", "claimed": "b", "b1": "b", "a2": "a"}
+			for _, name := range []string{"east", "west"} {
+				f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+				c := &clusterRun{name: name, instance: f.instance, run: &runner{api: f, ready: func() error { return nil }},
+					resync: func(id string) { resynced[name] = append(resynced[name], id) }}
+				if name == "west" {
+					c.free = func(ns string) int { return tc.westFree[ns] }
+				} else {
+					c.free = func(string) int { return 0 }
+					c.nextInLine = func(n int, room func(string) int, skip func(string) bool) []string {
+						var out []string
+						used := map[string]int{}
+						for _, id := range line {
+							if len(out) == n {
+								break
+							}
+							if rec, err := st.Get(ctx, id); err == nil && rec.Executor == "i-east" && !rec.PodCreated && !skip(id) && used[nsOf[id]] < room(nsOf[id]) {
+								used[nsOf[id]]++
+								out = append(out, id)
+							}
+						}
+						return out
+					}
+				}
+				r.clusters = append(r.clusters, c)
+			}
+			if err := r.ensureRows(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for cl, state := range map[string]store.ClusterState{"east": tc.eastState, "west": tc.westState} {
+				if state == "" {
+					continue
+				}
+				row, err := st.GetCluster(ctx, cl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				row.State = state
+				if _, err := st.PutCluster(ctx, row); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.refreshStates(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range line {
+				tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: nsOf[id]}}
+				if id == "pinned" {
+					tk.Spec.Placement = &task.Placement{Cluster: "east"}
+				}
+				doc, err := json.Marshal(tk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := store.Record{ID: id, Namespace: nsOf[id], Name: id, Nonce: "n-" + id, Task: doc, Executor: "i-east", Cluster: "east", Phase: "Pending", Reason: "WaitingForSlot"}
+				if id == "claimed" {
+					rec.PodCreated, rec.PodUID = true, "u"
+				}
+				if _, _, err := st.Create(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, err := r.rebalance(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var moved []string
+			for _, id := range line {
+				if rec, _ := st.Get(ctx, id); rec.Executor == "i-west" && rec.Cluster == "west" {
+					moved = append(moved, id)
+				}
+			}
+			slices.Sort(moved)
+			want := slices.Sorted(slices.Values(tc.want))
+			if !slices.Equal(moved, want) || n != len(want) {
+				t.Errorf("moved %v (counted %d), want %v", moved, n, want)
+			}
+			if got := slices.Sorted(slices.Values(resynced["west"])); !slices.Equal(got, want) {
+				t.Errorf("west told of %v, want %v", got, want)
+			}
+			if got := slices.Sorted(slices.Values(resynced["east"])); !slices.Equal(got, want) {
+				t.Errorf("east told of %v, want %v", got, want)
+			}
+		})
+	}
+}

@@ -62,7 +62,18 @@ type clusterPlan struct {
 	// offered again at that version.
 	tried  map[recVersion]bool
 	paused bool // the partition began
+	// balance: while both clusters answer and before a declaration, the
+	// placer moves tasks without a pod from one cluster to the other, as
+	// the service's rebalance gives one cluster's free slots to the tasks
+	// waiting in the other's line: a move that races the live executor's
+	// admission, claim and creation. Each task moves at most balanceMax
+	// times (moves).
+	balance bool
+	moves   map[string]int
 }
+
+// balanceMax bounds the balance moves of one task.
+const balanceMax = 2
 
 // recVersion is a record at one version.
 type recVersion struct {
@@ -94,6 +105,9 @@ func (w *world) drawClusters() {
 	cp.quiet = cp.pauseFor > 0 && (r.IntN(3) == 0 || w.opt.QuietMoves)
 	cp.returns = r.IntN(2) == 0
 	cp.r = r
+	// Its own source: the runs without it keep the histories they had.
+	cp.balance = rand.New(rand.NewPCG(uint64(w.opt.Seed), 0xba1a)).IntN(2) == 0 //nolint:gosec // a seeded source that replays is the point
+	cp.moves = map[string]int{}
 	if !on || w.opt.NoClusters || w.adopt || w.repl != nil {
 		return
 	}
@@ -187,6 +201,9 @@ func (w *world) operatorChoices() []choice {
 		return w.quietMoves()
 	}
 	if !cp.declared {
+		if cp.balance && (!cp.paused || w.now() >= cp.partitionEnd()) {
+			return w.balanceMoves()
+		}
 		return nil
 	}
 	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
@@ -223,6 +240,36 @@ func (w *world) quietMoves() []choice {
 				w.move(r)
 			}})
 		}
+	}
+	return cs
+}
+
+// balanceMoves are the placer's moves of tasks without a pod between the
+// two clusters while both answer (the service's rebalance): only what
+// placement.Movable allows, each a compare-and-swap that sees no pod
+// claimed, and both instances told, as the service tells them.
+func (w *world) balanceMoves() []choice {
+	recs, err := w.mem.List(context.Background(), store.ListOptions{NonTerminal: true})
+	if err != nil {
+		panic(err)
+	}
+	var cs []choice
+	for _, r := range recs {
+		r := r
+		to := map[string]string{instEast: instWest, instWest: instEast}[r.Executor]
+		if to == "" || !placement.Movable(r) || w.cl.tried[versionOf(r)] || w.cl.moves[r.ID] >= balanceMax {
+			continue
+		}
+		cs = append(cs, choice{20, func() {
+			w.cl.tried[versionOf(r)] = true
+			w.cl.moves[r.ID]++
+			w.moveTo(r, to)
+			if p := w.live(r.Executor); p != nil {
+				if ex, ok := p.api.(interface{ Resync(string) }); ok {
+					ex.Resync(r.ID)
+				}
+			}
+		}})
 	}
 	return cs
 }

@@ -58,6 +58,7 @@ func TestNextInLine(t *testing.T) {
 		edit    func(*Config)
 		n       int
 		room    func(ns string) int
+		skip    func(id string) bool
 		release bool // x1's pod goes before the call: its slot is free here
 		want    []string
 	}{
@@ -66,6 +67,7 @@ func TestNextInLine(t *testing.T) {
 		"none asked":     {n: 0, room: all, want: nil},
 		"a namespace without room elsewhere stays": {n: 5, room: func(ns string) int { return map[string]int{"b": 1}[ns] }, want: []string{"b1"}},
 		"a namespace's room caps its count":        {n: 5, room: func(ns string) int { return map[string]int{"a": 1, "b": 1}[ns] }, want: []string{"a1", "b1"}},
+		"skipped ones do not count":                {n: 2, room: func(ns string) int { return 1 }, skip: func(id string) bool { return id == "a1" }, want: []string{"a2", "b1"}},
 		"FIFO: submission order":                   {edit: func(c *Config) { c.SlotOrder = SlotOrderFIFO }, n: 5, room: all, want: []string{"a1", "a2", "b1"}},
 		"the head its own free slot takes stays":   {n: 5, room: all, release: true, want: []string{"b1", "a2"}},
 	} {
@@ -75,7 +77,7 @@ func TestNextInLine(t *testing.T) {
 				f.uncache(pod)
 				f.ex.podEvent(compactPod(pod), true)
 			}
-			if got := f.ex.NextInLine(tc.n, tc.room); !slices.Equal(got, tc.want) {
+			if got := f.ex.NextInLine(tc.n, tc.room, tc.skip); !slices.Equal(got, tc.want) {
 				t.Errorf("NextInLine(%d) = %v, want %v", tc.n, got, tc.want)
 			}
 		})

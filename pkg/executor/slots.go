@@ -91,12 +91,15 @@ func (e *Executor) Free(ns string) int {
 // that its own free slots will not take now: those its slot plan would
 // start first if it had n slots more (SlotOrder between namespaces, their
 // weights, priorities and submission times within one), each namespace's
-// count capped at room(ns). A service with several clusters moves them to
-// a cluster with room for them (internal/service): no task waits in one
-// cluster's line while another has a slot it may take. Like Free it is
-// advice: a task it names may take a slot here before it is moved, and
-// the move (a compare-and-swap that sees no pod claimed) then fails.
-func (e *Executor) NextInLine(n int, room func(ns string) int) []string {
+// count capped at room(ns), leaving out the tasks skip names (nil: none;
+// it is called under the executor's lock, and must not block). A service
+// with several clusters moves them to a cluster with room for them
+// (internal/service), skipping those whose placement keeps them where
+// they are: no task waits in one cluster's line while another has a slot
+// it may take. Like Free it is advice: a task it names may take a slot
+// here before it is moved, and the move (a compare-and-swap that sees no
+// pod claimed) then fails.
+func (e *Executor) NextInLine(n int, room func(ns string) int, skip func(id string) bool) []string {
 	if n <= 0 || e.waiting.Load() == 0 {
 		return nil
 	}
@@ -119,7 +122,7 @@ func (e *Executor) NextInLine(n int, room func(ns string) int) []string {
 		}
 		rest := make([]waiter, 0, len(line))
 		for _, w := range line {
-			if !taken[w.id] {
+			if !taken[w.id] && (skip == nil || !skip(w.id)) {
 				rest = append(rest, w)
 			}
 		}
