@@ -80,7 +80,7 @@ func newListCommand() *cobra.Command {
 		Use:   "list",
 		Short: "List tasks, newest first (and with --watch, their changes)",
 		Long: `List the tasks you may see, newest first, as a table (ID, NAMESPACE, NAME,
-STATE, REASON, ATTEMPTS, AGE; -o wide adds EXIT, LABELS and MESSAGE).
+STATE, REASON, ATTEMPTS, AGE; -o wide adds CLUSTER, EXIT, LABELS and MESSAGE).
 
 Without --limit every page is listed; with --limit one page, and the flag that
 gets the next. With --watch the changes of the tasks the filters select follow,
@@ -97,9 +97,6 @@ per line; -o yaml: one document per event).`,
 			}
 			if f.opts.Limit < 0 {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit must be positive, got %d", f.opts.Limit)}
-			}
-			if f.opts.Cluster != "" && f.watch {
-				return &ExitError{Code: ExitUsage, Err: errors.New("--cluster and --watch: the watch cannot filter by cluster yet; list with --cluster, or watch without it")}
 			}
 			c, conn, err := connect(cmd, cf)
 			if err != nil {
@@ -193,7 +190,7 @@ func watchList(ctx context.Context, c *client.Client, f *listFlags, list *api.Ta
 	}
 	opts := client.WatchOptions{
 		Cursor: list.Cursor, Namespace: f.opts.Namespace, Phase: f.opts.Phase, Reason: f.opts.Reason,
-		NamePrefix: f.opts.NamePrefix, LabelSelector: f.opts.LabelSelector,
+		NamePrefix: f.opts.NamePrefix, LabelSelector: f.opts.LabelSelector, Cluster: f.opts.Cluster,
 	}
 	_, err := c.Watch(ctx, opts, func(ev api.Event) error {
 		if ev.Type == api.EventExpired {
@@ -227,6 +224,9 @@ func watchList(ctx context.Context, c *client.Client, f *listFlags, list *api.Ta
 		next := r
 		next.namespace, next.name = orKeep(ev.Namespace, r.namespace), orKeep(ev.Name, r.name)
 		next.phase, next.reason, next.attempts = orKeep(ev.Phase, r.phase), orKeep(ev.Reason, r.reason), max(ev.Attempt+1, r.attempts)
+		if ev.Attempt+1 >= r.attempts {
+			next.cluster = orKeep(ev.Cluster, r.cluster)
+		}
 		if ev.Message != "" {
 			next.message = ev.Message
 		}

@@ -201,7 +201,6 @@ func TestSubmitGetListCancelRerun(t *testing.T) {
 	}
 	kubetask(t, "", "list", "--phase", "Sleeping").expect(t, 1, "", "query.phase: must be one of Pending, Running, Succeeded, Failed")
 	kubetask(t, "", "list", "--cluster", "East_1").expect(t, 1, "", "query.cluster: must be a cluster name")
-	kubetask(t, "", "list", "--cluster", "east", "--watch").expect(t, ExitUsage, "", "--cluster and --watch")
 	kubetask(t, "", "list", "-n", "empty").expect(t, 0, "", "no tasks")
 
 	kubetask(t, "", "rerun", "job-1").expect(t, ExitUsage, "", `409 Conflict: task "job-1" is not finished`)

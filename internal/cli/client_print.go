@@ -124,7 +124,7 @@ func (t *taskTable) writeHeader() {
 	t.header = true
 	cols := "ID\tNAMESPACE\tNAME\tSTATE\tREASON\tATTEMPTS\tAGE"
 	if t.wide {
-		cols += "\tEXIT\tLABELS\tMESSAGE"
+		cols += "\tCLUSTER\tEXIT\tLABELS\tMESSAGE"
 	}
 	fmt.Fprintln(t.tw, cols)
 }
@@ -137,17 +137,18 @@ type row struct {
 	exit                               *int32
 	labels                             map[string]string
 	message                            string
+	cluster                            string // the current attempt's
 }
 
 func rowOf(tk *api.Task) row {
-	return row{tk.ID, tk.Namespace, tk.Name, tk.Phase, tk.Reason, tk.Attempt + 1, tk.CreatedAt, tk.ExitCode, tk.Labels, tk.Message}
+	return row{tk.ID, tk.Namespace, tk.Name, tk.Phase, tk.Reason, tk.Attempt + 1, tk.CreatedAt, tk.ExitCode, tk.Labels, tk.Message, tk.Cluster}
 }
 
 func (t *taskTable) add(r row) {
 	t.writeHeader()
 	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s", r.id, orDash(r.namespace), orDash(r.name), orDash(r.phase), orDash(r.reason), r.attempts, age(t.now(), r.created))
 	if t.wide {
-		fmt.Fprintf(t.tw, "\t%s\t%s\t%s", exitCode(r.exit), orDash(labelText(r.labels)), oneLine(r.message, 80))
+		fmt.Fprintf(t.tw, "\t%s\t%s\t%s\t%s", orDash(r.cluster), exitCode(r.exit), orDash(labelText(r.labels)), oneLine(r.message, 80))
 	}
 	fmt.Fprintln(t.tw)
 }

@@ -128,7 +128,7 @@ Created:    2026-01-02T03:04:05Z (0s ago)
 
 func TestTaskTable(t *testing.T) {
 	tasks := []api.Task{
-		{ID: "t2", Namespace: "jobs", Name: "etl", Phase: "Running", Reason: "Running", Attempt: 1, CreatedAt: *ago(90 * time.Second), Labels: map[string]string{"a": "b"}},
+		{ID: "t2", Namespace: "jobs", Name: "etl", Phase: "Running", Reason: "Running", Attempt: 1, CreatedAt: *ago(90 * time.Second), Labels: map[string]string{"a": "b"}, Cluster: "east"},
 		{ID: "t1", Namespace: "default", Name: "a-much-longer-name", Phase: "Failed", Reason: "ExitCode", ExitCode: code(2), CreatedAt: *ago(49 * time.Hour),
 			Message: strings.Repeat("x", 100)},
 	}
@@ -140,9 +140,9 @@ func TestTaskTable(t *testing.T) {
 t2   jobs        etl                  Running   Running    2          90s
 t1   default     a-much-longer-name   Failed    ExitCode   1          2d1h
 `},
-		"wide": {true, `ID   NAMESPACE   NAME                 STATE     REASON     ATTEMPTS   AGE    EXIT   LABELS   MESSAGE
-t2   jobs        etl                  Running   Running    2          90s    -      a=b      
-t1   default     a-much-longer-name   Failed    ExitCode   1          2d1h   2      -        ` + strings.Repeat("x", 77) + `...
+		"wide": {true, `ID   NAMESPACE   NAME                 STATE     REASON     ATTEMPTS   AGE    CLUSTER   EXIT   LABELS   MESSAGE
+t2   jobs        etl                  Running   Running    2          90s    east      -      a=b      
+t1   default     a-much-longer-name   Failed    ExitCode   1          2d1h   -         2      -        ` + strings.Repeat("x", 77) + `...
 `},
 	} {
 		t.Run(name, func(t *testing.T) {

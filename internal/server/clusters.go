@@ -30,6 +30,10 @@ type Clusters interface {
 	// elsewhere, the others move. At least once for those attempts. It
 	// returns the cluster; errors as Drain's.
 	Lose(ctx context.Context, name string) (api.Cluster, error)
+	// Shown is a listed record as the service shows it: a task on a
+	// cluster that does not answer keeps its last known state, with reason
+	// ClusterUnreachable (Executor.Get shows it so too).
+	Shown(rec store.Record) store.Record
 }
 
 // ErrClusterState wraps a drain or resume that the cluster's state does

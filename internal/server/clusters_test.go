@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
+	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 )
 
@@ -21,6 +23,15 @@ type fakeClusters struct {
 
 func (f *fakeClusters) ListClusters(context.Context) ([]api.Cluster, error) {
 	return []api.Cluster{{Name: "east", State: f.state["east"]}, {Name: "west", State: f.state["west"]}}, nil
+}
+
+// Shown shows the tasks on west as the service shows those of an
+// unreachable cluster.
+func (f *fakeClusters) Shown(rec store.Record) store.Record {
+	if rec.Cluster == "west" && !rec.Terminal {
+		rec.Reason, rec.Message = "ClusterUnreachable", "cluster west has not answered"
+	}
+	return rec
 }
 
 func (f *fakeClusters) Lose(_ context.Context, name string) (api.Cluster, error) {
@@ -98,5 +109,54 @@ func TestClusters(t *testing.T) {
 	}
 	if resp, b := one.do(http.MethodPost, api.Prefix+"/clusters/east/drain", nil); resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "runs tasks on one cluster") {
 		t.Errorf("drain on a service on one cluster: %s %s", resp.Status, b)
+	}
+}
+
+// TestClusterInListsAndWatches: a list shows each task as the service's
+// clusters show it (a task on a cluster that does not answer says
+// ClusterUnreachable, its stored reason untouched); a watch's events name
+// their attempt's cluster, ?cluster= keeps one cluster's, and a cluster
+// that is not a valid name is refused naming the parameter.
+func TestClusterInListsAndWatches(t *testing.T) {
+	fc := &fakeClusters{state: map[string]string{"east": "Ready", "west": "Unreachable"}}
+	h := newHarness(t, func(c *server.Config) { c.Clusters = fc })
+	onEast, onWest := h.mustSubmit("default", taskDoc("on-east")), h.mustSubmit("default", taskDoc("on-west"))
+	for id, cluster := range map[string]string{onEast.ID: "east", onWest.ID: "west"} {
+		rec, err := h.store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Cluster = cluster
+		if _, err := h.store.Update(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, b := h.do(http.MethodGet, api.Prefix+"/tasks", nil)
+	var list api.TaskList
+	if err := json.Unmarshal(b, &list); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("list: %s %s", resp.Status, b)
+	}
+	reasons := map[string]string{}
+	for _, it := range list.Items {
+		reasons[it.Cluster] = it.Reason
+	}
+	if reasons["west"] != "ClusterUnreachable" || reasons["east"] == "ClusterUnreachable" {
+		t.Errorf("listed reasons by cluster %v: want west's ClusterUnreachable, east's its own", reasons)
+	}
+	if rec, _ := h.store.Get(context.Background(), onWest.ID); rec.Reason == "ClusterUnreachable" {
+		t.Error("the list wrote ClusterUnreachable into the store")
+	}
+
+	w := h.watch(api.Prefix + "/watch?cluster=west")
+	if ev := w.next(); ev.Type != api.EventBookmark {
+		t.Fatalf("first event %+v, want a bookmark", ev)
+	}
+	h.srv.Publish(executor.Event{ID: onEast.ID, Type: executor.EventState, Cluster: "east", Phase: "Running", Reason: "Running", Time: time.Now()})
+	h.srv.Publish(executor.Event{ID: onWest.ID, Type: executor.EventState, Cluster: "west", Phase: "Running", Reason: "ClusterUnreachable", Time: time.Now()})
+	if ev := w.next(); ev.TaskID != onWest.ID || ev.Cluster != "west" || ev.Reason != "ClusterUnreachable" {
+		t.Errorf("the west watch's first event %+v: want west's task, its cluster named", ev)
+	}
+	if resp, b := h.do(http.MethodGet, api.Prefix+"/watch?cluster=West_1", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "query.cluster") {
+		t.Errorf("a watch of a bad cluster name: %s %s; want 400 naming query.cluster", resp.Status, b)
 	}
 }

@@ -190,6 +190,9 @@ func (s *Server) list(ctx context.Context, in *listInput) (*listOutput, error) {
 			s.log.Error("the store's page holds a task outside the caller's namespaces", "task", rec.ID, "namespace", rec.Namespace)
 			return nil, s.internal("listing tasks", errors.New("page outside the requested namespaces"))
 		}
+		if s.cfg.Clusters != nil {
+			rec = s.cfg.Clusters.Shown(rec)
+		}
 		out.Items = append(out.Items, s.toAPI(rec, false))
 	}
 	return &listOutput{Body: out}, nil

@@ -25,11 +25,12 @@ type watchInput struct {
 	Reason      string `query:"reason" doc:"Only events with this reason."`
 	NamePrefix  string `query:"namePrefix" doc:"Only events of tasks whose name starts with this."`
 	Labels      string `query:"labels" doc:"Only events of tasks with these labels (key=value,...; equality only)."`
+	Cluster     string `query:"cluster" doc:"Only events of attempts on this cluster (a service with several clusters)." example:"east"`
 	Cursor      string `query:"cursor" doc:"Resume after this event (its id); Last-Event-ID wins when both are given."`
 	LastEventID string `header:"Last-Event-ID" doc:"Resume after this event (its id), as EventSource sends it when it reconnects."`
 }
 
-var watchParams = []string{"namespace", "phase", "reason", "namePrefix", "labels", "cursor"}
+var watchParams = []string{"namespace", "phase", "reason", "namePrefix", "labels", "cluster", "cursor"}
 
 type taskWatchInput struct {
 	ID          string `path:"id" doc:"The task ID."`
@@ -129,7 +130,7 @@ func (s *Server) Publish(ev executor.Event) {
 		}
 	}
 	s.ring.append(api.Event{
-		Type: string(ev.Type), TaskID: ev.ID, Namespace: m.namespace, Name: m.name, Attempt: ev.Attempt, Pod: ev.Pod,
+		Type: string(ev.Type), TaskID: ev.ID, Namespace: m.namespace, Name: m.name, Attempt: ev.Attempt, Pod: ev.Pod, Cluster: ev.Cluster,
 		Phase: ev.Phase, Reason: ev.Reason, Message: ev.Message, ExitCode: ev.ExitCode, Terminal: ev.Terminal, Time: ev.Time,
 	}, m.labels)
 	s.metrics.events.Inc()
@@ -159,6 +160,12 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 		func(param, value, msg string) {
 			details = append(details, &huma.ErrorDetail{Location: "query." + param, Value: value, Message: msg})
 		})
+	if in.Cluster != "" {
+		if err := store.ValidateClusterName(in.Cluster); err != nil {
+			details = append(details, &huma.ErrorDetail{Location: "query.cluster", Value: in.Cluster,
+				Message: "must be a cluster name: 1 to 40 characters of a-z, 0-9 and '-', starting and ending with a letter or digit"})
+		}
+	}
 	if len(details) > 0 {
 		return nil, badRequest(details)
 	}
@@ -172,7 +179,8 @@ func (s *Server) watch(ctx context.Context, in *watchInput) (*huma.StreamRespons
 		return nil, err
 	}
 	match := func(e *ringEntry) bool {
-		return sc.allows(e.ev.Namespace) && matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
+		return sc.allows(e.ev.Namespace) && (in.Cluster == "" || e.ev.Cluster == in.Cluster) &&
+			matches(&opts, e.ev.Namespace, e.ev.Name, e.ev.Phase, e.ev.Reason, e.labels)
 	}
 	release, err := s.openStream(requestFrom(ctx), CallerFrom(ctx), "watch", sc.namespace)
 	if err != nil {

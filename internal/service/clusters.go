@@ -122,6 +122,10 @@ type router struct {
 	unreachableAfter time.Duration
 	// placements times each submission's placement (nil: not timed).
 	placements prometheus.Observer
+	// publish sends an event to the watches (nil: none): what the router
+	// itself changes of tasks (a declaration of loss) and how it shows them
+	// (ClusterUnreachable while their cluster does not answer).
+	publish func(executor.Event)
 
 	mu sync.Mutex
 	// states are the clusters' rows as last read (refreshStates); a
@@ -333,23 +337,36 @@ func (r *router) Get(ctx context.Context, id string) (store.Record, error) {
 		return rec, err
 	}
 	c := r.byInstance(rec.Executor)
-	if c == nil && !rec.Terminal && rec.Cluster != "" && rec.Executor == r.instanceOf(rec.Cluster) {
-		// Placed on a cluster no longer configured: as stored, and why
-		// nothing changes.
-		if row, ok := r.rowOf(rec.Cluster); ok && row.State == store.ClusterUnreachable {
-			return unreachable(rec, row), nil
-		}
-	}
 	if c == nil || rec.Terminal {
-		return rec, nil
+		// As stored; placed on a cluster no longer configured, with why
+		// nothing changes.
+		return r.Shown(rec), nil
 	}
 	if rec, err = c.run.api.Get(ctx, id); err != nil {
 		return rec, err
 	}
-	if row, ok := r.rowOf(c.name); ok && row.State == store.ClusterUnreachable {
-		rec = unreachable(rec, row)
+	return r.Shown(rec), nil
+}
+
+// Shown is rec as the service shows it (Get, lists): an unfinished task
+// placed on a cluster that is Unreachable (or no longer configured) keeps
+// its last known state, with reason ClusterUnreachable and a message that
+// says since when; every other record is as given.
+func (r *router) Shown(rec store.Record) store.Record {
+	if rec.Terminal || rec.Cluster == "" {
+		return rec
 	}
-	return rec, nil
+	inst := r.instanceOf(rec.Cluster) // a cluster no longer configured
+	if c := r.byName(rec.Cluster); c != nil {
+		inst = c.instance
+	}
+	if rec.Executor != inst {
+		return rec
+	}
+	if row, ok := r.rowOf(rec.Cluster); ok && row.State == store.ClusterUnreachable {
+		return unreachable(rec, row)
+	}
+	return rec
 }
 
 // unreachable is rec, unfinished and placed on cluster row, which does not
@@ -668,10 +685,11 @@ func (r *router) sweepLost(ctx context.Context, c *clusterRun) (lost, moved int,
 				var out store.Record
 				if out, err = executor.LoseAttempt(rec, c.name, time.Now()); err == nil {
 					out.Epoch = 0 // the declaration's write, unfenced: the version is its guard
-					_, err = r.st.Update(ctx, out)
+					out, err = r.st.Update(ctx, out)
 				}
 				if err == nil {
 					lost++
+					r.publishLost(rec.Attempt, out)
 				}
 			} else {
 				var to *clusterRun
@@ -694,6 +712,47 @@ func (r *router) sweepLost(ctx context.Context, c *clusterRun) (lost, moved int,
 		}
 	}
 	return lost, moved, nil
+}
+
+// publishLost tells the watches that attempt n of rec (as the declaration
+// wrote it) ended ClusterLost: no executor does (the lost cluster's may
+// never answer again, and the next attempt's runs elsewhere).
+func (r *router) publishLost(n int, rec store.Record) {
+	if r.publish == nil || n >= len(rec.Attempts) {
+		return
+	}
+	a := rec.Attempts[n]
+	pod := ""
+	if a.Pod != "" {
+		pod = rec.Namespace + "/" + a.Pod
+	}
+	r.publish(executor.Event{ID: rec.ID, Attempt: n, Type: executor.EventAttemptFinished, Pod: pod, Cluster: a.Cluster,
+		Phase: a.Phase, Reason: a.Reason, Message: a.Message, Terminal: rec.Terminal, Time: a.FinishedAt})
+}
+
+// publishReach tells the watches how the unfinished tasks of cluster c
+// are shown now that it became Unreachable or answers again (Shown): a
+// State event each, with the cluster's reason, or with the state its
+// executor has for them again.
+func (r *router) publishReach(ctx context.Context, c *clusterRun) error {
+	if r.publish == nil {
+		return nil
+	}
+	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	if err != nil {
+		return fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		if shown, err := r.Get(ctx, rec.ID); err == nil && !shown.Terminal && shown.Executor == c.instance {
+			rec = shown
+		} else {
+			continue // finished or moved meanwhile: its own events say so
+		}
+		r.publish(executor.Event{ID: rec.ID, Attempt: rec.Attempt, Type: executor.EventState, Cluster: c.name,
+			Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: now})
+	}
+	return nil
 }
 
 // placeUnplaced places every unfinished task that names no instance (the
@@ -776,6 +835,7 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 		if !ok {
 			continue
 		}
+		reach := false // became Unreachable, or answers again
 		seen := placement.Seen{State: row.State, Answers: c.run.ready() == nil}
 		if seen.Answers {
 			c.quietSince = time.Time{}
@@ -797,6 +857,7 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 		}
 		if state, reason, msg, change := placement.Next(seen, now, r.unreachableAfter); change {
+			reach = row.State == store.ClusterUnreachable || state == store.ClusterUnreachable
 			row.State, row.Since, row.Reason, row.Message = state, time.Time{}, reason, msg
 			written, err := r.rows.PutCluster(ctx, row)
 			switch {
@@ -815,6 +876,11 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 				errs = append(errs, err)
 			} else if n > 0 {
 				r.log.Info("moved tasks off an unreachable cluster", "cluster", c.name, "tasks", n)
+			}
+		}
+		if reach { // after the moves: the tasks that stay
+			if err := r.publishReach(ctx, c); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}

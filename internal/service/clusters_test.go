@@ -260,7 +260,8 @@ func TestRouterDrains(t *testing.T) {
 func TestRouterLoses(t *testing.T) {
 	ctx := context.Background()
 	st := memoryWithClusters(t)
-	r := &router{st: st, rows: st, defaultNamespace: "default"}
+	var events []executor.Event
+	r := &router{st: st, rows: st, defaultNamespace: "default", publish: func(ev executor.Event) { events = append(events, ev) }}
 	resynced := map[string][]string{}
 	for _, name := range []string{"east", "west"} {
 		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
@@ -327,6 +328,16 @@ func TestRouterLoses(t *testing.T) {
 	}
 	if got := resynced["west"]; !slices.Equal(slices.Sorted(slices.Values(got)), []string{"running", "waiting"}) {
 		t.Errorf("west's executor told of %v, want running and waiting", got)
+	}
+	// The watches hear of each lost attempt: no executor tells them.
+	var lostEvents []string
+	for _, ev := range events {
+		if ev.Type == executor.EventAttemptFinished && ev.Reason == "ClusterLost" && ev.Cluster == "east" && ev.Attempt == 0 && ev.Phase == "Failed" && !ev.Terminal {
+			lostEvents = append(lostEvents, ev.ID)
+		}
+	}
+	if slices.Sort(lostEvents); !slices.Equal(lostEvents, []string{"east-only", "running"}) || len(events) != 2 {
+		t.Errorf("events %+v; want one AttemptFinished ClusterLost on east for running and east-only", events)
 	}
 	stale := get("on-west")
 	stale.Executor, stale.Cluster, stale.Epoch = "i-east", "east", oldTerm
@@ -481,7 +492,9 @@ func TestRouterNamesRefusedCredentials(t *testing.T) {
 func TestRouterChecksClusters(t *testing.T) {
 	ctx := context.Background()
 	st := memoryWithClusters(t)
-	r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second}
+	var events []executor.Event
+	r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second,
+		publish: func(ev executor.Event) { events = append(events, ev) }}
 	answers := map[string]bool{"east": true, "west": true}
 	stranded := 0
 	resynced := map[string][]string{}
@@ -538,7 +551,17 @@ func TestRouterChecksClusters(t *testing.T) {
 	if rec, _ := st.Get(ctx, "waiting"); rec.Executor != "i-east" {
 		t.Fatalf("a task moved while east was still Ready: %s", rec.Executor)
 	}
+	if len(events) != 0 {
+		t.Errorf("events while east was Ready: %+v", events)
+	}
 	check(31*time.Second, store.ClusterUnreachable)
+	// The watches hear that the task that stays shows ClusterUnreachable
+	// (the one moved to west is west's to tell of).
+	if len(events) != 1 || events[0].ID != "running" || events[0].Type != executor.EventState || events[0].Reason != "ClusterUnreachable" ||
+		events[0].Phase != "Running" || events[0].Cluster != "east" {
+		t.Errorf("events once east is Unreachable: %+v; want a State event of running, Running/ClusterUnreachable on east", events)
+	}
+	events = nil
 	if rec, _ := st.Get(ctx, "waiting"); rec.Executor != "i-west" || rec.Cluster != "west" || !slices.Equal(resynced["west"], []string{"waiting"}) {
 		t.Errorf("the task without a pod: on %s/%s, west told of %v; want moved to west", rec.Executor, rec.Cluster, resynced["west"])
 	}
@@ -558,6 +581,9 @@ func TestRouterChecksClusters(t *testing.T) {
 	}
 	answers["east"] = true
 	check(40*time.Second, store.ClusterReady)
+	if len(events) != 1 || events[0].ID != "running" || events[0].Reason == "ClusterUnreachable" || events[0].Phase != "Running" {
+		t.Errorf("events once east answers: %+v; want a State event of running as its executor has it", events)
+	}
 	if shown, err := r.Get(ctx, "running"); err != nil || shown.Reason == "ClusterUnreachable" {
 		t.Errorf("Get once east answers: %s, %v", shown.Reason, err)
 	}

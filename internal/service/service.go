@@ -124,6 +124,19 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			return srv
 		}, log)
 	}
+	// onEvent sends an event to this server's watches and, in a group, the
+	// other replicas'.
+	onEvent := func(ev executor.Event) {
+		srvMu.Lock()
+		s := srv
+		srvMu.Unlock()
+		if s != nil {
+			s.Publish(ev)
+		}
+		if sharer != nil {
+			sharer.offer(ev)
+		}
+	}
 	// exConfig is the executor configuration of one cluster, whose client
 	// (captureClient) reads its pods' logs.
 	exConfig := func(rc *rest.Config, captureClient kubernetes.Interface) executor.Config {
@@ -133,17 +146,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,
 			NamespaceWeights: cfg.NamespaceWeights, SlotOrder: executor.SlotOrder(cfg.SlotOrder),
 			Store: st, Registerer: reg, Logger: log,
-			OnEvent: func(ev executor.Event) {
-				srvMu.Lock()
-				s := srv
-				srvMu.Unlock()
-				if s != nil {
-					s.Publish(ev)
-				}
-				if sharer != nil {
-					sharer.offer(ev)
-				}
-			},
+			OnEvent: onEvent,
 			CaptureLogs: func(ctx context.Context, lc executor.LogCapture) error {
 				key := store.LogKey{TaskID: lc.TaskID, Attempt: lc.Attempt, Container: lc.Container}
 				srvMu.Lock()
@@ -181,6 +184,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		if err != nil {
 			return err
 		}
+		r.publish = onEvent
 		run = &runner{api: r, start: r.start, ready: r.ready}
 		clusters = r
 	}

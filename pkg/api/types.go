@@ -148,6 +148,7 @@ type Event struct {
 	Name      string    `json:"name,omitempty"`
 	Attempt   int       `json:"attempt"`
 	Pod       string    `json:"pod,omitempty" doc:"The attempt's pod, namespace/name."`
+	Cluster   string    `json:"cluster,omitempty" doc:"The cluster the attempt runs on, for a service with several clusters."`
 	Phase     string    `json:"phase,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Message   string    `json:"message,omitempty"`

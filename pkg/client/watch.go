@@ -28,6 +28,9 @@ type WatchOptions struct {
 	Namespace, Phase, Reason, NamePrefix string
 	Labels                               map[string]string
 	LabelSelector                        string
+	// Cluster keeps the events of attempts on this cluster (a service
+	// with several clusters).
+	Cluster string
 	// Bookmarks delivers the Bookmark events too: they carry no change,
 	// only a cursor to resume from. Default: Watch keeps their cursor and
 	// delivers nothing.
@@ -50,13 +53,16 @@ var (
 
 func (o *WatchOptions) request() (request, error) {
 	if o.TaskID != "" {
-		if o.Namespace != "" || o.Phase != "" || o.Reason != "" || o.NamePrefix != "" || len(o.Labels) > 0 || o.LabelSelector != "" {
+		if o.Namespace != "" || o.Phase != "" || o.Reason != "" || o.NamePrefix != "" || len(o.Labels) > 0 || o.LabelSelector != "" || o.Cluster != "" {
 			return request{}, errors.New("watching a task: the watch of one task (TaskID) takes no filter")
 		}
 		return request{method: http.MethodGet, path: pathOf("tasks", o.TaskID, "watch")}, nil
 	}
 	q := url.Values{}
 	filters(q, o.Namespace, o.Phase, o.Reason, o.NamePrefix, selector(o.Labels, o.LabelSelector))
+	if o.Cluster != "" {
+		q.Set("cluster", o.Cluster)
+	}
 	return request{method: http.MethodGet, path: "/watch", query: q}, nil
 }
 

@@ -83,6 +83,9 @@ type Event struct {
 	// recording and delivery: the Store has it then).
 	Terminal bool
 	Time     time.Time
+	// Cluster is the cluster of the executor that emits the event
+	// (Config.Cluster; "" without one): where the attempt runs.
+	Cluster string
 	// Task is the task's namespace, name and labels as its record has them,
 	// on Submitted events only (nil on the others), so that a consumer that
 	// filters events by them need not read the record of a new task.
@@ -865,6 +868,9 @@ func (e *Executor) emit(ev Event) {
 	}
 	if ev.Time.IsZero() {
 		ev.Time = e.cfg.Clock.Now()
+	}
+	if ev.Cluster == "" {
+		ev.Cluster = e.cfg.Cluster
 	}
 	e.cfg.OnEvent(ev)
 }
