@@ -16,7 +16,12 @@ let trail = {key: '', tokens: []};
 
 export function mount(main, {query: q, navigate}) {
   const ctl = new AbortController();
-  const f = {phase: q.get('phase') || '', reason: q.get('reason') || '', namespace: q.get('namespace') || '', name: q.get('name') || '', labels: q.get('labels') || ''};
+  const f = {phase: q.get('phase') || '', reason: q.get('reason') || '', namespace: q.get('namespace') || '', name: q.get('name') || '', labels: q.get('labels') || '',
+    cluster: q.get('cluster') || ''};
+  // clusters are the service's (GET /clusters; none for a service on one
+  // cluster): with some, the table has a Cluster column and the filters a
+  // cluster.
+  let clusters = [];
   const cont = q.get('continue') || '';
   const key = JSON.stringify(f);
   if (trail.key !== key) trail = {key, tokens: []};
@@ -48,7 +53,8 @@ export function mount(main, {query: q, navigate}) {
   const form = h('form', {class: 'filters', role: 'search', 'aria-label': 'Filter the tasks', onsubmit: (e) => {
     e.preventDefault();
     const d = new FormData(form);
-    navigate('/' + query({phase: d.get('phase'), reason: f.reason, namespace: d.get('namespace').trim(), name: d.get('name').trim(), labels: d.get('labels').trim()}));
+    navigate('/' + query({phase: d.get('phase'), reason: f.reason, namespace: d.get('namespace').trim(), name: d.get('name').trim(), labels: d.get('labels').trim(),
+      cluster: d.get('cluster') || ''}));
   }},
   h('div', {class: 'field'}, h('label', {for: 'f-phase'}, 'State'), phaseSel),
   field('namespace', 'Namespace'),
@@ -68,11 +74,15 @@ export function mount(main, {query: q, navigate}) {
 
   // The table and the pager appear with the first page, not before: what
   // is on screen never moves when the data arrives.
+  const thead = h('thead');
+  const heads = () => replace(thead, h('tr', {}, ['State', 'Reason', 'Namespace', clusters.length ? 'Cluster' : null, 'Name', 'Attempts', 'Age', 'Duration']
+    .filter(Boolean).map((c) => h('th', {scope: 'col'}, c))));
+  heads();
   const results = h('div', {hidden: true},
     h('div', {class: 'table-wrap'},
       h('table', {class: 'tasks'},
         h('caption', {class: 'sr-only'}, 'Tasks, newest first'),
-        h('thead', {}, h('tr', {}, ['State', 'Reason', 'Namespace', 'Name', 'Attempts', 'Age', 'Duration'].map((c) => h('th', {scope: 'col'}, c)))),
+        thead,
         tbody)),
     empty,
     h('nav', {class: 'pager', 'aria-label': 'Pages'}, newer, newest, older));
@@ -89,11 +99,12 @@ export function mount(main, {query: q, navigate}) {
       h('td', label('State'), badge(t.phase)),
       h('td', {...label('Reason'), title: t.message || ''}, t.reason || ''),
       h('td', label('Namespace'), t.namespace),
+      clusters.length ? h('td', label('Cluster'), t.cluster || '') : null,
       h('td', {...label('Name'), class: 'name'}, h('a', {href: `/tasks/${encodeURIComponent(t.id)}`}, t.name), h('span', {class: 'id'}, t.id)),
       h('td', {...label('Attempts'), class: 'num'}, String((t.attempt || 0) + 1)),
       h('td', {...label('Age'), class: 'num age'}, h('time', {datetime: t.createdAt, title: fmtTime(t.createdAt)}, fmtAge(t.createdAt, now))),
       h('td', {...label('Duration'), class: 'num dur'}, fmtDuration(taskDuration(t, now))),
-    ];
+    ].filter(Boolean);
   }
 
   // draw shows a row's task, replacing only the cells that changed: a cell
@@ -116,7 +127,7 @@ export function mount(main, {query: q, navigate}) {
   }
 
   function matches(t) {
-    return (!f.phase || t.phase === f.phase) && (!f.reason || t.reason === f.reason);
+    return (!f.phase || t.phase === f.phase) && (!f.reason || t.reason === f.reason) && (!f.cluster || t.cluster === f.cluster);
   }
 
   function insert(t) {
@@ -183,6 +194,7 @@ export function mount(main, {query: q, navigate}) {
       }
       if (!ev.phase || finishedAttempt) return;
       Object.assign(r.task, {phase: ev.phase, reason: ev.reason, message: ev.message, attempt: ev.attempt, updatedAt: ev.time});
+      if (ev.cluster) r.task.cluster = ev.cluster;
       if (ev.exitCode != null) r.task.exitCode = ev.exitCode;
       draw(id);
       flash(r.tr);
@@ -215,7 +227,7 @@ export function mount(main, {query: q, navigate}) {
   }
 
   async function loadCounts(signal) {
-    const base = {namespace: f.namespace, namePrefix: f.name, labels: f.labels};
+    const base = {namespace: f.namespace, namePrefix: f.name, labels: f.labels, cluster: f.cluster};
     track.clear();
     let token = '';
     for (let n = 0; n < COUNT_PAGES; n++) {
@@ -233,6 +245,29 @@ export function mount(main, {query: q, navigate}) {
     showCounts();
   }
 
+  // loadClusters reads the service's clusters once: with some, the table
+  // gets its Cluster column and the filters a choice of cluster. A caller
+  // who may not list them (403: not allowed every namespace) sees the
+  // column without the choice.
+  let clustersRead = false;
+  async function loadClusters(signal) {
+    if (clustersRead) return;
+    clustersRead = true;
+    let names = [];
+    try {
+      names = (await json('/clusters', {signal})).items.map((c) => c.name);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      if (!(err instanceof ApiError && err.status === 403)) return;
+    }
+    if (!names.length && !f.cluster) return;
+    clusters = names.length ? names : [f.cluster];
+    heads();
+    const sel = h('select', {id: 'f-cluster', name: 'cluster'},
+      h('option', {value: ''}, 'All'), clusters.map((c) => h('option', {value: c, selected: f.cluster === c}, c)));
+    form.querySelector('.field.buttons').before(h('div', {class: 'field'}, h('label', {for: 'f-cluster'}, 'Cluster'), sel));
+  }
+
   let streamCtl = null;
   async function load() {
     streamCtl?.abort();
@@ -241,7 +276,8 @@ export function mount(main, {query: q, navigate}) {
     errorEl.textContent = '';
     let page;
     try {
-      page = await json('/tasks' + query({namespace: f.namespace, phase: f.phase, reason: f.reason, namePrefix: f.name, labels: f.labels, limit: PAGE, continue: cont}), {signal});
+      page = await json('/tasks' + query({namespace: f.namespace, phase: f.phase, reason: f.reason, namePrefix: f.name, labels: f.labels, cluster: f.cluster, limit: PAGE, continue: cont}), {signal});
+      await loadClusters(signal);
       await loadCounts(signal);
     } catch (err) {
       if (signal.aborted) return;
@@ -262,7 +298,7 @@ export function mount(main, {query: q, navigate}) {
     empty.textContent = Object.values(f).some(Boolean) ? 'No task matches these filters.' : 'No tasks yet: submit one with kubetask submit -f task.yaml.';
     results.hidden = false;
     main.dataset.loaded = 'true';
-    watch('/watch' + query({namespace: f.namespace, namePrefix: f.name, labels: f.labels}), {
+    watch('/watch' + query({namespace: f.namespace, namePrefix: f.name, labels: f.labels, cluster: f.cluster}), {
       cursor: page.cursor, signal, onEvent,
       onState: (s, err) => {
         liveMark.set(s);

@@ -161,6 +161,7 @@ export function mount(main, {params, navigate}) {
     const facts = [
       ['ID', h('code', {}, t.id)],
       ['Namespace', t.namespace],
+      t.cluster ? ['Cluster', t.cluster] : null,
       t.labels && Object.keys(t.labels).length ? ['Labels', h('span', {class: 'labels'}, Object.entries(t.labels).map(([k, v]) => h('code', {class: 'label'}, `${k}=${v}`)))] : null,
       t.origin ? ['Rerun of', h('a', {href: `/tasks/${encodeURIComponent(t.origin)}`}, t.origin)] : null,
       t.submittedBy ? [t.origin ? 'Rerun by' : 'Submitted by', actorEl(t.submittedBy)] : null,
@@ -204,6 +205,7 @@ export function mount(main, {params, navigate}) {
           a.exitCode != null ? h('span', {class: 'muted'}, ` exit code ${a.exitCode}`) : null,
           current && !t.terminal ? h('span', {class: 'muted'}, ' · current') : null),
         h('div', {class: 'tl-meta'},
+          a.cluster ? ['cluster ', h('strong', {class: 'cluster'}, a.cluster), ' · '] : null,
           a.pod ? ['pod ', h('code', {}, a.pod)] : 'no pod yet',
           a.finishedAt ? [' · ended ', timeEl(a.finishedAt), ` (${offset} after submission)`] : null,
           a.retryable ? ' · retryable failure' : null),

@@ -41,7 +41,8 @@ import (
 //
 //   - a partition that looks alive: west's kube-apiserver SIGSTOPped until
 //     the service says west is Unreachable, and a while longer;
-//   - an API server down: west's kube-apiserver stopped, then started again;
+//   - an API server down: west's kube-apiserver stopped for a minute, then
+//     started again;
 //   - credentials revoked: the service reaches west as a ServiceAccount
 //     whose ClusterRoleBinding is deleted (every request refused, 403),
 //     then made again;
@@ -360,8 +361,12 @@ func (c *clusterChaos) partition(ctx context.Context, w *workload) {
 	c.t.Logf("fault: west's kube-apiserver SIGSTOPped: Unreachable, then Ready again, %s in all", time.Since(start).Round(time.Second))
 }
 
-// down stops west's kube-apiserver until the service says Unreachable, 5 s
-// more, then starts it again and waits for Ready.
+// downFor is how long down keeps west's kube-apiserver stopped: the
+// issue's minute, twelve times unreachableAfter.
+const downFor = 60 * time.Second
+
+// down stops west's kube-apiserver for downFor (at least 5 s past the
+// service's Unreachable), then starts it again and waits for Ready.
 func (c *clusterChaos) down(ctx context.Context, w *workload) {
 	c.t.Helper()
 	c.onWest(ctx, w, 3, "8s")
@@ -370,7 +375,7 @@ func (c *clusterChaos) down(ctx context.Context, w *workload) {
 		c.t.Fatal(err)
 	}
 	err := c.state(ctx, "Unreachable", time.Minute)
-	c.pause(ctx, 5*time.Second)
+	c.pause(ctx, max(downFor-time.Since(start), 5*time.Second))
 	if serr := c.west.Cluster.StartAPIServer(ctx); serr != nil {
 		c.t.Fatal(serr)
 	}
