@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/store"
@@ -34,6 +35,9 @@ type Clusters interface {
 	// cluster that does not answer keeps its last known state, with reason
 	// ClusterUnreachable (Executor.Get shows it so too).
 	Shown(rec store.Record) store.Record
+	// Client is cluster name's client, for the events of a Pending task's
+	// pod there (nil: no such cluster is configured).
+	Client(name string) kubernetes.Interface
 }
 
 // ErrClusterState wraps a drain or resume that the cluster's state does

@@ -9,16 +9,28 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
+	"github.com/kubetask/kubetask/pkg/task"
 )
 
 // fakeClusters is a service's clusters: east and west, west lost.
 type fakeClusters struct {
-	state  map[string]string
-	drains int
+	state   map[string]string
+	clients map[string]kubernetes.Interface
+	drains  int
 }
 
 func (f *fakeClusters) ListClusters(context.Context) ([]api.Cluster, error) {
@@ -32,6 +44,11 @@ func (f *fakeClusters) Shown(rec store.Record) store.Record {
 		rec.Reason, rec.Message = "ClusterUnreachable", "cluster west has not answered"
 	}
 	return rec
+}
+
+// Client is each cluster's client (none for one not configured).
+func (f *fakeClusters) Client(name string) kubernetes.Interface {
+	return f.clients[name]
 }
 
 func (f *fakeClusters) Lose(_ context.Context, name string) (api.Cluster, error) {
@@ -158,5 +175,77 @@ func TestClusterInListsAndWatches(t *testing.T) {
 	}
 	if resp, b := h.do(http.MethodGet, api.Prefix+"/watch?cluster=West_1", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "query.cluster") {
 		t.Errorf("a watch of a bad cluster name: %s %s; want 400 naming query.cluster", resp.Status, b)
+	}
+}
+
+// TestPendingEventsFromTheTasksCluster: a Pending task's pod events are
+// read from the cluster the task is placed on (west's, not the first
+// cluster's); a task on a cluster no longer configured gets none, and its
+// GET still answers.
+func TestPendingEventsFromTheTasksCluster(t *testing.T) {
+	ctx := context.Background()
+	west := fake.NewClientset()
+	fc := &fakeClusters{state: map[string]string{"east": "Ready", "west": "Ready"}}
+	h := newHarness(t, func(c *server.Config) { c.Clusters = fc })
+	fc.clients = map[string]kubernetes.Interface{"east": h.client, "west": west}
+	place := func(name, cluster string) (api.Task, string) {
+		tk := h.mustSubmit("default", taskDoc(name))
+		rec, err := h.store.Get(ctx, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.PodCreated, rec.Reason, rec.Cluster = true, "Unschedulable", cluster
+		if _, err := h.store.Update(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		return tk, task.PodName(task.Identity{Namespace: "default", Name: name, RunID: tk.ID, Executor: rec.Executor, Nonce: rec.Nonce}, 0)
+	}
+	event := func(client kubernetes.Interface, pod, reason string) {
+		if _, err := client.CoreV1().Events("default").Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: "e-", Name: pod + reason, Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod, Namespace: "default"},
+			Type:           "Warning", Reason: reason, Message: "0/1 nodes are available", Count: 1,
+			LastTimestamp: metav1.Now(),
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onWest, pod := place("on-west", "west")
+	event(west, pod, "FailedScheduling")
+	event(h.client, pod, "FromEast") // the same pod name on the first cluster: not this task's
+	if got := h.get(onWest.ID); len(got.Events) != 1 || got.Events[0].Reason != "FailedScheduling" {
+		t.Errorf("the events of a task Pending on west: %+v; want west's FailedScheduling only", got.Events)
+	}
+	gone, pod := place("on-north", "north")
+	event(h.client, pod, "FromEast")
+	if got := h.get(gone.ID); got.Phase != "Pending" || len(got.Events) != 0 {
+		t.Errorf("a task Pending on a cluster not configured: %s with events %+v; want none", got.Phase, got.Events)
+	}
+}
+
+// TestDryRunOnTheNamedCluster: a task whose spec.placement names a cluster
+// is checked by that cluster's API server (west refuses its pod; east, the
+// first, would accept it); one that names none by the first cluster's.
+func TestDryRunOnTheNamedCluster(t *testing.T) {
+	west := fake.NewClientset()
+	west.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "x", field.ErrorList{
+			field.Forbidden(field.NewPath("spec", "containers").Index(0).Child("image"), "west admits images of its own registry only")})
+	})
+	fc := &fakeClusters{state: map[string]string{"east": "Ready", "west": "Ready"}}
+	h := newHarness(t, func(c *server.Config) { c.Clusters, c.ValidateOnServer = fc, true })
+	fc.clients = map[string]kubernetes.Interface{"east": h.client, "west": west}
+	doc := func(name, cluster string) string {
+		return strings.Replace(taskDoc(name), "spec:", "spec:\n  placement: {cluster: "+cluster+"}", 1)
+	}
+	resp, b := h.do(http.MethodPost, api.Prefix+"/namespaces/default/tasks", []byte(doc("to-west", "west")), "Content-Type", "application/yaml")
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(b), "west admits images of its own registry only") {
+		t.Errorf("a task for west, whose API server refuses its pod: %s %s; want 422 with west's reason", resp.Status, b)
+	}
+	if resp, _ := h.submit("default", doc("to-east", "east")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("the same task for east: %s, want 201", resp.Status)
+	}
+	if resp, _ := h.submit("default", taskDoc("anywhere")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("a task for any cluster (checked by the first): %s, want 201", resp.Status)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -36,6 +37,19 @@ type rerunInput struct {
 	ID             string `path:"id" doc:"The finished task to run again."`
 	NewID          string `query:"id" doc:"The new task's ID; default: one the server makes."`
 	IdempotencyKey string `header:"Idempotency-Key" doc:"The new task's ID, as a header: a retried rerun with the same key returns the task it created."`
+}
+
+// dryRunClient is the client of the cluster whose API server checks a
+// new task: the one its spec.placement names, when the service has it;
+// otherwise Config.Client (the first cluster's, for a service with
+// several: clusters usually differ in capacity, not in what they accept).
+func (s *Server) dryRunClient(t *task.Task) kubernetes.Interface {
+	if s.cfg.Clusters != nil && t.Spec.Placement != nil && t.Spec.Placement.Cluster != "" {
+		if c := s.cfg.Clusters.Client(t.Spec.Placement.Cluster); c != nil {
+			return c
+		}
+	}
+	return s.cfg.Client
 }
 
 // Content types a submission may have.
@@ -102,7 +116,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
-		source, err := s.valid.validate(ctx, t, in.Namespace)
+		source, err := s.valid.validateOn(ctx, s.dryRunClient(t), t, in.Namespace)
 		s.metrics.validations.WithLabelValues(source).Inc()
 		var status apierrors.APIStatus
 		switch {

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -152,8 +153,10 @@ func (s *Server) get(ctx context.Context, in *idInput) (*taskOutput, error) {
 		return nil, err
 	}
 	t := s.toAPI(rec, true)
-	if rec.Phase == "Pending" && !rec.Terminal && rec.PodCreated && s.cfg.Client != nil {
-		t.Events = s.podEvents(ctx, rec.Namespace, podName(rec, rec.Attempt))
+	if rec.Phase == "Pending" && !rec.Terminal && rec.PodCreated {
+		if client := s.clusterClient(rec.Cluster); client != nil {
+			t.Events = s.podEvents(ctx, client, rec.Cluster, rec.Namespace, podName(rec, rec.Attempt))
+		}
 	}
 	return &taskOutput{Status: http.StatusOK, Cursor: cursor, Body: &t}, nil
 }
@@ -409,23 +412,36 @@ func timePtr(t time.Time) *time.Time {
 // pod's list is kept for PodEventsTTL, so that callers polling a Pending
 // task cost the API server one events LIST per pod per TTL, not one per
 // GET, on the client the service shares with its other calls.
-func (s *Server) podEvents(ctx context.Context, ns, pod string) []api.PodEvent {
-	key := ns + "/" + pod
+func (s *Server) podEvents(ctx context.Context, client kubernetes.Interface, cluster, ns, pod string) []api.PodEvent {
+	key := cluster + "/" + ns + "/" + pod
 	if v, ok := s.podEventsCache.get(key); ok {
 		return v.([]api.PodEvent)
 	}
-	evs, ok := s.listPodEvents(ctx, ns, pod)
+	evs, ok := s.listPodEvents(ctx, client, ns, pod)
 	if ok {
 		s.podEventsCache.put(key, evs)
 	}
 	return evs
 }
 
+// clusterClient is the client of the cluster a task is placed on (""
+// and a service on one cluster: Config.Client), nil when the service has
+// none for it (a cluster no longer configured).
+func (s *Server) clusterClient(cluster string) kubernetes.Interface {
+	if s.cfg.Clusters == nil || cluster == "" {
+		if s.cfg.Client == nil {
+			return nil // a nil *Clientset is not a nil interface
+		}
+		return s.cfg.Client
+	}
+	return s.cfg.Clusters.Client(cluster)
+}
+
 // listPodEvents is podEvents without the cache; false when the list failed.
-func (s *Server) listPodEvents(ctx context.Context, ns, pod string) ([]api.PodEvent, bool) {
+func (s *Server) listPodEvents(ctx context.Context, client kubernetes.Interface, ns, pod string) ([]api.PodEvent, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	list, err := s.cfg.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String(),
 	})
 	if err != nil {

@@ -65,12 +65,18 @@ const (
 // call that started it ends. observe, when set, gets the time of each dry
 // run.
 func (v *validations) validate(ctx context.Context, t *task.Task, ns string) (source string, err error) {
+	return v.validateOn(ctx, v.client, t, ns)
+}
+
+// validateOn is validate with the dry run on client (a cluster's, for a
+// task placed on it by name: its spec, part of the key, names it).
+func (v *validations) validateOn(ctx context.Context, client kubernetes.Interface, t *task.Task, ns string) (source string, err error) {
 	if v.ttl <= 0 {
-		return verdictDryRun, v.dryRun(ctx, t, ns)
+		return verdictDryRun, v.dryRun(ctx, client, t, ns)
 	}
 	key, err := validationKey(t, ns)
 	if err != nil {
-		return verdictDryRun, v.dryRun(ctx, t, ns)
+		return verdictDryRun, v.dryRun(ctx, client, t, ns)
 	}
 	if v.known(key) {
 		return verdictCached, nil
@@ -83,7 +89,7 @@ func (v *validations) validate(ctx context.Context, t *task.Task, ns string) (so
 		ran.Store(true)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), validateTimeout)
 		defer cancel()
-		err := v.dryRun(dctx, t, ns)
+		err := v.dryRun(dctx, client, t, ns)
 		if err == nil {
 			v.remember(key, v.clock.Now().Add(v.ttl))
 		}
@@ -104,9 +110,9 @@ func (v *validations) validate(ctx context.Context, t *task.Task, ns string) (so
 }
 
 // dryRun asks the API server, timing it.
-func (v *validations) dryRun(ctx context.Context, t *task.Task, ns string) error {
+func (v *validations) dryRun(ctx context.Context, client kubernetes.Interface, t *task.Task, ns string) error {
 	start := time.Now()
-	err := t.ValidateOnServer(ctx, v.client, ns)
+	err := t.ValidateOnServer(ctx, client, ns)
 	if v.observe != nil {
 		v.observe(time.Since(start))
 	}

@@ -87,6 +87,9 @@ type clusterRun struct {
 	// pinned are the tasks of its lines found to be kept on it by their
 	// placement, for each other cluster (rebalance skips them).
 	pinned map[string]map[string]bool
+	// client is the service's own client of the cluster (the events of a
+	// Pending task's pod; nil in tests).
+	client kubernetes.Interface
 	// probe asks the cluster's API server something only the service's
 	// credentials allow (nil: never asked); checkClusters asks a quiet
 	// cluster, to tell refused credentials from silence.
@@ -369,6 +372,15 @@ func (r *router) Shown(rec store.Record) store.Record {
 	return rec
 }
 
+// Client is the service's client of cluster name, nil when it is not
+// configured.
+func (r *router) Client(name string) kubernetes.Interface {
+	if c := r.byName(name); c != nil && c.client != nil {
+		return c.client
+	}
+	return nil
+}
+
 // unreachable is rec, unfinished and placed on cluster row, which does not
 // answer, as Get shows it: its attempt keeps its state (the record is not
 // written), and the reason says why nothing changes.
@@ -506,7 +518,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			_, err := client.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{Limit: 1})
 			return err
 		}
-		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex),
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), client: client,
 			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})
 	}
 	if err := r.ensureRows(ctx); err != nil {
