@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubetask/kubetask/internal/placement"
+	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/api"
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -70,10 +71,15 @@ func clusterRESTConfig(c ClusterConfig) (*rest.Config, error) {
 
 // clusterRun is the runner of one cluster of a service with several.
 type clusterRun struct {
-	name     string
-	labels   map[string]string
-	instance string
-	run      *runner
+	name   string
+	labels map[string]string
+	// instance is the cluster's executor instance; with shards, instances
+	// are the shard instances of its replica group and instanceFor says
+	// which runs a task (instance is then the group's name).
+	instance    string
+	instances   []string
+	instanceFor func(id string) string
+	run         *runner
 	// free is the executor's Free (executor.Executor.Free).
 	free func(ns string) int
 	// resync brings a task placed on the cluster to its executor's notice
@@ -99,6 +105,30 @@ type clusterRun struct {
 	quietSince time.Time
 }
 
+// has reports whether instance is one of c's executor instances.
+func (c *clusterRun) has(instance string) bool {
+	if c.instances == nil {
+		return instance == c.instance
+	}
+	return slices.Contains(c.instances, instance)
+}
+
+// all returns c's executor instances.
+func (c *clusterRun) all() []string {
+	if c.instances == nil {
+		return []string{c.instance}
+	}
+	return c.instances
+}
+
+// target is the instance of c that runs task id.
+func (c *clusterRun) target(id string) string {
+	if c.instanceFor == nil {
+		return c.instance
+	}
+	return c.instanceFor(id)
+}
+
 // router is the server.Executor of a service with several clusters: it
 // places each new task on a cluster (internal/placement: Check refuses a
 // placement no cluster could meet, Choose takes the Ready cluster allowed
@@ -115,8 +145,9 @@ type router struct {
 	rows     store.Clusters // nil: every cluster is Ready
 	clusters []*clusterRun
 	// instanceID is the service's: a cluster's executor instance is
-	// instanceID-NAME (instanceOf).
+	// instanceID-NAME (instanceOf), with shards that group's ShardIDs.
 	instanceID string
+	shards     int
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
@@ -164,8 +195,30 @@ func (r *router) ensureRows(ctx context.Context) error {
 	return r.refreshStates(ctx)
 }
 
-// instanceOf is the executor instance of cluster name.
+// instanceOf is the executor instance of cluster name (with shards: its
+// replica group).
 func (r *router) instanceOf(name string) string { return r.instanceID + "-" + name }
+
+// unconfigured is what the router knows of cluster name when it is not
+// configured: its instances by the service's naming.
+func (r *router) unconfigured(name string) *clusterRun {
+	c := &clusterRun{name: name, instance: r.instanceOf(name)}
+	if r.shards > 0 {
+		for k := range r.shards {
+			c.instances = append(c.instances, replica.ShardID(c.instance, k))
+		}
+	}
+	return c
+}
+
+// tasksOn lists the unfinished tasks placed on cluster c's instances.
+func (r *router) tasksOn(ctx context.Context, c *clusterRun) ([]store.Record, error) {
+	recs, err := r.st.List(ctx, store.ListOptions{Cluster: c.name, NonTerminal: true})
+	if err != nil {
+		return nil, fmt.Errorf("listing the tasks of cluster %s: %w", c.name, err)
+	}
+	return slices.DeleteFunc(recs, func(rec store.Record) bool { return !c.has(rec.Executor) }), nil
+}
 
 // markUnconfigured marks each cluster the store has a row of, but the
 // configuration no longer names, Unreachable with reason NotConfigured
@@ -190,7 +243,7 @@ func (r *router) markUnconfigured(ctx context.Context) error {
 				return fmt.Errorf("writing cluster %s: %w", row.Name, err)
 			}
 		}
-		recs, err := r.st.List(ctx, store.ListOptions{Executor: r.instanceOf(row.Name), NonTerminal: true})
+		recs, err := r.st.List(ctx, store.ListOptions{Cluster: row.Name, NonTerminal: true})
 		if err != nil {
 			return fmt.Errorf("listing the tasks of cluster %s: %w", row.Name, err)
 		}
@@ -302,7 +355,7 @@ func (r *router) byName(name string) *clusterRun {
 
 func (r *router) byInstance(instance string) *clusterRun {
 	for _, c := range r.clusters {
-		if c.instance == instance {
+		if c.has(instance) {
 			return c
 		}
 	}
@@ -359,11 +412,11 @@ func (r *router) Shown(rec store.Record) store.Record {
 	if rec.Terminal || rec.Cluster == "" {
 		return rec
 	}
-	inst := r.instanceOf(rec.Cluster) // a cluster no longer configured
-	if c := r.byName(rec.Cluster); c != nil {
-		inst = c.instance
+	c := r.byName(rec.Cluster)
+	if c == nil {
+		c = r.unconfigured(rec.Cluster)
 	}
-	if rec.Executor != inst {
+	if !c.has(rec.Executor) {
 		return rec
 	}
 	if row, ok := r.rowOf(rec.Cluster); ok && row.State == store.ClusterUnreachable {
@@ -631,14 +684,16 @@ func (r *router) Lose(ctx context.Context, name string) (api.Cluster, error) {
 		if _, err := r.rows.GetCluster(ctx, name); err != nil {
 			return api.Cluster{}, fmt.Errorf("cluster %s: %w", name, err)
 		}
-		c = &clusterRun{name: name, instance: r.instanceOf(name)}
+		c = r.unconfigured(name)
 	}
 	row, err := r.markLost(ctx, name)
 	if err != nil {
 		return api.Cluster{}, err
 	}
-	if _, err := r.st.BeginTerm(ctx, c.instance); err != nil {
-		return api.Cluster{}, fmt.Errorf("beginning a term of %s to fence it: %w", c.instance, err)
+	for _, inst := range c.all() {
+		if _, err := r.st.BeginTerm(ctx, inst); err != nil {
+			return api.Cluster{}, fmt.Errorf("beginning a term of %s to fence it: %w", inst, err)
+		}
 	}
 	lost, moved, err := r.sweepLost(ctx, c)
 	if err != nil {
@@ -683,13 +738,13 @@ func (r *router) markLost(ctx context.Context, name string) (store.Cluster, erro
 // instance, each from its record as it is now (a write that finds the
 // record changed reads it again).
 func (r *router) sweepLost(ctx context.Context, c *clusterRun) (lost, moved int, err error) {
-	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	recs, err := r.tasksOn(ctx, c)
 	if err != nil {
-		return 0, 0, fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+		return 0, 0, err
 	}
 	for _, rec := range recs {
 		for tries := 0; ; tries++ {
-			if rec.Terminal || rec.Executor != c.instance {
+			if rec.Terminal || !c.has(rec.Executor) {
 				break // finished, or placed elsewhere, meanwhile
 			}
 			var err error
@@ -750,13 +805,13 @@ func (r *router) publishReach(ctx context.Context, c *clusterRun) error {
 	if r.publish == nil {
 		return nil
 	}
-	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	recs, err := r.tasksOn(ctx, c)
 	if err != nil {
-		return fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+		return err
 	}
 	now := time.Now()
 	for _, rec := range recs {
-		if shown, err := r.Get(ctx, rec.ID); err == nil && !shown.Terminal && shown.Executor == c.instance {
+		if shown, err := r.Get(ctx, rec.ID); err == nil && !shown.Terminal && c.has(shown.Executor) {
 			rec = shown
 		} else {
 			continue // finished or moved meanwhile: its own events say so
@@ -999,7 +1054,7 @@ func (r *router) takeFrom(ctx context.Context, from, to *clusterRun, n int, room
 				}
 				return moved, fmt.Errorf("reading task %s: %w", id, err)
 			}
-			if rec.Executor != from.instance || rec.Terminal || !placement.Movable(rec) || room(rec.Namespace) <= 0 {
+			if !from.has(rec.Executor) || rec.Terminal || !placement.Movable(rec) || room(rec.Namespace) <= 0 {
 				continue
 			}
 			if ok, err := r.allows(rec, to); err != nil || !ok {
@@ -1056,9 +1111,9 @@ func wantOf(rec store.Record) (placement.Want, error) {
 // moveQuiet moves the unfinished tasks of quiet cluster c that
 // placement.Movable allows to a Ready cluster, and returns how many.
 func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
-	recs, err := r.st.List(ctx, store.ListOptions{Executor: c.instance, NonTerminal: true})
+	recs, err := r.tasksOn(ctx, c)
 	if err != nil {
-		return 0, fmt.Errorf("listing the tasks of %s: %w", c.instance, err)
+		return 0, err
 	}
 	moved := 0
 	for _, rec := range recs {
@@ -1106,7 +1161,7 @@ func (r *router) placeFor(ctx context.Context, rec store.Record) (*clusterRun, e
 // that sees no pod claimed) and tells its executor.
 func (r *router) move(ctx context.Context, rec store.Record, to *clusterRun) error {
 	rec.Epoch = 0 // the placer's move is unfenced: the version is its guard
-	out, err := r.rows.Move(ctx, rec, to.instance, to.name)
+	out, err := r.rows.Move(ctx, rec, to.target(rec.ID), to.name)
 	if err != nil {
 		return err
 	}
