@@ -532,7 +532,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &router{st: st, instanceID: cfg.InstanceID, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
+	r := &router{st: st, instanceID: cfg.InstanceID, shards: cfg.Shards, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
 	placements := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "kubetask_placement_seconds", Help: "Time of each submission's placement on a cluster (the clusters' states read, each executor's free slots, the choice), part of its store step.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -559,10 +559,6 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		ec.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": tg.name}, reg)
 		ec.Logger = log.With("cluster", tg.name)
 		ec.InstanceID = ccfg.InstanceID
-		ex, err := executor.New(ec)
-		if err != nil {
-			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
-		}
 		probeNS := metav1.NamespaceAll // the instance's first namespace: one its credentials must cover
 		if len(ec.Namespaces) > 0 {
 			probeNS = ec.Namespaces[0]
@@ -570,6 +566,22 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		probe := func(ctx context.Context) error { // a list of one pod: what the instance's caches need
 			_, err := client.CoreV1().Pods(probeNS).List(ctx, metav1.ListOptions{Limit: 1})
 			return err
+		}
+		if cfg.Shards > 0 {
+			// A replica group per cluster: its shard instances, their
+			// Leases and the members' in that cluster.
+			rep, err := newReplica(ccfg, ec, tg.rc, ccfg.InstanceID, st, ec.Registerer, ec.Logger)
+			if err != nil {
+				return nil, nil, fmt.Errorf("replica of cluster %s: %w", tg.name, err)
+			}
+			r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID,
+				instances: rep.Instances(), instanceFor: rep.Instance, run: &runner{api: rep, start: rep.Run, ready: rep.Ready}, client: client,
+				free: rep.Free, resync: rep.Resync, stranded: rep.Stranded, nextInLine: rep.NextInLine, probe: probe})
+			continue
+		}
+		ex, err := executor.New(ec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
 		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), client: client,
 			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/internal/replica"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 )
@@ -567,21 +568,22 @@ func (c *Config) validateSlots() []error {
 }
 
 // validateClusters checks Clusters: valid, distinct names whose instance
-// IDs are label values, valid labels, and no shards (not yet: a replica
-// group over several clusters is docs/multicluster.md's step 3 still).
+// IDs (with shards, each cluster's shard instances) are label values, and
+// valid labels.
 func (c *Config) validateClusters() []error {
 	var errs []error
-	if len(c.Clusters) > 0 && c.Shards > 0 {
-		errs = append(errs, errors.New("clusters and shards: a replica group over several clusters is not built yet; run one process (shards 0) with clusters, or one group per cluster"))
-	}
 	seen := map[string]bool{}
 	for i, cl := range c.Clusters {
 		field := fmt.Sprintf("clusters[%d]", i)
 		if err := store.ValidateClusterName(cl.Name); err != nil {
 			errs = append(errs, fmt.Errorf("%s.name: %w", field, err))
 		} else {
-			for _, msg := range validation.IsValidLabelValue(c.InstanceID + "-" + cl.Name) {
-				errs = append(errs, fmt.Errorf("%s.name %q: its executor instance %q must be a label value: %s (a shorter instanceID or name)", field, cl.Name, c.InstanceID+"-"+cl.Name, msg))
+			inst := c.InstanceID + "-" + cl.Name
+			if c.Shards > 0 {
+				inst = replica.ShardID(inst, c.Shards-1)
+			}
+			for _, msg := range validation.IsValidLabelValue(inst) {
+				errs = append(errs, fmt.Errorf("%s.name %q: its executor instance %q must be a label value: %s (a shorter instanceID or name)", field, cl.Name, inst, msg))
 			}
 		}
 		if seen[cl.Name] {

@@ -70,9 +70,9 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"clusters' instance IDs too long": {edit: func(c *Config) {
 			c.InstanceID, c.Clusters = strings.Repeat("i", 40), []ClusterConfig{{Name: strings.Repeat("c", 30)}}
 		}, errs: []string{"must be a label value", "a shorter instanceID or name"}},
-		"clusters with shards": {edit: func(c *Config) {
-			c.Store, c.Shards, c.Clusters = "postgres://db/k", 2, []ClusterConfig{{Name: "east"}}
-		}, errs: []string{"clusters and shards: a replica group over several clusters is not built yet"}},
+		"clusters with shards whose instances are too long": {edit: func(c *Config) {
+			c.Store, c.Shards, c.InstanceID, c.Clusters = "postgres://db/k", 200, strings.Repeat("k", 40), []ClusterConfig{{Name: "east-region-1"}}
+		}, errs: []string{`clusters[0].name "east-region-1": its executor instance "` + strings.Repeat("k", 40) + `-east-region-1-shard-199" must be a label value`}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {

@@ -37,6 +37,16 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 		}
 		return singleRunner(ex), nil
 	}
+	r, err := newReplica(cfg, ec, rc, cfg.InstanceID, st, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	return &runner{api: r, start: r.Run, ready: r.Ready}, nil
+}
+
+// newReplica builds this process's replica of group, whose shards'
+// executors are ec's on rc's cluster (their Leases there too).
+func newReplica(cfg Config, ec executor.Config, rc *rest.Config, group string, st store.Store, reg prometheus.Registerer, log *slog.Logger) (*replica.Replica, error) {
 	// The shards' executors share one client at the executor's QPS, beside
 	// the service's own (dry runs, logs, auth reviews), as a single
 	// executor has its own: the same QPS per process either way.
@@ -61,17 +71,13 @@ func newRunner(cfg Config, ec executor.Config, rc *rest.Config, st store.Store, 
 		return nil, fmt.Errorf("kubernetes client for leases: %w", err)
 	}
 	repc := replica.Config{
-		Client: leaseClient, Namespace: cfg.LeaseNamespace, Group: cfg.InstanceID, Identity: cfg.ReplicaID,
+		Client: leaseClient, Namespace: cfg.LeaseNamespace, Group: group, Identity: cfg.ReplicaID,
 		Shards: cfg.Shards, LeaseDuration: ec.LeaseDuration, RetryPeriod: ec.RetryPeriod,
 		Executor: func(int) executor.Config { return ec },
 		Changes:  changes, Registerer: reg, Logger: log,
 	}
 	repc.Groups, _ = st.(store.Groups)
-	r, err := replica.New(repc)
-	if err != nil {
-		return nil, err
-	}
-	return &runner{api: r, start: r.Run, ready: r.Ready}, nil
+	return replica.New(repc)
 }
 
 // leaseSettings sets ec's Lease fields from cfg.

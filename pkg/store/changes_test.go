@@ -11,9 +11,11 @@ import (
 	"github.com/kubetask/kubetask/pkg/store"
 )
 
-// TestPostgresChanges: a created record and a cancelled one are announced
-// to a listener, other updates are not, and a listener whose connection is
-// cut listens again and says so with the zero Change.
+// TestPostgresChanges: a created record, a cancelled one and one moved to
+// another instance (Clusters.Move) are announced to a listener, for the
+// record's executor (the new one's, after a move); other updates are not,
+// and a listener whose connection is cut listens again and says so with
+// the zero Change.
 func TestPostgresChanges(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -69,6 +71,19 @@ func TestPostgresChanges(t *testing.T) {
 	}
 	if c := next("second create"); c != (store.Change{Executor: "shard-1", ID: "t2"}) {
 		t.Fatalf("after the second create (an update was announced?): %+v", c)
+	}
+	t4, _, err := s.Create(ctx, store.Record{ID: "t4", Executor: "east-shard-0", Cluster: "east", Phase: "Pending"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := next("a third create"); c != (store.Change{Executor: "east-shard-0", ID: "t4"}) {
+		t.Fatalf("after the third create: %+v", c)
+	}
+	if _, err := s.(store.Clusters).Move(ctx, t4, "west-shard-1", "west"); err != nil {
+		t.Fatal(err)
+	}
+	if c := next("move"); c != (store.Change{Executor: "west-shard-1", ID: "t4"}) {
+		t.Fatalf("after the move to west-shard-1: %+v", c)
 	}
 
 	// Cut the listening connection: it listens again, with the zero Change.

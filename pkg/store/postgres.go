@@ -264,6 +264,13 @@ var postgresMigrations = []string{
 		version    bigint NOT NULL,
 		updated_at bigint NOT NULL
 	);`,
+	// Migration 7: a record moved to another instance (Clusters.Move: to
+	// another cluster, where a replica group's shard instance runs it) is
+	// announced as a created one is, for the replica that runs its new
+	// executor.
+	`CREATE TRIGGER tasks_moved AFTER UPDATE OF executor ON tasks
+		FOR EACH ROW WHEN (OLD.executor IS DISTINCT FROM NEW.executor)
+		EXECUTE FUNCTION kubetask_notify_task();`,
 }
 
 var _ Store = (*postgresStore)(nil)

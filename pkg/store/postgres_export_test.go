@@ -104,6 +104,8 @@ func PostgresInsertAtSchema(ctx context.Context, c *pgx.Conn, rec Record, versio
 		n = 26
 	case 4, 5:
 		n = 28
+	case 6:
+		n = 29
 	}
 	cols := strings.Split(postgresColumns, ",")[:n]
 	marks := make([]string, len(cols))
