@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -209,6 +211,55 @@ func (r *router) unconfigured(name string) *clusterRun {
 		}
 	}
 	return c
+}
+
+// strandedPods counts, from cluster c's API server, the tasks of which c
+// shows pods of its instances (every shard's) while their records are
+// placed on another cluster or on none: what executor.Stranded counts in
+// one instance's caches (pods of lost attempts, or of attempts moved away
+// before their pods were recorded), for a replica group whose shards other
+// processes run too. namespaces are the executors' (none: all).
+func (r *router) strandedPods(ctx context.Context, c *clusterRun, namespaces []string) (int, error) {
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	// Not released: as the executors' caches select (a kept pod, released,
+	// is done with).
+	unreleased, err := labels.NewRequirement(task.LabelReleased, selection.DoesNotExist, nil)
+	if err != nil {
+		return 0, err
+	}
+	sel := task.ManagedSelector().Add(*unreleased).String()
+	runs := map[string]bool{}
+	for _, ns := range namespaces {
+		list, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return 0, fmt.Errorf("listing the task pods of cluster %s: %w", c.name, err)
+		}
+		for i := range list.Items {
+			pod := &list.Items[i]
+			if !c.has(pod.Labels[task.LabelExecutor]) {
+				continue
+			}
+			if id, _, err := task.IdentityFromPod(pod); err == nil {
+				runs[id.RunID] = true
+			}
+		}
+	}
+	n := 0
+	for id := range runs {
+		rec, err := r.st.Get(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue
+		case err != nil:
+			return n, fmt.Errorf("reading task %s: %w", id, err)
+		}
+		if rec.Cluster != c.name {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // tasksOn lists the unfinished tasks placed on cluster c's instances.
@@ -476,13 +527,18 @@ func (r *router) Healthy() error {
 	return errors.Join(errs...)
 }
 
-// ready is every cluster's executor's readiness.
+// ready is nil while some cluster's executor (or replica) is ready: the
+// service places tasks on the clusters that answer, so one cluster that
+// does not (Unreachable) must not take the whole service out of its
+// load balancer; the error names every cluster's when none is.
 func (r *router) ready() error {
 	var errs []error
 	for _, c := range r.clusters {
-		if err := c.run.ready(); err != nil {
-			errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
+		err := c.run.ready()
+		if err == nil {
+			return nil
 		}
+		errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
 	}
 	return errors.Join(errs...)
 }
@@ -574,9 +630,13 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			if err != nil {
 				return nil, nil, fmt.Errorf("replica of cluster %s: %w", tg.name, err)
 			}
-			r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID,
+			c := &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID,
 				instances: rep.Instances(), instanceFor: rep.Instance, run: &runner{api: rep, start: rep.Run, ready: rep.Ready}, client: client,
-				free: rep.Free, resync: rep.Resync, stranded: rep.Stranded, nextInLine: rep.NextInLine, probe: probe})
+				free: rep.Free, resync: rep.Resync, nextInLine: rep.NextInLine, probe: probe}
+			// This replica runs some of the group's shards: what is
+			// stranded there is read from the cluster's pods, all shards'.
+			c.stranded = func(ctx context.Context) (int, error) { return r.strandedPods(ctx, c, ec.Namespaces) }
+			r.clusters = append(r.clusters, c)
 			continue
 		}
 		ex, err := executor.New(ec)

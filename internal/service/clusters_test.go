@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -719,5 +721,74 @@ func TestRouterRebalances(t *testing.T) {
 				t.Errorf("east told of %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestRouterReadyWhileOneClusterAnswers: a service with several clusters
+// is ready while one of them answers (its load balancer keeps sending it
+// tasks, which go to that cluster), and not when none does.
+func TestRouterReadyWhileOneClusterAnswers(t *testing.T) {
+	answers := map[string]bool{"east": false, "west": true}
+	r := &router{}
+	for _, name := range []string{"east", "west"} {
+		r.clusters = append(r.clusters, &clusterRun{name: name, run: &runner{ready: func() error {
+			if !answers[name] {
+				return errors.New("no lease")
+			}
+			return nil
+		}}})
+	}
+	if err := r.ready(); err != nil {
+		t.Errorf("ready with west answering: %v", err)
+	}
+	answers["west"] = false
+	if err := r.ready(); err == nil || !strings.Contains(err.Error(), "cluster east: no lease") || !strings.Contains(err.Error(), "cluster west: no lease") {
+		t.Errorf("ready with no cluster answering: %v; want both named", err)
+	}
+}
+
+// TestStrandedPods: a replica group's cluster counts, from its API server,
+// the tasks with unreleased pods of its instances whose records are placed
+// elsewhere: not a task placed there, not a released pod, not another
+// group's pod.
+func TestStrandedPods(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	client := fake.NewClientset()
+	c := &clusterRun{name: "east", instance: "svc-east", instances: []string{"svc-east-shard-0", "svc-east-shard-1"}, client: client}
+	r := &router{st: st}
+	for _, p := range []struct {
+		id, cluster, instance string
+		released              bool
+	}{
+		{"moved", "west", "svc-east-shard-1", false},
+		{"lost", "", "svc-east-shard-0", false},
+		{"here", "east", "svc-east-shard-0", false},
+		{"released", "west", "svc-east-shard-0", true},
+		{"other", "west", "svc-north-shard-0", false},
+	} {
+		tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: p.id, Namespace: "ns"}}
+		tk.Spec.MainContainer, tk.Spec.Template.Spec.Containers = "main", []corev1.Container{{Name: "main", Image: "busybox"}}
+		doc, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := store.Record{ID: p.id, Namespace: "ns", Name: p.id, Nonce: "n" + p.id, Task: doc, Cluster: p.cluster, Phase: "Running"}
+		if _, _, err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		pod, err := task.BuildPod(tk, task.Identity{Namespace: "ns", Name: p.id, RunID: p.id, Executor: p.instance, Nonce: rec.Nonce}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.released {
+			pod.Labels[task.LabelReleased] = "true"
+		}
+		if _, err := client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := r.strandedPods(ctx, c, []string{"ns"}); err != nil || n != 2 {
+		t.Errorf("strandedPods = %d, %v; want 2 (moved and lost)", n, err)
 	}
 }
