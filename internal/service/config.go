@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/internal/replica"
+	"github.com/kubetask/kubetask/internal/server"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/store"
 )
