@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -356,5 +357,36 @@ func TestStranded(t *testing.T) {
 	g.update("a", func(r *store.Record) { r.Executor, r.Cluster = "other", "west" })
 	if n, err := g.ex.Stranded(g.ctx); err != nil || n != 0 {
 		t.Errorf("an executor without a cluster: Stranded = %d, %v; want 0", n, err)
+	}
+}
+
+// TestRecordOnlyNeedsNoClient: a RecordOnly executor (the view of an
+// instance that runs in a cluster this process cannot reach) is built
+// without RESTConfig or Client, records a submission for its instance and
+// cluster, reads and cancels through the store, and refuses to start.
+func TestRecordOnlyNeedsNoClient(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	ex, err := New(Config{InstanceID: "svc-west", Cluster: "west", RecordOnly: true, Store: st})
+	if err != nil {
+		t.Fatalf("a RecordOnly executor without a client: %v", err)
+	}
+	tk := newTask()
+	tk.Namespace = "ns"
+	rec, err := ex.Submit(ctx, "a", tk)
+	if err != nil || rec.Executor != "svc-west" || rec.Cluster != "west" {
+		t.Fatalf("Submit: %+v, %v; want recorded for svc-west on west", rec, err)
+	}
+	if err := ex.Cancel(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ex.Get(ctx, "a"); err != nil || got.CancelledAt.IsZero() {
+		t.Errorf("Get after Cancel: %+v, %v; want the cancellation recorded", got, err)
+	}
+	if err := ex.Start(ctx); err == nil {
+		t.Error("a RecordOnly executor started")
+	}
+	if _, err := New(Config{InstanceID: "svc-west", Store: st}); err == nil || !strings.Contains(err.Error(), "RESTConfig is required") {
+		t.Errorf("an executor that runs, without a client: %v; want RESTConfig required", err)
 	}
 }

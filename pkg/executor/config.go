@@ -204,13 +204,15 @@ type Config struct {
 	// runs them elsewhere (a replica's view of a shard another replica owns):
 	// Submit and Cancel write the Store and queue nothing, Get reads the
 	// Store, and Start refuses to run. The owner learns of the change from
-	// the Store (store.Changes) or its resync.
+	// the Store (store.Changes) or its resync. It needs no RESTConfig or
+	// Client: the instance may run in a cluster this process cannot reach
+	// (a cluster run by an agent).
 	RecordOnly bool
 }
 
 func (c *Config) defaults() error {
 	var errs []error
-	if c.RESTConfig == nil && (c.Client == nil || c.Execer == nil) {
+	if c.RESTConfig == nil && (c.Client == nil || c.Execer == nil) && !c.RecordOnly {
 		errs = append(errs, errors.New("RESTConfig is required (or both Client and Execer)"))
 	}
 	if c.InstanceID == "" {

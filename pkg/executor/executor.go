@@ -213,7 +213,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.RESTConfig != nil {
 		rc = countingConfig(cfg.RESTConfig, cfg.QPS, cfg.Burst, e.metrics.apiRequests)
 	}
-	if e.client == nil {
+	if e.client == nil && rc != nil {
 		c, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, fmt.Errorf("creating client: %w", err)
@@ -221,7 +221,7 @@ func New(cfg Config) (*Executor, error) {
 		e.client = c
 	}
 	e.execer = cfg.Execer
-	if e.execer == nil {
+	if e.execer == nil && e.client != nil {
 		e.execer = attempt.NewExecer(rc, e.client)
 	}
 	// Per-task exponential backoff for failed passes (429, 5xx, exceeded
