@@ -37,6 +37,9 @@ type target struct {
 	name   string
 	labels map[string]string
 	rc     *rest.Config
+	// remote: another process runs it (an agent; in an agent, every
+	// cluster but its own); rc is nil.
+	remote bool
 }
 
 // targets returns the clusters cfg runs tasks on: cfg.Clusters, each
@@ -47,6 +50,10 @@ func targets(cfg Config, rc *rest.Config) ([]target, error) {
 	}
 	out := make([]target, 0, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
+		if cfg.Agent != c.Name && (cfg.Agent != "" || c.Agent) {
+			out = append(out, target{name: c.Name, labels: c.Labels, remote: true})
+			continue
+		}
 		crc, err := clusterRESTConfig(c)
 		if err != nil {
 			return nil, fmt.Errorf("clusters[%d] (%s): %w", i, c.Name, err)
@@ -102,6 +109,9 @@ type clusterRun struct {
 	// credentials allow (nil: never asked); checkClusters asks a quiet
 	// cluster, to tell refused credentials from silence.
 	probe func(ctx context.Context) error
+	// remote: another process runs the cluster's executors (an agent, or,
+	// in an agent, every cluster but its own): the run is a remoteCluster.
+	remote bool
 	// quietSince is when the instance was first seen not answering since
 	// it last did (zero: it answers); only the router's loop uses it.
 	quietSince time.Time
@@ -150,6 +160,14 @@ type router struct {
 	// instanceID-NAME (instanceOf), with shards that group's ShardIDs.
 	instanceID string
 	shards     int
+	// agent is the cluster this process is the agent of ("": the
+	// service): it checks that cluster only, and places nothing.
+	agent string
+	// groups keeps the heartbeats of the processes that run clusters
+	// (nil: a store without groups; then no cluster is remote).
+	groups store.Groups
+	// identity and leaseNamespace name this process in them.
+	identity, leaseNamespace string
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
@@ -558,7 +576,10 @@ func (r *router) start(ctx context.Context) error {
 			errs <- err
 		}()
 	}
-	if r.rows != nil {
+	if r.agent != "" || slices.ContainsFunc(r.clusters, func(c *clusterRun) bool { return c.remote }) {
+		go r.remoteEvery(ctx)
+	}
+	if r.rows != nil && r.agent == "" { // an agent places nothing
 		go r.every(ctx, placeInterval, "placing the unplaced tasks", func(ctx context.Context) error {
 			n, err := r.placeUnplaced(ctx)
 			if n > 0 {
@@ -566,6 +587,8 @@ func (r *router) start(ctx context.Context) error {
 			}
 			return err
 		})
+	}
+	if r.rows != nil {
 		go r.every(ctx, checkInterval, "checking the clusters", func(ctx context.Context) error { return r.checkClusters(ctx, time.Now()) })
 	}
 	var all []error
@@ -588,7 +611,9 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &router{st: st, instanceID: cfg.InstanceID, shards: cfg.Shards, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get()}
+	r := &router{st: st, instanceID: cfg.InstanceID, shards: cfg.Shards, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get(),
+		agent: cfg.Agent, identity: processIdentity(cfg), leaseNamespace: cfg.LeaseNamespace}
+	r.groups, _ = st.(store.Groups)
 	placements := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "kubetask_placement_seconds", Help: "Time of each submission's placement on a cluster (the clusters' states read, each executor's free slots, the choice), part of its store step.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -600,6 +625,19 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	r.rows, _ = st.(store.Clusters)
 	var first *kubernetes.Clientset
 	for _, tg := range tgts {
+		if tg.remote {
+			if r.groups == nil {
+				return nil, nil, fmt.Errorf("cluster %s is run by an agent: the store must keep groups (PostgreSQL)", tg.name)
+			}
+			ec := exConfig(nil, nil)
+			ec.Registerer, ec.Logger = nil, log.With("cluster", tg.name)
+			c, _, err := r.newRemoteCluster(cfg, tg.name, tg.labels, ec)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.clusters = append(r.clusters, c)
+			continue
+		}
 		client, err := serviceClient(cfg, tg.rc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("kubernetes client of cluster %s: %w", tg.name, err)
@@ -971,8 +1009,8 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 	var errs []error
 	for _, c := range r.clusters {
 		row, ok := byName[c.name]
-		if !ok {
-			continue
+		if !ok || c.remote && r.agent != "" {
+			continue // an agent checks its own cluster only
 		}
 		reach := false // became Unreachable, or answers again
 		seen := placement.Seen{State: row.State, Answers: c.run.ready() == nil}
@@ -989,7 +1027,11 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 			cancel()
 		}
-		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.stranded != nil {
+		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.remote {
+			// What is stranded there only its agent sees: it makes the
+			// cluster Ready once none is.
+			seen.Stranded = 1
+		} else if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.stranded != nil {
 			if seen.Stranded, err = c.stranded(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
 				continue
@@ -1010,7 +1052,7 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			row = written
 			r.setState(written)
 		}
-		if row.State == store.ClusterUnreachable {
+		if row.State == store.ClusterUnreachable && r.agent == "" { // an agent moves nothing
 			if n, err := r.moveQuiet(ctx, c); err != nil {
 				errs = append(errs, err)
 			} else if n > 0 {
@@ -1026,6 +1068,8 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 	// The states as written, for the next placements and the moves below.
 	if err := r.refreshStates(ctx); err != nil {
 		errs = append(errs, err)
+	} else if r.agent != "" {
+		// An agent places nothing.
 	} else if n, err := r.rebalance(ctx); err != nil {
 		errs = append(errs, err)
 	} else if n > 0 {

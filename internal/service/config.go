@@ -178,6 +178,12 @@ type Config struct {
 	// Unreachable: no new placement, and its tasks without a pod move to
 	// another cluster. Default 30s.
 	UnreachableAfter Duration `json:"unreachableAfter,omitempty"`
+	// Agent, when set (--agent NAME), makes this process the agent of
+	// cluster NAME of Clusters (one marked agent): it runs that cluster's
+	// executors only, with the cluster's kubeconfig (or, in a pod, its
+	// service account), against the service's PostgreSQL store, and places
+	// nothing. Default: the service.
+	Agent string `json:"agent,omitempty"`
 }
 
 // ClusterConfig is one cluster of Config.Clusters.
@@ -193,6 +199,12 @@ type ClusterConfig struct {
 	// Labels are the cluster's labels (region: eu, gpu: a100), which tasks'
 	// spec.placement.clusterSelector match.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Agent says an agent runs the cluster's executors (pull,
+	// docs/multicluster.md): `kubetask serve --agent NAME` in that cluster,
+	// with this configuration and the same PostgreSQL store. The service
+	// holds no client for it (Kubeconfig and Context are the agent's), and
+	// records the tasks it places there for the agent to run.
+	Agent bool `json:"agent,omitempty"`
 }
 
 // Duration is a Go duration written as a string ("90s", "720h").
@@ -572,6 +584,13 @@ func (c *Config) validateSlots() []error {
 // valid labels.
 func (c *Config) validateClusters() []error {
 	var errs []error
+	agents := slices.ContainsFunc(c.Clusters, func(cl ClusterConfig) bool { return cl.Agent })
+	switch {
+	case c.Agent != "" && !slices.ContainsFunc(c.Clusters, func(cl ClusterConfig) bool { return cl.Name == c.Agent && cl.Agent }):
+		errs = append(errs, fmt.Errorf("agent %q: not a cluster of clusters marked agent: true (--agent names the cluster this agent runs; mark it agent: true, as the service's configuration does)", c.Agent))
+	case (agents || c.Agent != "") && !c.isPostgres():
+		errs = append(errs, fmt.Errorf("clusters run by agents: the service and its agents share their tasks through PostgreSQL: use --store postgres, not %q", redactURL(c.Store)))
+	}
 	seen := map[string]bool{}
 	for i, cl := range c.Clusters {
 		field := fmt.Sprintf("clusters[%d]", i)

@@ -73,6 +73,15 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		"clusters with shards whose instances are too long": {edit: func(c *Config) {
 			c.Store, c.Shards, c.InstanceID, c.Clusters = "postgres://db/k", 200, strings.Repeat("k", 40), []ClusterConfig{{Name: "east-region-1"}}
 		}, errs: []string{`clusters[0].name "east-region-1": its executor instance "` + strings.Repeat("k", 40) + `-east-region-1-shard-199" must be a label value`}},
+		"an agent's cluster": {edit: func(c *Config) {
+			c.Store, c.Agent, c.Clusters = "postgres://db/k", "west", []ClusterConfig{{Name: "east"}, {Name: "west", Agent: true}}
+		}},
+		"an agent of a cluster not marked agent": {edit: func(c *Config) {
+			c.Store, c.Agent, c.Clusters = "postgres://db/k", "east", []ClusterConfig{{Name: "east"}, {Name: "west", Agent: true}}
+		}, errs: []string{`agent "east": not a cluster of clusters marked agent: true`}},
+		"agents without PostgreSQL": {edit: func(c *Config) {
+			c.Clusters = []ClusterConfig{{Name: "east"}, {Name: "west", Agent: true}}
+		}, errs: []string{"clusters run by agents: the service and its agents share their tasks through PostgreSQL"}},
 		"group name too long": {edit: func(c *Config) { c.Store, c.Shards, c.InstanceID = "postgres://db/k", 10, strings.Repeat("g", 60) }, errs: []string{"names the replica group"}},
 	}
 	for name, tc := range cases {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,7 +115,8 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	// The replicas of a group share their events, so that a watch on any
 	// replica sees every task.
 	var sharer *eventSharer
-	if bus, ok := st.(store.Broadcaster); ok && cfg.Shards > 0 {
+	agents := cfg.Agent != "" || slices.ContainsFunc(cfg.Clusters, func(c ClusterConfig) bool { return c.Agent })
+	if bus, ok := st.(store.Broadcaster); ok && (cfg.Shards > 0 || agents) {
 		sharer = newEventSharer(bus, func() publisher {
 			srvMu.Lock()
 			defer srvMu.Unlock()
@@ -180,9 +182,13 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		}
 	} else {
 		var r *router
-		r, client, err = newRouter(ctx, cfg, st, reg, log, exConfig)
+		var first *kubernetes.Clientset
+		r, first, err = newRouter(ctx, cfg, st, reg, log, exConfig)
 		if err != nil {
 			return err
+		}
+		if first != nil { // else every cluster is an agent's: the home cluster's client
+			client = first
 		}
 		r.publish = onEvent
 		run = &runner{api: r, start: r.start, ready: r.ready}
