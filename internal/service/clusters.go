@@ -1068,12 +1068,12 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 	// The states as written, for the next placements and the moves below.
 	if err := r.refreshStates(ctx); err != nil {
 		errs = append(errs, err)
-	} else if r.agent != "" {
-		// An agent places nothing.
-	} else if n, err := r.rebalance(ctx); err != nil {
-		errs = append(errs, err)
-	} else if n > 0 {
-		r.log.Info("moved waiting tasks to clusters with free slots", "tasks", n)
+	} else if r.agent == "" { // an agent places nothing
+		if n, err := r.rebalance(ctx); err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			r.log.Info("moved waiting tasks to clusters with free slots", "tasks", n)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -44,7 +44,9 @@ func (f *fakeGroups) Members(_ context.Context, group string, _ time.Duration) (
 	return nil, nil
 }
 
-func (f *fakeGroups) UnfinishedByExecutor(context.Context) (map[string]int, error) { return f.counts, nil }
+func (f *fakeGroups) UnfinishedByExecutor(context.Context) (map[string]int, error) {
+	return f.counts, nil
+}
 
 // TestRemoteCluster: a cluster run by an agent, as the service sees it. A
 // task placed there is recorded for the agent's instance (its shard's,
