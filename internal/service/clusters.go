@@ -94,6 +94,10 @@ type clusterRun struct {
 	// resync brings a task placed on the cluster to its executor's notice
 	// (executor.Executor.Resync); nil in tests.
 	resync func(id string)
+	// resyncAll brings every task of a single executor (not a replica
+	// group's, which follows the store's changes itself) to its notice
+	// again; nil otherwise.
+	resyncAll func(ctx context.Context) error
 	// stranded is the executor's Stranded.
 	stranded func(ctx context.Context) (int, error)
 	// nextInLine is the executor's NextInLine (nil: its lines are not
@@ -578,6 +582,9 @@ func (r *router) start(ctx context.Context) error {
 	}
 	if r.agent != "" || slices.ContainsFunc(r.clusters, func(c *clusterRun) bool { return c.remote }) {
 		go r.remoteEvery(ctx)
+		if ch, ok := r.st.(store.Changes); ok {
+			go r.followChanges(ctx, ch)
+		}
 	}
 	if r.rows != nil && r.agent == "" { // an agent places nothing
 		go r.every(ctx, placeInterval, "placing the unplaced tasks", func(ctx context.Context) error {
@@ -682,7 +689,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
 		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), client: client,
-			free: ex.Free, resync: ex.Resync, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})
+			free: ex.Free, resync: ex.Resync, resyncAll: ex.ResyncAll, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		return nil, nil, err

@@ -171,6 +171,33 @@ func (r *router) refreshRemote(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// followChanges tells this process's single executors of the tasks
+// another process recorded for them, or cancelled (the store's change
+// feed: an agent's executor hears so of the tasks the service placed on
+// its cluster), and has them look at every task again when the feed says
+// changes may have been missed. A replica group's executors follow the
+// feed themselves.
+func (r *router) followChanges(ctx context.Context, ch store.Changes) {
+	err := ch.WatchChanges(ctx, func(chg store.Change) {
+		for _, c := range r.clusters {
+			if c.remote || c.resyncAll == nil {
+				continue
+			}
+			switch {
+			case chg.ID == "":
+				if err := c.resyncAll(ctx); err != nil && ctx.Err() == nil {
+					r.log.Warn("resync after the store's change feed reconnected", "cluster", c.name, "err", err)
+				}
+			case c.has(chg.Executor):
+				c.resync(chg.ID)
+			}
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		r.log.Error("the store's change feed ended", "err", err)
+	}
+}
+
 // processIdentity names this process among those that run a cluster:
 // its ReplicaID, else host name and process ID.
 func processIdentity(cfg Config) string {
