@@ -220,13 +220,13 @@ func TestPrintClusters(t *testing.T) {
 	var b bytes.Buffer
 	if err := printClusters(&b, []api.Cluster{
 		{Name: "east", State: "Draining", Since: *ago(2 * time.Minute), Reason: "Drained", Message: "drained by an operator", Labels: map[string]string{"region": "eu"}},
-		{Name: "west", State: "Ready"},
+		{Name: "west", State: "Ready", Mode: "agent"},
 	}, t0); err != nil {
 		t.Fatal(err)
 	}
-	want := `NAME   STATE      SINCE   LABELS      MESSAGE
-east   Draining   2m      region=eu   drained by an operator
-west   Ready      -       -           
+	want := `NAME   STATE      SINCE   LABELS      MODE    MESSAGE
+east   Draining   2m      region=eu   -       drained by an operator
+west   Ready      -       -           agent   
 `
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)

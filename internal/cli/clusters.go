@@ -125,13 +125,13 @@ func printClusters(w io.Writer, clusters []api.Cluster, now time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tSINCE\tLABELS\tMESSAGE")
+	fmt.Fprintln(tw, "NAME\tSTATE\tSINCE\tLABELS\tMODE\tMESSAGE")
 	for _, c := range clusters {
 		since := "-"
 		if !c.Since.IsZero() {
 			since = age(now, c.Since)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.State, since, orDash(labelText(c.Labels)), oneLine(c.Message, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.State, since, orDash(labelText(c.Labels)), orDash(c.Mode), oneLine(c.Message, 80))
 	}
 	return tw.Flush()
 }

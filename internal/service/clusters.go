@@ -40,6 +40,8 @@ type target struct {
 	// remote: another process runs it (an agent; in an agent, every
 	// cluster but its own); rc is nil.
 	remote bool
+	// agent: the configuration marks it agent.
+	agent bool
 }
 
 // targets returns the clusters cfg runs tasks on: cfg.Clusters, each
@@ -51,14 +53,14 @@ func targets(cfg Config, rc *rest.Config) ([]target, error) {
 	out := make([]target, 0, len(cfg.Clusters))
 	for i, c := range cfg.Clusters {
 		if cfg.Agent != c.Name && (cfg.Agent != "" || c.Agent) {
-			out = append(out, target{name: c.Name, labels: c.Labels, remote: true})
+			out = append(out, target{name: c.Name, labels: c.Labels, remote: true, agent: c.Agent})
 			continue
 		}
 		crc, err := clusterRESTConfig(c)
 		if err != nil {
 			return nil, fmt.Errorf("clusters[%d] (%s): %w", i, c.Name, err)
 		}
-		out = append(out, target{name: c.Name, labels: c.Labels, rc: crc})
+		out = append(out, target{name: c.Name, labels: c.Labels, rc: crc, agent: c.Agent})
 	}
 	return out, nil
 }
@@ -116,6 +118,8 @@ type clusterRun struct {
 	// remote: another process runs the cluster's executors (an agent, or,
 	// in an agent, every cluster but its own): the run is a remoteCluster.
 	remote bool
+	// byAgent: the configuration marks it agent (its row's mode).
+	byAgent bool
 	// quietSince is when the instance was first seen not answering since
 	// it last did (zero: it answers); only the router's loop uses it.
 	quietSince time.Time
@@ -201,14 +205,24 @@ func (r *router) ensureRows(ctx context.Context) error {
 		return nil
 	}
 	for _, c := range r.clusters {
-		_, err := r.rows.GetCluster(ctx, c.name)
+		mode := store.ClusterPush
+		if c.byAgent {
+			mode = store.ClusterAgent
+		}
+		row, err := r.rows.GetCluster(ctx, c.name)
 		if err == nil {
+			if row.Mode != mode { // the configuration changed how it runs
+				row.Mode = mode
+				if _, err := r.rows.PutCluster(ctx, row); err != nil && !errors.Is(err, store.ErrConflict) {
+					return fmt.Errorf("writing cluster %s: %w", c.name, err)
+				}
+			}
 			continue
 		}
 		if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("reading cluster %s: %w", c.name, err)
 		}
-		_, err = r.rows.PutCluster(ctx, store.Cluster{Name: c.name, State: store.ClusterReady, Labels: c.labels})
+		_, err = r.rows.PutCluster(ctx, store.Cluster{Name: c.name, State: store.ClusterReady, Labels: c.labels, Mode: mode})
 		if err != nil && !errors.Is(err, store.ErrConflict) { // another process wrote it first
 			return fmt.Errorf("writing cluster %s: %w", c.name, err)
 		}
@@ -642,6 +656,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			if err != nil {
 				return nil, nil, err
 			}
+			c.byAgent = tg.agent
 			r.clusters = append(r.clusters, c)
 			continue
 		}
@@ -675,7 +690,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 			if err != nil {
 				return nil, nil, fmt.Errorf("replica of cluster %s: %w", tg.name, err)
 			}
-			c := &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID,
+			c := &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, byAgent: tg.agent,
 				instances: rep.Instances(), instanceFor: rep.Instance, run: &runner{api: rep, start: rep.Run, ready: rep.Ready}, client: client,
 				free: rep.Free, resync: rep.Resync, nextInLine: rep.NextInLine, probe: probe}
 			// This replica runs some of the group's shards: what is
@@ -688,7 +703,7 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		if err != nil {
 			return nil, nil, fmt.Errorf("executor of cluster %s: %w", tg.name, err)
 		}
-		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, run: singleRunner(ex), client: client,
+		r.clusters = append(r.clusters, &clusterRun{name: tg.name, labels: tg.labels, instance: ccfg.InstanceID, byAgent: tg.agent, run: singleRunner(ex), client: client,
 			free: ex.Free, resync: ex.Resync, resyncAll: ex.ResyncAll, stranded: ex.Stranded, nextInLine: ex.NextInLine, probe: probe})
 	}
 	if err := r.ensureRows(ctx); err != nil {
@@ -773,7 +788,7 @@ func (r *router) Drain(ctx context.Context, name string, draining bool) (api.Clu
 
 // apiCluster is row as the API shows it, with the configured labels.
 func apiCluster(row store.Cluster, labels map[string]string) api.Cluster {
-	return api.Cluster{Name: row.Name, State: string(row.State), Since: row.Since, Reason: row.Reason, Message: row.Message, Labels: labels}
+	return api.Cluster{Name: row.Name, State: string(row.State), Since: row.Since, Reason: row.Reason, Message: row.Message, Labels: labels, Mode: string(row.Mode)}
 }
 
 // Lose declares cluster name lost (docs/multicluster.md, "A cluster

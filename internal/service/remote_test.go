@@ -65,9 +65,13 @@ func TestRemoteCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	west.byAgent = true
 	r.clusters = []*clusterRun{west}
 	if err := r.ensureRows(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if row, _ := st.GetCluster(ctx, "west"); row.Mode != store.ClusterAgent {
+		t.Errorf("west's row has mode %q, want agent", row.Mode)
 	}
 	if err := rc.ready(); err == nil {
 		t.Error("ready before any heartbeat was read")

@@ -207,6 +207,7 @@ type Cluster struct {
 	Reason  string            `json:"reason,omitempty" doc:"Why the cluster is in its state, one word."`
 	Message string            `json:"message,omitempty" doc:"Why, for people."`
 	Labels  map[string]string `json:"labels,omitempty" doc:"The cluster's labels, which tasks' spec.placement.clusterSelector match."`
+	Mode    string            `json:"mode,omitempty" doc:"push (the service runs its executors) or agent (kubetask serve --agent in that cluster does)." example:"push"`
 }
 
 // ClusterList is the clusters of a service, by name; empty for a service
