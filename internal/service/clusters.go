@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/internal/placement"
 	"github.com/kubetask/kubetask/internal/replica"
@@ -42,6 +44,9 @@ type target struct {
 	remote bool
 	// agent: the configuration marks it agent.
 	agent bool
+	// creds follow the changes of its kubeconfig (nil: in-cluster, or
+	// remote).
+	creds *liveCredentials
 }
 
 // targets returns the clusters cfg runs tasks on: cfg.Clusters, each
@@ -56,11 +61,11 @@ func targets(cfg Config, rc *rest.Config) ([]target, error) {
 			out = append(out, target{name: c.Name, labels: c.Labels, remote: true, agent: c.Agent})
 			continue
 		}
-		crc, err := clusterRESTConfig(c)
+		crc, creds, err := liveRESTConfig(c, filepath.Join(cfg.StateDir, "clusters", c.Name))
 		if err != nil {
 			return nil, fmt.Errorf("clusters[%d] (%s): %w", i, c.Name, err)
 		}
-		out = append(out, target{name: c.Name, labels: c.Labels, rc: crc, agent: c.Agent})
+		out = append(out, target{name: c.Name, labels: c.Labels, rc: crc, agent: c.Agent, creds: creds})
 	}
 	return out, nil
 }
@@ -176,6 +181,8 @@ type router struct {
 	groups store.Groups
 	// identity and leaseNamespace name this process in them.
 	identity, leaseNamespace string
+	// reloaders read the clusters' kubeconfigs again (Run runs them).
+	reloaders []*reloader
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
@@ -646,6 +653,9 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	r.rows, _ = st.(store.Clusters)
 	var first *kubernetes.Clientset
 	for _, tg := range tgts {
+		if tg.creds != nil {
+			r.reloaders = append(r.reloaders, newReloader("the kubeconfig of cluster "+tg.name, []string{tg.creds.kubeconfig}, tg.creds.reload, clock.RealClock{}, log.With("cluster", tg.name)))
+		}
 		if tg.remote {
 			if r.groups == nil {
 				return nil, nil, fmt.Errorf("cluster %s is run by an agent: the store must keep groups (PostgreSQL)", tg.name)

@@ -190,6 +190,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		if first != nil { // else every cluster is an agent's: the home cluster's client
 			client = first
 		}
+		reloaders = append(reloaders, r.reloaders...)
 		r.publish = onEvent
 		run = &runner{api: r, start: r.start, ready: r.ready}
 		clusters = r

@@ -45,7 +45,8 @@ import (
 //     started again;
 //   - credentials revoked: the service reaches west as a ServiceAccount
 //     whose ClusterRoleBinding is deleted (every request refused, 403),
-//     then made again;
+//     then rotated: the kubeconfig rewritten with another ServiceAccount's
+//     token, which the service takes without a restart;
 //   - removed from the configuration: the service restarted without west
 //     while tasks run there (west Unreachable, NotConfigured; its tasks
 //     keep their state), then with west again;
@@ -98,11 +99,12 @@ func TestChaosClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clusterChaos{t: t, west: west}
-	westKubeconfig := c.serviceAccount(ctx, dir)
+	c := &clusterChaos{t: t, west: west, westKubeconfig: filepath.Join(dir, "west-sa.kubeconfig")}
+	c.serviceAccount(ctx, saName)
+	westKubeconfig := c.westKubeconfig
 	cfg := filepath.Join(dir, "serve.yaml")
 	c.configure = func(withWest bool) {
-		doc := fmt.Sprintf("unreachableAfter: 5s\nclusters:\n- {name: east, kubeconfig: %q}\n", env.Kubeconfig)
+		doc := fmt.Sprintf("unreachableAfter: 5s\nreloadInterval: 1s\nclusters:\n- {name: east, kubeconfig: %q}\n", env.Kubeconfig)
 		if withWest {
 			doc += fmt.Sprintf("- {name: west, kubeconfig: %q}\n", westKubeconfig)
 		}
@@ -275,6 +277,10 @@ type clusterChaos struct {
 	// configuration, with west or without.
 	g         *group
 	configure func(withWest bool)
+	// westKubeconfig is the service's kubeconfig of west (a
+	// ServiceAccount's token), rewritten when revoke rotates it.
+	westKubeconfig string
+	rotations      int
 }
 
 func (c *clusterChaos) pause(ctx context.Context, d time.Duration) {
@@ -461,17 +467,20 @@ func (c *clusterChaos) loseAndReturn(ctx context.Context, w *workload) []string 
 	return ids
 }
 
-// serviceAccount makes the service's credentials for west a
-// ServiceAccount's token, bound to cluster-admin by a ClusterRoleBinding
-// that revoke deletes: it returns the kubeconfig's path.
-func (c *clusterChaos) serviceAccount(ctx context.Context, dir string) string {
+// saName is the ServiceAccount the service first reaches west as.
+const saName = "kubetask-chaos"
+
+// serviceAccount makes the service's credentials for west ServiceAccount
+// name's token, bound to cluster-admin by a ClusterRoleBinding of that
+// name (revoke deletes the first one's): it writes westKubeconfig (whole,
+// then renamed, as a Secret's volume swaps its files).
+func (c *clusterChaos) serviceAccount(ctx context.Context, name string) {
 	c.t.Helper()
 	cs := c.west.Client
-	const name = "kubetask-chaos"
 	if _, err := cs.CoreV1().ServiceAccounts("kube-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
-	c.bind(ctx)
+	c.bind(ctx, name)
 	tok, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	if err != nil {
@@ -482,34 +491,38 @@ func (c *clusterChaos) serviceAccount(ctx context.Context, dir string) string {
 	kc.AuthInfos["west"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	kc.Contexts["west"] = &clientcmdapi.Context{Cluster: "west", AuthInfo: "west"}
 	kc.CurrentContext = "west"
-	path := filepath.Join(dir, "west-sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := clientcmd.WriteToFile(*kc, c.westKubeconfig+".new"); err != nil {
 		c.t.Fatal(err)
 	}
-	return path
+	if err := os.Rename(c.westKubeconfig+".new", c.westKubeconfig); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
-// bind grants the ServiceAccount cluster-admin on west.
-func (c *clusterChaos) bind(ctx context.Context) {
+// bind grants ServiceAccount name cluster-admin on west.
+func (c *clusterChaos) bind(ctx context.Context, name string) {
 	c.t.Helper()
 	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubetask-chaos"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "kubetask-chaos", Namespace: "kube-system"}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: "kube-system"}},
 	}
 	if _, err := c.west.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-// revoke deletes the service's ClusterRoleBinding on west (every request
-// of the service there is then refused, 403) until the service says
-// Unreachable, 5 s more, then binds it again and waits for Ready.
+// revoke deletes the ClusterRoleBinding of the service's ServiceAccount
+// on west (every request of the service there is then refused, 403) until
+// the service says Unreachable, 5 s more, then rotates the credentials:
+// the kubeconfig the service reads is rewritten with another
+// ServiceAccount's token (bound), and the service, not restarted, is
+// Ready there again.
 func (c *clusterChaos) revoke(ctx context.Context, w *workload) {
 	c.t.Helper()
 	c.onWest(ctx, w, 3, "8s")
 	start := time.Now()
-	if err := c.west.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "kubetask-chaos", metav1.DeleteOptions{}); err != nil {
+	if err := c.west.Client.RbacV1().ClusterRoleBindings().Delete(ctx, saName, metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 	err := c.state(ctx, "Unreachable", time.Minute)
@@ -519,14 +532,15 @@ func (c *clusterChaos) revoke(ctx context.Context, w *workload) {
 		}
 	}
 	c.pause(ctx, 5*time.Second)
-	c.bind(ctx)
+	c.rotations++
+	c.serviceAccount(ctx, fmt.Sprintf("%s-%d", saName, c.rotations))
 	if err != nil {
 		c.t.Fatalf("credentials revoked: %v", err)
 	}
 	if err := c.state(ctx, "Ready", 3*time.Minute); err != nil {
-		c.t.Fatalf("after the credentials were granted again: %v", err)
+		c.t.Fatalf("after the credentials were rotated: %v", err)
 	}
-	c.t.Logf("fault: the service's credentials on west revoked: Unreachable, then Ready again, %s in all", time.Since(start).Round(time.Second))
+	c.t.Logf("fault: the service's credentials on west revoked: Unreachable, then rotated in its kubeconfig, Ready again without a restart, %s in all", time.Since(start).Round(time.Second))
 }
 
 // removed restarts the service without west in its configuration while
