@@ -157,4 +157,3 @@ func (t *liveToken) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *liveToken) WrappedRoundTripper() http.RoundTripper { return t.rt }
-
