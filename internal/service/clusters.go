@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -183,6 +184,9 @@ type router struct {
 	identity, leaseNamespace string
 	// reloaders read the clusters' kubeconfigs again (Run runs them).
 	reloaders []*reloader
+	// leader: this process makes the router's decisions (leads; with
+	// replicas, elect sets it).
+	leader atomic.Bool
 	// defaultNamespace is the namespace of a task that names none.
 	defaultNamespace string
 	log              *slog.Logger
@@ -607,8 +611,18 @@ func (r *router) start(ctx context.Context) error {
 			go r.followChanges(ctx, ch)
 		}
 	}
+	if r.shards > 0 && r.groups != nil {
+		elect := func(ctx context.Context) error { return r.elect(ctx) }
+		if err := elect(ctx); err != nil {
+			r.log.Warn("electing the router's leader", "err", err)
+		}
+		go r.every(ctx, checkInterval, "electing the router's leader", elect)
+	}
 	if r.rows != nil && r.agent == "" { // an agent places nothing
 		go r.every(ctx, placeInterval, "placing the unplaced tasks", func(ctx context.Context) error {
+			if !r.leads() {
+				return nil
+			}
 			n, err := r.placeUnplaced(ctx)
 			if n > 0 {
 				r.log.Info("placed unplaced tasks", "tasks", n)
@@ -1030,6 +1044,9 @@ const checkInterval = 2 * time.Second
 const probeTimeout = 3 * time.Second
 
 func (r *router) checkClusters(ctx context.Context, now time.Time) error {
+	if !r.leads() {
+		return r.refreshStates(ctx) // the leader's decisions, for placements
+	}
 	rows, err := r.rows.ListClusters(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the clusters: %w", err)

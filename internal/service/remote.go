@@ -223,3 +223,54 @@ func (r *router) remoteEvery(ctx context.Context) {
 	}
 	r.every(ctx, checkInterval, "the clusters' heartbeats", beat)
 }
+
+// One process decides for the router (the clusters' states, the moves off
+// a quiet cluster, the rebalance, the placement of unplaced tasks): with
+// replicas every one could, and the store's compare-and-swap writes would
+// keep two decisions from both landing, but under a partition that only
+// some replicas see, a cluster's state would go back and forth between
+// their views, and every replica would read the store for nothing. The
+// leader is the member of the router's group (store.Groups) that joined
+// first among those heard of within remoteWithin; the others follow the
+// states it writes. A leader that dies is followed by the next within
+// remoteWithin; two leaders for a moment decide as two replicas would.
+
+// routerGroup is the group of the processes that share the router's
+// decisions: the service's replicas, or one agent's.
+func (r *router) routerGroup() string {
+	if r.agent != "" {
+		return "router/" + r.instanceID + "/agent/" + r.agent
+	}
+	return "router/" + r.instanceID
+}
+
+// leads reports whether this process makes the router's decisions: always
+// without replicas (or without a store that keeps groups).
+func (r *router) leads() bool {
+	if r.shards == 0 || r.groups == nil {
+		return true
+	}
+	return r.leader.Load()
+}
+
+// elect says, in the router's group, that this process runs, and reads
+// whether it leads: the member that joined first of those heard of lately.
+func (r *router) elect(ctx context.Context) error {
+	m := store.Member{Identity: r.identity, LeaseNamespace: r.leaseNamespace, Shards: r.shards}
+	members, err := r.groups.Join(ctx, r.routerGroup(), m, remoteWithin)
+	if err != nil {
+		r.leader.Store(false) // unheard of: another may lead meanwhile
+		return fmt.Errorf("the router's group: %w", err)
+	}
+	first := m
+	for i, o := range members {
+		if i == 0 || o.Joined < first.Joined || o.Joined == first.Joined && o.Identity < first.Identity {
+			first = o
+		}
+	}
+	was := r.leader.Swap(first.Identity == r.identity)
+	if now := first.Identity == r.identity; now != was {
+		r.log.Info("the router's decisions", "leads", now, "leader", first.Identity)
+	}
+	return nil
+}

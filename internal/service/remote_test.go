@@ -21,10 +21,32 @@ type fakeGroups struct {
 	alive    map[string]bool     // group -> Members answers one
 	counts   map[string]int
 	failWith error
+	joined   map[string][]store.Member // group -> members in join order
+	quiet    map[string]bool           // identity -> not heard of lately
 }
 
-func (f *fakeGroups) Join(context.Context, string, store.Member, time.Duration) ([]store.Member, error) {
-	return nil, nil
+func (f *fakeGroups) Join(_ context.Context, group string, m store.Member, _ time.Duration) ([]store.Member, error) {
+	if f.failWith != nil {
+		return nil, f.failWith
+	}
+	if f.joined == nil {
+		f.joined = map[string][]store.Member{}
+	}
+	found := false
+	for _, o := range f.joined[group] {
+		found = found || o.Identity == m.Identity
+	}
+	if !found {
+		m.Joined = int64(len(f.joined[group]) + 1)
+		f.joined[group] = append(f.joined[group], m)
+	}
+	var out []store.Member
+	for _, o := range f.joined[group] {
+		if !f.quiet[o.Identity] {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeGroups) Heartbeat(_ context.Context, group string, m store.Member) error {
@@ -67,6 +89,7 @@ func TestRemoteCluster(t *testing.T) {
 	}
 	west.byAgent = true
 	r.clusters = []*clusterRun{west}
+	r.leader.Store(true) // the only replica
 	if err := r.ensureRows(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +177,67 @@ func TestAgentHeartbeats(t *testing.T) {
 	}
 	if got := groups.beats; len(got) != 1 || len(got[clusterGroup("svc-west")]) != 1 || got[clusterGroup("svc-west")][0] != "agent-1" {
 		t.Errorf("heartbeats %v: want one of agent-1 for svc-west, while it answered", got)
+	}
+}
+
+// TestRouterLeader: of a service's replicas, the one that joined the
+// router's group first makes the router's decisions; the others only
+// follow the clusters' states. When the leader is no longer heard of, the
+// next one leads; a replica that cannot reach the store does not.
+func TestRouterLeader(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	groups := &fakeGroups{beats: map[string][]string{}, alive: map[string]bool{}, quiet: map[string]bool{}}
+	answers := false
+	newReplicaRouter := func(id string) *router {
+		r := &router{st: st, rows: st, groups: groups, instanceID: "svc", shards: 2, identity: id, log: quietLog(), unreachableAfter: time.Second}
+		r.clusters = []*clusterRun{{name: "east", instance: "svc-east", run: &runner{ready: func() error {
+			if !answers {
+				return errors.New("no lease")
+			}
+			return nil
+		}}}}
+		return r
+	}
+	r1, r2 := newReplicaRouter("r1"), newReplicaRouter("r2")
+	if err := r1.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*router{r1, r2} {
+		if err := r.elect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r1.leads() || r2.leads() {
+		t.Fatalf("r1 leads %v, r2 leads %v; want r1 only (it joined first)", r1.leads(), r2.leads())
+	}
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	state := func() store.ClusterState {
+		row, _ := st.GetCluster(ctx, "east")
+		return row.State
+	}
+	for _, at := range []time.Duration{0, 5 * time.Second} {
+		if err := r2.checkClusters(ctx, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if state() != store.ClusterReady {
+		t.Errorf("a replica that does not lead wrote east %s", state())
+	}
+	for _, at := range []time.Duration{0, 5 * time.Second} {
+		if err := r1.checkClusters(ctx, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if state() != store.ClusterUnreachable {
+		t.Errorf("the leader left east %s, want Unreachable", state())
+	}
+	groups.quiet["r1"] = true
+	if err := r2.elect(ctx); err != nil || !r2.leads() {
+		t.Errorf("r2 once r1 is not heard of: leads %v, %v", r2.leads(), err)
+	}
+	groups.failWith = errors.New("the store does not answer")
+	if err := r2.elect(ctx); err == nil || r2.leads() {
+		t.Errorf("r2 without the store: leads %v, %v; want not", r2.leads(), err)
 	}
 }
