@@ -1107,6 +1107,11 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			} else if n > 0 {
 				r.log.Info("moved tasks off an unreachable cluster", "cluster", c.name, "tasks", n)
 			}
+			if n, err := r.loseOverdue(ctx, c, now); err != nil {
+				errs = append(errs, err)
+			} else if n > 0 {
+				r.log.Info("gave up on attempts on an unreachable cluster (their tasks' spec.placement.lostAfter)", "cluster", c.name, "attempts", n)
+			}
 		}
 		if reach { // after the moves: the tasks that stay
 			if err := r.publishReach(ctx, c); err != nil {
@@ -1299,6 +1304,67 @@ func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
 		}
 	}
 	return moved, nil
+}
+
+// loseOverdue ends, as a declaration of loss would for their tasks alone,
+// the attempts on Unreachable cluster c whose tasks'
+// spec.placement.lostAfter has passed by now since the cluster became
+// Unreachable as this process saw it (quiet for unreachableAfter: a
+// process that began to lead meanwhile counts from its own first look,
+// later, never earlier): a new term of the task's
+// instance first (a write of its already on its way is fenced), then
+// executor.LoseAttempt (a compare-and-swap: a record changed meanwhile is
+// looked at again at the next check); their next attempts are placed at
+// once. A task without a pod recorded is moveQuiet's. It returns how many
+// attempts it ended.
+func (r *router) loseOverdue(ctx context.Context, c *clusterRun, now time.Time) (int, error) {
+	if c.quietSince.IsZero() {
+		return 0, nil // answers: Unreachable only until the next check
+	}
+	since := c.quietSince.Add(r.unreachableAfter)
+	recs, err := r.tasksOn(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	lost := 0
+	termed := map[string]bool{}
+	for _, rec := range recs {
+		if !rec.PodCreated {
+			continue
+		}
+		want, err := wantOf(rec)
+		if err != nil || want.LostAfter == "" || now.Sub(since) < want.LostAfter.Get() {
+			continue
+		}
+		if !termed[rec.Executor] {
+			if _, err := r.st.BeginTerm(ctx, rec.Executor); err != nil {
+				return lost, fmt.Errorf("beginning a term of %s to fence it: %w", rec.Executor, err)
+			}
+			termed[rec.Executor] = true
+		}
+		out, err := executor.LoseAttempt(rec, c.name, now)
+		if err != nil {
+			continue // finished meanwhile, or not this cluster's: nothing to give up
+		}
+		out.Epoch = 0 // unfenced, as a declaration's: the version is its guard
+		written, err := r.st.Update(ctx, out)
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			continue // changed since the list: the next check reads it again
+		case err != nil:
+			return lost, fmt.Errorf("task %s: %w", rec.ID, err)
+		}
+		lost++
+		r.log.Warn("gave up on an attempt: its cluster has not answered for its task's spec.placement.lostAfter; the next attempt runs elsewhere (at least once: the pod may still run there)",
+			"task", rec.ID, "attempt", rec.Attempt, "cluster", c.name, "lostAfter", want.LostAfter)
+		r.publishLost(rec.Attempt, written)
+	}
+	if lost > 0 {
+		if _, err := r.placeUnplaced(ctx); err != nil {
+			return lost, err
+		}
+	}
+	return lost, nil
 }
 
 // placeFor returns the Ready cluster rec's task may go to now, nil when

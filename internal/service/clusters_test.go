@@ -792,3 +792,83 @@ func TestStrandedPods(t *testing.T) {
 		t.Errorf("strandedPods = %d, %v; want 2 (moved and lost)", n, err)
 	}
 }
+
+// TestRouterLosesOverdueAttempts: on a cluster Unreachable for longer than
+// a task's spec.placement.lostAfter, that task's attempt (its pod
+// recorded) ends ClusterLost and the next one is placed on the cluster
+// left, with a new term of the instance first; a task without lostAfter,
+// or whose lostAfter has not passed, keeps waiting for the cluster.
+func TestRouterLosesOverdueAttempts(t *testing.T) {
+	ctx := context.Background()
+	st := memoryWithClusters(t)
+	var events []executor.Event
+	r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second,
+		publish: func(ev executor.Event) { events = append(events, ev) }}
+	answers := map[string]bool{"east": true, "west": true}
+	for _, name := range []string{"east", "west"} {
+		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance,
+			run: &runner{api: f, ready: func() error {
+				if !answers[name] {
+					return errors.New("no lease")
+				}
+				return nil
+			}},
+			free: func(string) int { return 5 }, resync: func(string) {}})
+	}
+	if err := r.ensureRows(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, lostAfter := range map[string]task.Duration{"gives-up": "2m", "patient": "", "later": "10m"} {
+		tk := &task.Task{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "default"}}
+		tk.Spec.Placement = &task.Placement{LostAfter: lostAfter}
+		doc, err := json.Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := store.Record{ID: id, Namespace: "default", Name: id, Nonce: "n-" + id, Task: doc, Executor: "i-east", Cluster: "east",
+			PodCreated: true, PodUID: "u-" + id, Phase: "Running", Reason: "Running"}
+		if _, _, err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epoch, err := st.BeginTerm(ctx, "i-east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 7, 11, 0, 0, 0, time.UTC)
+	answers["east"] = false
+	for _, at := range []time.Duration{0, 31 * time.Second, 2 * time.Minute} {
+		if err := r.checkClusters(ctx, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec, _ := st.Get(ctx, "gives-up"); rec.Attempt != 0 || len(rec.Attempts) != 0 {
+		t.Fatalf("gave up 1m30s after Unreachable (lostAfter 2m): %+v", rec.Attempts)
+	}
+	if err := r.checkClusters(ctx, t0.Add(2*time.Minute+31*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.Get(ctx, "gives-up")
+	if rec.Attempt != 1 || len(rec.Attempts) != 1 || rec.Attempts[0].Reason != "ClusterLost" || rec.Attempts[0].Cluster != "east" ||
+		rec.Executor != "i-west" || rec.Cluster != "west" {
+		t.Errorf("past its lostAfter: attempt %d on %s/%s, outcomes %+v; want attempt 0 lost on east, attempt 1 on west", rec.Attempt, rec.Executor, rec.Cluster, rec.Attempts)
+	}
+	for _, id := range []string{"patient", "later"} {
+		if rec, _ := st.Get(ctx, id); rec.Attempt != 0 || rec.Executor != "i-east" || len(rec.Attempts) != 0 {
+			t.Errorf("%s was given up on: %+v", id, rec)
+		}
+	}
+	if now, _ := st.BeginTerm(ctx, "i-east"); now <= epoch+1 {
+		t.Errorf("no new term of i-east before the loss (term %d after %d)", now, epoch)
+	}
+	var finished []string
+	for _, ev := range events {
+		if ev.Type == executor.EventAttemptFinished {
+			finished = append(finished, ev.ID+"/"+ev.Reason)
+		}
+	}
+	if !slices.Equal(finished, []string{"gives-up/ClusterLost"}) {
+		t.Errorf("attempts finished, as the watches hear: %v; want gives-up's, ClusterLost", finished)
+	}
+}

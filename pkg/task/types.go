@@ -62,7 +62,20 @@ type Placement struct {
 	// ClusterSelector selects the clusters the task may run on by their
 	// labels (region, gpu, ...).
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+	// LostAfter, when set (at least MinLostAfter), gives up on an attempt
+	// whose cluster has been Unreachable that long: the attempt ends
+	// Failed/ClusterLost and the next one runs on another cluster the
+	// placement allows, as if an operator had declared the cluster lost for
+	// this task alone. At least once for that attempt: its pod may still
+	// run where nobody sees it (stopped, and what it did recorded as
+	// discarded, if the cluster answers again). Unset (the default): the
+	// attempt waits for its cluster however long it is quiet.
+	LostAfter Duration `json:"lostAfter,omitempty"`
 }
+
+// MinLostAfter is the shortest spec.placement.lostAfter: a cluster that is
+// quiet for less is too often only a slow one.
+const MinLostAfter = time.Minute
 
 // Cleanup is what kubetask does with a pod after recording its outcome.
 type Cleanup string
@@ -239,7 +252,7 @@ func (t *Task) DeepCopy() *Task {
 	}
 	s.Logs.Containers = append([]string(nil), t.Spec.Logs.Containers...)
 	if p := t.Spec.Placement; p != nil {
-		s.Placement = &Placement{Cluster: p.Cluster, ClusterSelector: p.ClusterSelector.DeepCopy()}
+		s.Placement = &Placement{Cluster: p.Cluster, ClusterSelector: p.ClusterSelector.DeepCopy(), LostAfter: p.LostAfter}
 	}
 	return out
 }

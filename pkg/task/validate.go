@@ -394,5 +394,13 @@ func validatePlacement(p *Placement, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("clusterSelector"), p.ClusterSelector.String(), err.Error()))
 		}
 	}
+	if p.LostAfter != "" {
+		if d := validateDuration(p.LostAfter, path.Child("lostAfter")); len(d) > 0 {
+			errs = append(errs, d...)
+		} else if p.LostAfter.Get() < MinLostAfter {
+			errs = append(errs, field.Invalid(path.Child("lostAfter"), string(p.LostAfter),
+				fmt.Sprintf("must be at least %s (a cluster quiet for less is often only slow), or unset to wait for the cluster however long", MinLostAfter)))
+		}
+	}
 	return errs
 }

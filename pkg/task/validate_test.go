@@ -280,6 +280,14 @@ func TestLoadErrors(t *testing.T) {
 			doc:  withSpec("  placement: {cluster: " + strings.Repeat("e", 41) + "}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
 			want: []string{`spec.placement.cluster: Invalid value`, "no more than 40 characters"},
 		},
+		"placement's lostAfter too short": {
+			doc:  withSpec("  placement: {cluster: east, lostAfter: 30s}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.lostAfter: Invalid value: "30s"`, "must be at least 1m0s"},
+		},
+		"placement's lostAfter not a duration": {
+			doc:  withSpec("  placement: {lostAfter: soon}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
+			want: []string{`spec.placement.lostAfter: Invalid value: "soon"`, "must be a duration"},
+		},
 		"placement's selector": {
 			doc:  withSpec("  placement: {clusterSelector: {matchExpressions: [{key: region, operator: Near}]}}\n  template: {spec: {containers: [{name: base, image: a}]}}\n"),
 			want: []string{`spec.placement.clusterSelector: Invalid value`, `"Near" is not a valid label selector operator`},
@@ -378,7 +386,7 @@ func TestDecodingAndValidationProblemsTogether(t *testing.T) {
 // TestPlacementIsKept: a valid placement, a cluster or a selector, parses
 // and validates as written.
 func TestPlacementIsKept(t *testing.T) {
-	for _, p := range []string{"{cluster: eu-west-1}", "{clusterSelector: {matchLabels: {gpu: a100}}}", "{}"} {
+	for _, p := range []string{"{cluster: eu-west-1}", "{clusterSelector: {matchLabels: {gpu: a100}}}", "{}", "{lostAfter: 10m}"} {
 		tk, err := task.Parse([]byte(withSpec("  placement: " + p + "\n  template: {spec: {containers: [{name: base, image: a}]}}\n")))
 		if err != nil {
 			t.Fatalf("placement %s: %v", p, err)
@@ -391,6 +399,8 @@ func TestPlacementIsKept(t *testing.T) {
 			t.Errorf("placement %s: cluster %q", p, got.Cluster)
 		case strings.Contains(p, "a100") && (got.ClusterSelector == nil || got.ClusterSelector.MatchLabels["gpu"] != "a100"):
 			t.Errorf("placement %s: selector %v", p, got.ClusterSelector)
+		case strings.Contains(p, "10m") && (got.LostAfter != "10m" || tk.DeepCopy().Spec.Placement.LostAfter != "10m"):
+			t.Errorf("placement %s: lostAfter %q", p, got.LostAfter)
 		}
 	}
 }
