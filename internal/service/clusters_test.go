@@ -500,17 +500,9 @@ func TestRouterChecksClusters(t *testing.T) {
 	answers := map[string]bool{"east": true, "west": true}
 	stranded := 0
 	resynced := map[string][]string{}
-	for _, name := range []string{"east", "west"} {
-		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
-		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance,
-			run: &runner{api: f, ready: func() error {
-				if !answers[name] {
-					return errors.New("no lease")
-				}
-				return nil
-			}},
-			free: func(string) int { return 5 }, resync: func(id string) { resynced[name] = append(resynced[name], id) },
-			stranded: func(context.Context) (int, error) { return stranded, nil }})
+	r.clusters = answering(st, answers, resynced)
+	for _, c := range r.clusters {
+		c.stranded = func(context.Context) (int, error) { return stranded, nil }
 	}
 	if err := r.ensureRows(ctx); err != nil {
 		t.Fatal(err)
@@ -805,17 +797,7 @@ func TestRouterLosesOverdueAttempts(t *testing.T) {
 	r := &router{st: st, rows: st, defaultNamespace: "default", log: quietLog(), unreachableAfter: 30 * time.Second,
 		publish: func(ev executor.Event) { events = append(events, ev) }}
 	answers := map[string]bool{"east": true, "west": true}
-	for _, name := range []string{"east", "west"} {
-		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
-		r.clusters = append(r.clusters, &clusterRun{name: name, instance: f.instance,
-			run: &runner{api: f, ready: func() error {
-				if !answers[name] {
-					return errors.New("no lease")
-				}
-				return nil
-			}},
-			free: func(string) int { return 5 }, resync: func(string) {}})
-	}
+	r.clusters = answering(st, answers, map[string][]string{})
 	if err := r.ensureRows(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -871,4 +853,23 @@ func TestRouterLosesOverdueAttempts(t *testing.T) {
 	if !slices.Equal(finished, []string{"gives-up/ClusterLost"}) {
 		t.Errorf("attempts finished, as the watches hear: %v; want gives-up's, ClusterLost", finished)
 	}
+}
+
+// answering is east and west, fake instances i-east and i-west on st with
+// 5 free slots each, that answer while answers says so and note in
+// resynced the tasks they are told of.
+func answering(st store.Store, answers map[string]bool, resynced map[string][]string) []*clusterRun {
+	var out []*clusterRun
+	for _, name := range []string{"east", "west"} {
+		f := &fakeInstance{st: st, instance: "i-" + name, cluster: name}
+		out = append(out, &clusterRun{name: name, instance: f.instance,
+			run: &runner{api: f, ready: func() error {
+				if !answers[name] {
+					return errors.New("no lease")
+				}
+				return nil
+			}},
+			free: func(string) int { return 5 }, resync: func(id string) { resynced[name] = append(resynced[name], id) }})
+	}
+	return out
 }
