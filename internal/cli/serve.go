@@ -109,6 +109,7 @@ adopts them and their logs go on from where the archive ends.`,
 			set("namespace-pod-security", func() { cfg.NamespacePodSecurity = nsLevels })
 			set("refuse-secrets", func() { cfg.RefuseSecrets = flags.RefuseSecrets })
 			set("refuse-runtime-class", func() { cfg.RefuseRuntimeClass = flags.RefuseRuntimeClass })
+			set("pod-events", func() { cfg.PodEvents = flags.PodEvents })
 			if cmd.Flags().Changed("service-accounts") {
 				sas, err := service.ParseServiceAccounts(accounts)
 				if err != nil {
@@ -182,6 +183,7 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringToStringVar(&nsLevels, "namespace-pod-security", nil, "the level of some namespaces: NAMESPACE=LEVEL[,NAMESPACE=LEVEL...]")
 	fs.StringSliceVar(&accounts, "service-accounts", nil, "the only ServiceAccounts tasks of a namespace may run as: NAMESPACE/NAME[,...] (namespaces not named: any)")
 	fs.StringSliceVar(&flags.RefuseSecrets, "refuse-secrets", nil, `namespaces whose tasks may not name a Secret (env, envFrom, volumes, imagePullSecrets): NAMESPACE[,...], "*" for every one (default none: a task's pod may take any Secret of its namespace)`)
+	fs.BoolVar(&flags.PodEvents, "pod-events", false, "record Kubernetes Events on each task's pod for kubectl describe (the outcome and why, result read, sidecars stopped, released, retry scheduled)")
 	fs.StringSliceVar(&flags.RefuseRuntimeClass, "refuse-runtime-class", nil, `namespaces whose tasks may not set runtimeClassName: NAMESPACE[,...], "*" for every one (default none)`)
 	cf.addFlags(fs)
 	return cmd

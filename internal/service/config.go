@@ -166,6 +166,14 @@ type Config struct {
 	// RefuseRuntimeClass lists the namespaces ("*": every one) whose tasks
 	// may not set runtimeClassName. Default none.
 	RefuseRuntimeClass []string `json:"refuseRuntimeClass,omitempty"`
+	// PodEvents records Kubernetes Events on each task's pod for what a
+	// person looks for with kubectl describe pod (executor.PodEventReasons:
+	// the outcome and why, the result read, sidecars stopped, the pod
+	// released once its logs are archived, a retry scheduled, a retry
+	// waiting for a slot), through client-go's recorder and its rate limits.
+	// Off by default: each is a write to the API server (create events is
+	// in deploy/'s ClusterRole).
+	PodEvents bool `json:"podEvents,omitempty"`
 	// Clusters, when set, are the clusters the service runs tasks on
 	// (docs/multicluster.md), each with an executor instance of its own,
 	// InstanceID-NAME (its pod caches, fence, log capture, Parallelism and

@@ -19,8 +19,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/internal/server"
@@ -139,10 +143,28 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 			sharer.offer(ev)
 		}
 	}
+	// The clusters' event recorders (podEvents): stopped, with what they
+	// still hold sent, when the service ends.
+	var broadcasters []record.EventBroadcaster
+	defer func() {
+		for _, b := range broadcasters {
+			b.Shutdown()
+		}
+	}()
+	recorder := func(client kubernetes.Interface) record.EventRecorder {
+		if !cfg.PodEvents || client == nil {
+			return nil
+		}
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		broadcasters = append(broadcasters, b)
+		return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubetask"})
+	}
 	// exConfig is the executor configuration of one cluster, whose client
-	// (captureClient) reads its pods' logs.
+	// (captureClient) reads its pods' logs and records their events.
 	exConfig := func(rc *rest.Config, captureClient kubernetes.Interface) executor.Config {
 		return executor.Config{
+			Recorder:   recorder(captureClient),
 			RESTConfig: rc, Namespaces: cfg.Namespaces,
 			DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
 			NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
@@ -103,6 +104,15 @@ type Config struct {
 	// OnEvent, when set, receives every state change, in order per task,
 	// from the worker that recorded it; it must not block for long.
 	OnEvent func(Event)
+	// Recorder, when set, records Kubernetes Events on each attempt's pod
+	// for what a person looks for with kubectl describe (PodEventReasons:
+	// the outcome decided from the main container, the result read,
+	// sidecars stopped, the pod released once its logs are archived, a
+	// retry scheduled, a retry waiting for a slot). Use client-go's
+	// recorder (record.NewBroadcaster: its correlator rate-limits and
+	// aggregates them); it must not block. They are for people: kubetask
+	// never reads them back, and a lost one loses nothing.
+	Recorder record.EventRecorder
 	// OnPodChange, when set, is called from the pod caches' event handlers for
 	// every add, update and delete of a pod this executor watches; it must not
 	// block. Read the pod with CachedPod.

@@ -67,8 +67,10 @@ type Event struct {
 	ID      string
 	Attempt int
 	Type    EventType
-	// Pod is the attempt's pod, "namespace/name", when it has one.
-	Pod string
+	// Pod is the attempt's pod, "namespace/name", when it has one, and
+	// PodUID its UID when the event knows it.
+	Pod    string
+	PodUID types.UID
 	// Phase, Reason, Message and ExitCode are the task's state after the
 	// change (for AttemptFinished: the attempt's outcome).
 	Phase, Reason, Message string
@@ -119,6 +121,9 @@ var ErrInvalidTask = errors.New("invalid task")
 // runs, release the finalizer once no container runs, delete or keep. A next
 // attempt starts only once the previous attempt's pod has stopped.
 type Executor struct {
+	// lastPods are the ended attempts' pods that Recorder's retry events
+	// go to (podevents.go).
+	lastPods podRefs
 	cfg      Config
 	client   kubernetes.Interface
 	execer   attempt.Execer
@@ -863,7 +868,7 @@ func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
 }
 
 func (e *Executor) emit(ev Event) {
-	if e.cfg.OnEvent == nil {
+	if e.cfg.OnEvent == nil && e.cfg.Recorder == nil {
 		return
 	}
 	if ev.Time.IsZero() {
@@ -872,7 +877,12 @@ func (e *Executor) emit(ev Event) {
 	if ev.Cluster == "" {
 		ev.Cluster = e.cfg.Cluster
 	}
-	e.cfg.OnEvent(ev)
+	if e.cfg.Recorder != nil {
+		e.tellPod(ev)
+	}
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ev)
+	}
 }
 
 // observe keeps the kubetask_tasks gauge: the tasks this process has seen,

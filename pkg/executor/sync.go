@@ -726,7 +726,7 @@ func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev
 	if adopted {
 		typ = EventPodAdopted
 	}
-	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: typ, Pod: pod.Namespace + "/" + pod.Name,
+	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: typ, Pod: pod.Namespace + "/" + pod.Name, PodUID: pod.UID,
 		Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
 	e.mu.Lock()
 	m := e.memoLocked(rec.ID)
@@ -807,7 +807,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 		// A pod bound to no node is deleted whatever the cleanup (sealing).
 		Delete: attempt.ShouldDelete(t.Spec.Cleanup, st) || pod != nil && pod.Spec.NodeName == ""}
 	if pod != nil {
-		ev.Pod = pod.Namespace + "/" + pod.Name
+		ev.Pod, ev.PodUID = pod.Namespace+"/"+pod.Name, pod.UID
 	}
 	e.emit(ev)
 	e.mu.Lock()
@@ -864,7 +864,7 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 	name := key
 	switch {
 	case del && pod.DeletionTimestamp == nil:
-		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodDeleting, Pod: name, Time: now})
+		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodDeleting, Pod: name, PodUID: pod.UID, Time: now})
 		a := &podAction{kind: actDelete, id: id, attempt: out.Attempt, pod: pod, at: now}
 		if podFinished(pod) && hasFinalizer(pod) && e.capturesDone(e.captureCtx(), t, id, out.Attempt, pod) {
 			a.kind, a.held = actDeleteRelease, true // nothing runs, nothing left to read: released with the delete
@@ -879,7 +879,7 @@ func (e *Executor) finishPod(t *task.Task, id string, out store.AttemptOutcome, 
 		if secs, ok := podstate.StopDeadlineSeconds(pod, now); ok && pod.Spec.ActiveDeadlineSeconds != nil && *pod.Spec.ActiveDeadlineSeconds <= secs {
 			break // already stopping
 		}
-		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodStopping, Pod: name, Time: now})
+		e.emit(Event{ID: id, Attempt: out.Attempt, Type: EventPodStopping, Pod: name, PodUID: pod.UID, Time: now})
 		e.startAction(&podAction{kind: actStop, id: id, attempt: out.Attempt, pod: pod, at: now})
 		return 0, nil
 	}
@@ -953,7 +953,11 @@ func (e *Executor) reportDone(id string, forget func(key string) bool) {
 	e.actions = emptied(e.actions)
 	e.mu.Unlock()
 	for _, r := range reports {
-		e.emit(Event{ID: id, Attempt: r.a.attempt, Type: EventPodReleased, Pod: r.key, Time: r.a.doneAt})
+		ev := Event{ID: id, Attempt: r.a.attempt, Type: EventPodReleased, Pod: r.key, Time: r.a.doneAt}
+		if r.a.pod != nil {
+			ev.PodUID = r.a.pod.UID
+		}
+		e.emit(ev)
 	}
 }
 
