@@ -37,15 +37,16 @@ type goal struct {
 // suites names the command that writes each suite's results, for the
 // caption and for "not measured".
 var suites = map[string]string{
-	"bench":    "make bench",
-	"run":      "make bench-run",
-	"storm":    "make bench-storm",
-	"serve":    "make bench-serve",
-	"clusters": "make bench-clusters",
-	"recovery": "make bench-recovery",
-	"machine":  "make bench-machine",
-	"fair":     "make bench-fair",
-	"demo":     "make bench-demo",
+	"bench":     "make bench",
+	"run":       "make bench-run",
+	"storm":     "make bench-storm",
+	"serve":     "make bench-serve",
+	"clusters":  "make bench-clusters",
+	"podevents": "make bench-podevents",
+	"recovery":  "make bench-recovery",
+	"machine":   "make bench-machine",
+	"fair":      "make bench-fair",
+	"demo":      "make bench-demo",
 }
 
 // tables are the blocks `<!-- bench:begin table=NAME -->` names.
@@ -85,16 +86,17 @@ var tables = map[string]table{
 		{"apiserver-PUT-jobs/status/task", "PUT jobs/status"},
 		{"apiserver-DELETE-jobs/task", "DELETE jobs"},
 	}},
-	"memory":   {suite: "bench", prefix: "Memory/", columns: []column{{"B/pod", "heap bytes per pod"}}},
-	"store":    {suite: "bench", prefix: "Store/", columns: []column{{"writes/s", "durable writes/s"}}},
-	"run":      {suite: "run", prefix: "Run"},
-	"storm":    {suite: "storm"},
-	"serve":    {suite: "serve"},
-	"clusters": {suite: "clusters"},
-	"recovery": {suite: "recovery"},
-	"machine":  {suite: "machine"},
-	"fair":     {suite: "fair"},
-	"demo":     {suite: "demo"},
+	"memory":    {suite: "bench", prefix: "Memory/", columns: []column{{"B/pod", "heap bytes per pod"}}},
+	"store":     {suite: "bench", prefix: "Store/", columns: []column{{"writes/s", "durable writes/s"}}},
+	"run":       {suite: "run", prefix: "Run"},
+	"storm":     {suite: "storm"},
+	"serve":     {suite: "serve"},
+	"clusters":  {suite: "clusters"},
+	"podevents": {suite: "podevents"},
+	"recovery":  {suite: "recovery"},
+	"machine":   {suite: "machine"},
+	"fair":      {suite: "fair"},
+	"demo":      {suite: "demo"},
 }
 
 // headlines are the blocks `<!-- bench:begin figures=NAME -->` names.

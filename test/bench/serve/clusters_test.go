@@ -100,14 +100,15 @@ func TestServeClustersTiny(t *testing.T) {
 // over both when multi, else one each), submits sz.tasks from sz.clients
 // (to the two singles in turn), and measures until every outcome is on
 // the services' watches. It fails tb unless every task succeeded with
-// exactly one outcome.
-func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clusterSize) clusterResult {
+// exactly one outcome. extra are more arguments of every service.
+func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clusterSize, extra ...string) clusterResult {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := clusterResult{setup: "singles", size: sz}
 	common := []string{"--parallelism", strconv.Itoa(sz.tasks), "--auth", "none",
 		"--qps", strconv.FormatFloat(float64(sz.qps), 'f', -1, 32), "--burst", strconv.Itoa(int(2 * sz.qps))}
+	common = append(common, extra...)
 	var svcs []*service
 	if multi {
 		r.setup = "multi"
