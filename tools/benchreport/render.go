@@ -122,7 +122,8 @@ var headlines = map[string][]figure{
 }
 
 // goalSets are the blocks `<!-- bench:begin goals=NAME -->` names: issue
-// 34's goals, each judged on the median of the suite's latest run.
+// 34's goals and issue 36's, each judged on the median of the suite's
+// latest run.
 var goalSets = map[string][]goal{
 	"34": {
 		{figure{"executor / equal-work S0, 2,000 tasks, alternating pairs", "bench", "Pairs/kubetask", "x-S0-equal"}, false, 0.95, "≥ 0.95x"},
@@ -138,6 +139,9 @@ var goalSets = map[string][]goal{
 		{figure{"submissions to kubetask serve, distinct specs, open loop, p99", "serve", "ServeSubmit/distinct", "open-submit-p99-ms"}, true, 100, "< 100 ms"},
 		{figure{"SQLite durable writes, 64 writers", "bench", "Store/SQLite-64-writers", "writes/s"}, false, 20000, "≥ 20,000/s"},
 		{figure{"cold `make demo` on a fresh machine", "demo", "Demo/cold", "s"}, true, 13 * 60, "≤ 13 min (780 s)"},
+	},
+	"36": {
+		{figure{"kubetask serve with --pod-events / without, tasks/s (off, on, on, off)", "podevents", "ServePodEvents", "on/off"}, false, 0.95, "≥ 0.95x"},
 	},
 }
 
