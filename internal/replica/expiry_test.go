@@ -146,7 +146,7 @@ func (s *settled) decisions() (int, []string) {
 }
 
 func memberLease(identity, group string, renew time.Time, secs int32) *coordinationv1.Lease {
-	l := lease(MemberLeaseName(identity), identity, renew, secs)
+	l := lease(MemberLeaseName(group, identity), identity, renew, secs)
 	l.Namespace = "ns"
 	l.Labels = map[string]string{LabelGroup: group}
 	return l
@@ -197,7 +197,7 @@ func TestExpiryNoticedWhileRenewalHangs(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
 	fc := fake.NewClientset(memberLease("B", "g", t0.Add(-time.Hour), 6))
-	client := &slowClient{Interface: fc, slow: MemberLeaseName("me"), release: make(chan struct{}), blocked: make(chan struct{})}
+	client := &slowClient{Interface: fc, slow: MemberLeaseName("g", "me"), release: make(chan struct{}), blocked: make(chan struct{})}
 	s := newSettled()
 	r := testReplica(t, client, clk, s)
 	ctx, stop := startReplica(r)

@@ -24,9 +24,14 @@ import (
 // LabelGroup labels the membership Leases of a replica group.
 const LabelGroup = "kubetask.io/replica-group"
 
-// MemberLeaseName is the name of identity's membership Lease.
-func MemberLeaseName(identity string) string {
-	sum := sha256.Sum256([]byte(identity))
+// MemberLeaseName is the name of identity's membership Lease in group. A
+// process is a member of several groups when its service runs several
+// clusters (a group each): two of them may keep their Leases in one
+// namespace of one cluster (two names for one cluster), and each needs its
+// own (one Lease for both was relabelled by each group's renewal in turn,
+// and each group saw the member come and go).
+func MemberLeaseName(group, identity string) string {
+	sum := sha256.Sum256([]byte(group + "/" + identity))
 	return "kubetask-member-" + hex.EncodeToString(sum[:])[:16]
 }
 
@@ -158,7 +163,7 @@ func (r *Replica) renewMember(ctx context.Context, last *coordinationv1.Lease) (
 	if last == nil {
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: MemberLeaseName(r.cfg.Identity), Namespace: r.cfg.Namespace,
+				Name: MemberLeaseName(r.cfg.Group, r.cfg.Identity), Namespace: r.cfg.Namespace,
 				Labels: map[string]string{LabelGroup: r.cfg.Group}, Annotations: r.memberAnnotations(nil),
 			},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.cfg.Identity, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},

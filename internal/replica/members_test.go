@@ -1,14 +1,17 @@
 package replica
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kubetask/kubetask/pkg/executor"
 )
@@ -159,5 +162,35 @@ func TestStartable(t *testing.T) {
 				t.Errorf("startable = %v, want %v", got, tc.out)
 			}
 		})
+	}
+}
+
+// TestMembershipPerGroup: one process in two groups (a service over two
+// clusters, two names for one cluster: their Leases in one namespace)
+// keeps a membership Lease in each, each labelled with its group, and
+// renewing one leaves the other as it was.
+func TestMembershipPerGroup(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	fc := fake.NewClientset()
+	east, west := testReplica(t, fc, clk, &settled{}), testReplica(t, fc, clk, &settled{})
+	east.cfg.Group, west.cfg.Group = "svc-east", "svc-west"
+	le, err := east.renewMember(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := west.renewMember(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le.Name == lw.Name {
+		t.Fatalf("both groups' memberships are Lease %s", le.Name)
+	}
+	if _, err := west.renewMember(ctx, lw); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fc.CoordinationV1().Leases("ns").Get(ctx, le.Name, metav1.GetOptions{})
+	if err != nil || got.Labels[LabelGroup] != "svc-east" {
+		t.Errorf("east's membership after west's renewal: %v, %v; want it labelled svc-east", got.GetLabels(), err)
 	}
 }

@@ -388,7 +388,7 @@ func (m *runMonitor) waitShards(t *testing.T, within time.Duration, id string, n
 // kubetask's).
 func countLease(holder string, shards int, joined int64) *coordinationv1.Lease {
 	l := memberLease(holder, "g", time.Unix(1_000_000, 0), 6)
-	l.Name = MemberLeaseName(holder)
+	l.Name = MemberLeaseName("g", holder)
 	if shards > 0 {
 		l.Annotations = map[string]string{AnnotationShards: fmt.Sprint(shards), AnnotationJoined: fmt.Sprint(joined)}
 	}
