@@ -953,17 +953,13 @@ func (r *router) publishLost(n int, rec store.Record) {
 		Phase: a.Phase, Reason: a.Reason, Message: a.Message, Terminal: rec.Terminal, Time: a.FinishedAt})
 }
 
-// publishReach tells the watches how the unfinished tasks of cluster c
-// are shown now that it became Unreachable or answers again (Shown): a
+// publishReach tells the watches how recs, the unfinished tasks of
+// cluster c as listed, are shown now that it became Unreachable or answers again (Shown): a
 // State event each, with the cluster's reason, or with the state its
 // executor has for them again.
-func (r *router) publishReach(ctx context.Context, c *clusterRun) error {
+func (r *router) publishReach(ctx context.Context, c *clusterRun, recs []store.Record) {
 	if r.publish == nil {
-		return nil
-	}
-	recs, err := r.tasksOn(ctx, c)
-	if err != nil {
-		return err
+		return
 	}
 	now := time.Now()
 	for _, rec := range recs {
@@ -975,7 +971,6 @@ func (r *router) publishReach(ctx context.Context, c *clusterRun) error {
 		r.publish(executor.Event{ID: rec.ID, Attempt: rec.Attempt, Type: executor.EventState, Cluster: c.name,
 			Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: now})
 	}
-	return nil
 }
 
 // placeUnplaced places every unfinished task that names no instance (the
@@ -1076,14 +1071,17 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 			cancel()
 		}
-		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.remote {
-			// What is stranded there only its agent sees: it makes the
-			// cluster Ready once none is.
-			seen.Stranded = 1
-		} else if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) && c.stranded != nil {
-			if seen.Stranded, err = c.stranded(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
-				continue
+		if seen.Answers && (row.State == store.ClusterLost || row.State == store.ClusterReturning) {
+			switch {
+			case c.remote:
+				// What is stranded there only its agent sees: it makes
+				// the cluster Ready once none is.
+				seen.Stranded = 1
+			case c.stranded != nil:
+				if seen.Stranded, err = c.stranded(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("cluster %s: %w", c.name, err))
+					continue
+				}
 			}
 		}
 		if state, reason, msg, change := placement.Next(seen, now, r.unreachableAfter); change {
@@ -1099,30 +1097,43 @@ func (r *router) checkClusters(ctx context.Context, now time.Time) error {
 			}
 			r.log.Info("cluster state", "cluster", c.name, "state", state, "reason", reason)
 			row = written
-			r.setState(written)
+			byName[c.name] = written
+			r.setState(written) // for the placements of the moves below
 		}
-		if row.State == store.ClusterUnreachable && r.agent == "" { // an agent moves nothing
-			if n, err := r.moveQuiet(ctx, c); err != nil {
+		quiet := row.State == store.ClusterUnreachable && r.agent == "" // an agent moves nothing
+		if !quiet && !reach {
+			continue
+		}
+		// One list for the moves, the losses and the events: moveQuiet
+		// takes only tasks without a pod, loseOverdue only tasks with one
+		// (at the versions listed), and publishReach reads each again.
+		recs, err := r.tasksOn(ctx, c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if quiet {
+			if n, err := r.moveQuiet(ctx, recs); err != nil {
 				errs = append(errs, err)
 			} else if n > 0 {
 				r.log.Info("moved tasks off an unreachable cluster", "cluster", c.name, "tasks", n)
 			}
-			if n, err := r.loseOverdue(ctx, c, now); err != nil {
+			if n, err := r.loseOverdue(ctx, c, recs, now); err != nil {
 				errs = append(errs, err)
 			} else if n > 0 {
 				r.log.Info("gave up on attempts on an unreachable cluster (their tasks' spec.placement.lostAfter)", "cluster", c.name, "attempts", n)
 			}
 		}
 		if reach { // after the moves: the tasks that stay
-			if err := r.publishReach(ctx, c); err != nil {
-				errs = append(errs, err)
-			}
+			r.publishReach(ctx, c, recs)
 		}
 	}
-	// The states as written, for the next placements and the moves below.
-	if err := r.refreshStates(ctx); err != nil {
-		errs = append(errs, err)
-	} else if r.agent == "" { // an agent places nothing
+	// The states as this pass read and wrote them (no second read), for
+	// the next placements and the moves below.
+	r.mu.Lock()
+	r.states = byName
+	r.mu.Unlock()
+	if r.agent == "" { // an agent places nothing
 		if n, err := r.rebalance(ctx); err != nil {
 			errs = append(errs, err)
 		} else if n > 0 {
@@ -1278,13 +1289,9 @@ func wantOf(rec store.Record) (placement.Want, error) {
 	return *t.Spec.Placement, nil
 }
 
-// moveQuiet moves the unfinished tasks of quiet cluster c that
-// placement.Movable allows to a Ready cluster, and returns how many.
-func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
-	recs, err := r.tasksOn(ctx, c)
-	if err != nil {
-		return 0, err
-	}
+// moveQuiet moves those of recs, the unfinished tasks of a quiet cluster,
+// that placement.Movable allows to a Ready cluster, and returns how many.
+func (r *router) moveQuiet(ctx context.Context, recs []store.Record) (int, error) {
 	moved := 0
 	for _, rec := range recs {
 		if !placement.Movable(rec) {
@@ -1307,7 +1314,8 @@ func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
 }
 
 // loseOverdue ends, as a declaration of loss would for their tasks alone,
-// the attempts on Unreachable cluster c whose tasks'
+// the attempts of recs (the unfinished tasks of Unreachable cluster c, as
+// listed) whose tasks'
 // spec.placement.lostAfter has passed by now since the cluster became
 // Unreachable as this process saw it (quiet for unreachableAfter: a
 // process that began to lead meanwhile counts from its own first look,
@@ -1317,15 +1325,11 @@ func (r *router) moveQuiet(ctx context.Context, c *clusterRun) (int, error) {
 // looked at again at the next check); their next attempts are placed at
 // once. A task without a pod recorded is moveQuiet's. It returns how many
 // attempts it ended.
-func (r *router) loseOverdue(ctx context.Context, c *clusterRun, now time.Time) (int, error) {
+func (r *router) loseOverdue(ctx context.Context, c *clusterRun, recs []store.Record, now time.Time) (int, error) {
 	if c.quietSince.IsZero() {
 		return 0, nil // answers: Unreachable only until the next check
 	}
 	since := c.quietSince.Add(r.unreachableAfter)
-	recs, err := r.tasksOn(ctx, c)
-	if err != nil {
-		return 0, err
-	}
 	lost := 0
 	termed := map[string]bool{}
 	for _, rec := range recs {
