@@ -264,11 +264,7 @@ func (w *world) balanceMoves() []choice {
 			w.cl.tried[versionOf(r)] = true
 			w.cl.moves[r.ID]++
 			w.moveTo(r, to)
-			if p := w.live(r.Executor); p != nil {
-				if ex, ok := p.api.(interface{ Resync(string) }); ok {
-					ex.Resync(r.ID)
-				}
-			}
+			w.resync(r.Executor, r.ID) // the instance it leaves, as the service tells it
 		}})
 	}
 	return cs
@@ -359,9 +355,15 @@ func (w *world) moveTo(rec store.Record, inst string) {
 	}
 	w.operator().note(out)
 	w.hist.add(Event{Kind: KFault, Task: w.hist.name(out.ID, out.Nonce), Attempt: out.Attempt, Note: fmt.Sprintf("placed on cluster %s (from %q)", clusterOf(inst), rec.Cluster)})
+	w.resync(inst, out.ID)
+}
+
+// resync tells instance inst's live process, if any, to look at task id
+// again (executor Resync), as the service's placer does after a move.
+func (w *world) resync(inst, id string) {
 	if p := w.live(inst); p != nil {
 		if ex, ok := p.api.(interface{ Resync(string) }); ok {
-			ex.Resync(out.ID)
+			ex.Resync(id)
 		}
 	}
 }
