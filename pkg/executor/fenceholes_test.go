@@ -584,3 +584,75 @@ func TestAnAdoptedPodIsRelabelledOnce(t *testing.T) {
 		t.Error("the relabel is remembered after the cache showed it")
 	}
 }
+
+// A task moved to another cluster and back while this instance's creator
+// was between its pod's creation and its claim (simulation seed
+// 2600191794). The pass that ran while the task was away found the gated
+// pod of an attempt placed elsewhere and discarded it; the task came back
+// before the creator's claim, whose compare-and-swap then recorded the
+// pod the pass had deleted, and the attempt ended DeletedExternally
+// although nobody but kubetask deleted its pod. A pod of this process's
+// creation in flight is the creator's to record or discard.
+func TestACreationInFlightIsLeftToItsCreator(t *testing.T) {
+	st := &hookStore{}
+	f := newFx(t, func(c *Config) { c.Cluster = "west"; st.Store = c.Store; c.Store = st })
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil { // admits the creation
+		t.Fatal(err)
+	}
+	name := task.PodName(identOf(f, "x"), 0)
+	var passErr error
+	var hooked bool
+	var arm func()
+	arm = func() {
+		st.mu.Lock()
+		st.armed = "x"
+		st.afterGet = func() {
+			created := f.serverPod(name)
+			if created == nil { // the creator's claim check: the pod is not there yet
+				arm()
+				return
+			}
+			// The creator has created the gated pod and read the record for
+			// its claim. Meanwhile the router moves the task to east, this
+			// instance's pass runs on what its cache shows, and the router
+			// moves the task back to west.
+			hooked = true
+			c := st.Store.(store.Clusters)
+			rec, err := st.Store.Get(f.ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec, err = c.Move(f.ctx, rec, "ex-east", "east"); err != nil {
+				t.Fatal(err)
+			}
+			f.cache(created)
+			_, passErr = f.ex.sync(f.ctx, "x")
+			f.drainCleanups()
+			if _, err := c.Move(f.ctx, rec, "ex", "west"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.mu.Unlock()
+	}
+	arm()
+	f.drainCreations()
+	if !hooked {
+		t.Fatal("the creator never read the record after creating the pod")
+	}
+	if passErr != nil {
+		t.Fatalf("the pass while the task was on east failed: %v", passErr)
+	}
+	rec := f.record("x")
+	pod := f.serverPod(name)
+	if !rec.PodCreated || pod == nil || string(pod.UID) != rec.PodUID || pod.DeletionTimestamp != nil {
+		t.Fatalf("the record takes pod %q, but the pod is %v: the pass deleted the creator's pod, which the creator then recorded", rec.PodUID, pod)
+	}
+	f.cache(pod)
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.state("x"); s != "Pending/Scheduling" {
+		t.Errorf("state %s, want Pending/Scheduling (its pod recorded and ungated)", s)
+	}
+}

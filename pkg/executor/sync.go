@@ -186,6 +186,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
 	pods, discard, newer := e.fitPods(rec, ident)
+	discard = e.leftToCreator(rec.ID, discard)
 	if len(discard) > 0 && !newer {
 		again, err := e.store.Get(ctx, id)
 		if err != nil {
@@ -304,6 +305,27 @@ func (e *Executor) recordDiscarded(ctx context.Context, rec store.Record, n int,
 	}
 	e.cfg.Logger.Info("the pod of an attempt lost with its cluster ended; recorded as discarded, not the task's", "task", rec.ID, "attempt", n, "exit code", *end.ExitCode, "reason", end.Reason)
 	return out, nil
+}
+
+// leftToCreator drops from discard the pod of this process's creation of
+// task id that is in flight: its creator records it or discards it itself
+// (claimPod). A pass must not: the task may be moved away and back between
+// the pass's reads and the creator's claim, whose compare-and-swap then
+// records the pod the pass deleted (simulation seed 2600191794: the attempt
+// ended DeletedExternally). Checked before the record is read again for
+// the discard: a creation done by then has written what it claimed, and
+// that read sees it.
+func (e *Executor) leftToCreator(id string, discard []*corev1.Pod) []*corev1.Pod {
+	if len(discard) == 0 {
+		return discard
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.creations[id]
+	if c == nil || c.done {
+		return discard
+	}
+	return slices.DeleteFunc(discard, func(p *corev1.Pod) bool { return p.Name == c.name })
 }
 
 // strandedHere reports whether rec, another instance's, is placed on
