@@ -656,3 +656,72 @@ func TestACreationInFlightIsLeftToItsCreator(t *testing.T) {
 		t.Errorf("state %s, want Pending/Scheduling (its pod recorded and ungated)", s)
 	}
 }
+
+// staleGetStore answers the next Get of task id with stale, as a read
+// sent before retention deleted the record and the ID was used again
+// would have answered; then it reads the store.
+type staleGetStore struct {
+	store.Store
+	mu    sync.Mutex
+	id    string
+	stale *store.Record
+}
+
+func (s *staleGetStore) Get(ctx context.Context, id string) (store.Record, error) {
+	s.mu.Lock()
+	stale := s.stale
+	if id != s.id {
+		stale = nil
+	} else {
+		s.stale = nil
+	}
+	s.mu.Unlock()
+	if stale != nil {
+		return *stale, nil
+	}
+	return s.Store.Get(ctx, id)
+}
+
+// A pass that read the earlier record of a task ID, before retention
+// deleted it and a user used the ID again, found the new record's running
+// pod (another nonce) and discarded it: the record read again before the
+// discard had the same version, because a new record's versions start
+// again at 1 (simulation seed 2600199020: a stale term's pass deleted the
+// pod the new term had just started; the attempt ended DeletedExternally).
+// A record read again is the same only with the same version and nonce.
+func TestADiscardReadsTheSameRecordAgain(t *testing.T) {
+	st := &staleGetStore{}
+	f := newFx(t, func(c *Config) { st.Store = c.Store; c.Store = st })
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	f.drainCreations()
+	name := task.PodName(identOf(f, "x"), 0)
+	pod := f.serverPod(name)
+	if pod == nil {
+		t.Fatal("no pod created")
+	}
+	f.cache(pod)
+	rec := f.record("x")
+	if !rec.PodCreated {
+		t.Fatalf("the pod is not recorded: %+v", rec)
+	}
+	earlier := rec
+	earlier.Nonce, earlier.PodCreated, earlier.PodUID = "earlier", false, ""
+	earlier.Terminal, earlier.Phase, earlier.Reason = true, "Succeeded", "Completed"
+	st.mu.Lock()
+	st.id, st.stale = "x", &earlier
+	st.mu.Unlock()
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.client.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && d.GetName() == name {
+			t.Fatalf("the pass deleted pod %s, which the record of the ID's new use takes (uid %s), on the earlier record's read", name, rec.PodUID)
+		}
+	}
+	if p := f.serverPod(name); p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("pod %s is gone or deleted", name)
+	}
+}
