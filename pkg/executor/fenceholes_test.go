@@ -5,6 +5,7 @@ package executor
 
 import (
 	"bytes"
+	"encoding/json"
 	"context"
 	"errors"
 	"slices"
@@ -723,5 +724,41 @@ func TestADiscardReadsTheSameRecordAgain(t *testing.T) {
 	}
 	if p := f.serverPod(name); p == nil || p.DeletionTimestamp != nil {
 		t.Fatalf("pod %s is gone or deleted", name)
+	}
+}
+
+// A creation retried after this term discarded its own gated pod, whose
+// deletion had landed (its answer lost) while the pod's finalizer kept it:
+// the retry's AlreadyExists found the term's own pod and took it for an
+// earlier try's, and the claim recorded a pod that was being deleted
+// (simulation seed 2600198083: a claim that found the task moved to east
+// discarded the pod; the task came back to west; the attempt ended
+// DeletedExternally). A pod being deleted is never recorded.
+func TestARetriedCreationLeavesItsDiscardedPod(t *testing.T) {
+	f := newFx(t, nil)
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil { // admits the creation
+		t.Fatal(err)
+	}
+	rec := f.record("x")
+	var tk task.Task
+	if err := json.Unmarshal(rec.Task, &tk); err != nil {
+		t.Fatal(err)
+	}
+	built, err := task.BuildPod(&tk, task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: f.ex.cfg.InstanceID, Nonce: rec.Nonce}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discarded := fencedPod(built, f.ex.epoch.Load())
+	discarded.UID = "discarded"
+	discarded.Finalizers = append(discarded.Finalizers, task.Finalizer)
+	discarded.DeletionTimestamp = &metav1.Time{Time: f.clk.Now()}
+	f.server(discarded)
+	f.drainCreations()
+	if rec := f.record("x"); rec.PodCreated && rec.PodUID == "discarded" {
+		t.Fatalf("the creation recorded pod %s, which was being deleted", discarded.Name)
+	}
+	if p := f.serverPod(discarded.Name); p != nil && p.UID == "discarded" && slices.Contains(p.Finalizers, task.Finalizer) {
+		t.Errorf("the discarded pod keeps kubetask's finalizer: %v", p.Finalizers)
 	}
 }

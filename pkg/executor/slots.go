@@ -642,7 +642,9 @@ func (e *Executor) ungatedBy(id string, uid types.UID) bool {
 
 // create creates pod, gated and stamped with the term's epoch. On
 // AlreadyExists it reads the existing pod: one this term created (a retried
-// creation) is returned as created; one an earlier term created and never
+// creation) is returned as created, unless it is being deleted (this term
+// discarded it: the discard is finished and the creation fails, to be
+// retried); one an earlier term created and never
 // ran (still gated, not recorded: the claim was checked before) is discarded
 // and the creation fails, to be retried; a pod of a release before the fence
 // (no epoch) with the task's identity is adopted; anything else is not the
@@ -672,6 +674,17 @@ func (e *Executor) create(ctx context.Context, pod *corev1.Pod, epoch int64) (*c
 	ownInstance := live.Annotations[task.AnnotationExecutor] == e.cfg.InstanceID
 	podEpoch, _ := strconv.ParseInt(live.Annotations[task.AnnotationEpoch], 10, 64)
 	switch {
+	case fenced && ownInstance && podEpoch == epoch && live.DeletionTimestamp != nil:
+		// This term's, and discarded (a claim that found the task moved
+		// away, its deletion's answer lost; the finalizer keeps it): never
+		// recorded, whatever the record says now (simulation seed
+		// 2600198083: the task came back, and the retry's claim recorded
+		// the pod being deleted). The discard is finished, and the creation
+		// tried again once the pod is gone.
+		if err := attempt.Discard(ctx, e.client, live); err != nil {
+			return nil, false, err
+		}
+		return nil, false, fmt.Errorf("pod %s/%s of this term is being discarded; creating it again once it is gone", pod.Namespace, pod.Name)
 	case fenced && ownInstance && podEpoch == epoch:
 		return live, false, nil // this term's: an earlier try whose answer was lost
 	case fenced && ownInstance && podEpoch > epoch:
