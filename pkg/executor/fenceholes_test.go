@@ -5,8 +5,8 @@ package executor
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
