@@ -92,7 +92,7 @@ type Config struct {
 	Ready func() error
 	// Registry receives the HTTP metrics and is served at /metrics
 	// (register the executor's metrics in it too). Default: a new registry.
-	Registry *prometheus.Registry
+	Registry Registry
 	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
 	// EventBuffer is how many recent events the server keeps for watches to
@@ -320,6 +320,13 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when streams must end (shutdown)
+}
+
+// Registry is where the server registers its metrics and what /metrics
+// serves: a *prometheus.Registry, or something that passes to one.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // New checks cfg, fills its defaults and builds the server. It registers the

@@ -656,12 +656,9 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 	r := &router{st: st, instanceID: cfg.InstanceID, shards: cfg.Shards, defaultNamespace: cfg.DefaultNamespace, log: log, unreachableAfter: cfg.UnreachableAfter.Get(),
 		agent: cfg.Agent, identity: processIdentity(cfg), leaseNamespace: cfg.LeaseNamespace}
 	r.groups, _ = st.(store.Groups)
-	placements := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "kubetask_placement_seconds", Help: "Time of each submission's placement on a cluster (the clusters' states read, each executor's free slots, the choice), part of its store step.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-	})
-	if err := reg.Register(placements); err != nil {
-		return nil, nil, fmt.Errorf("registering the placement metric: %w", err)
+	placements, err := newPlacementMetric(reg)
+	if err != nil {
+		return nil, nil, err
 	}
 	r.placements = placements
 	r.rows, _ = st.(store.Clusters)
@@ -734,6 +731,19 @@ func newRouter(ctx context.Context, cfg Config, st store.Store, reg prometheus.R
 		return nil, nil, err
 	}
 	return r, first, nil
+}
+
+// newPlacementMetric registers the router's kubetask_placement_seconds in
+// reg.
+func newPlacementMetric(reg prometheus.Registerer) (prometheus.Histogram, error) {
+	placements := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "kubetask_placement_seconds", Help: "Time of each submission's placement on a cluster (the clusters' states read, each executor's free slots, the choice), part of its store step.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	})
+	if err := reg.Register(placements); err != nil {
+		return nil, fmt.Errorf("registering the placement metric: %w", err)
+	}
+	return placements, nil
 }
 
 var _ server.Clusters = (*router)(nil)

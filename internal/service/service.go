@@ -108,12 +108,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	}
 
 	reg := prometheus.NewRegistry()
-	// The scheduler's metrics (go_sched_latencies_seconds among them) tell
-	// how long the service's goroutines waited for a CPU: the store's one
-	// writer among them.
-	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newCaptureMetrics(reg)
+	m := newProcessMetrics(reg)
 	var srv *server.Server // the executor's events go to it; set before Start
 	var srvMu sync.Mutex
 	// The replicas of a group share their events, so that a watch on any
@@ -397,6 +392,18 @@ func newAuth(cfg Config, client kubernetes.Interface, out io.Writer) (server.Aut
 		return nil, err
 	}
 	return server.NewTokenAuth(toks)
+}
+
+// newProcessMetrics registers in reg the metrics of the process itself,
+// beside the executors' and the server's: Go's and the process's, and the
+// log captures' (returned).
+func newProcessMetrics(reg prometheus.Registerer) *captureMetrics {
+	// The scheduler's metrics (go_sched_latencies_seconds among them) tell
+	// how long the service's goroutines waited for a CPU: the store's one
+	// writer among them.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return newCaptureMetrics(reg)
 }
 
 // captureMetrics count the log captures.

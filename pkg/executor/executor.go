@@ -298,6 +298,8 @@ func (e *Executor) Start(ctx context.Context) error {
 			e.runCleaner(wctx)
 		}()
 	}
+	e.metrics.queue.add(e) // its tasks are counted while it runs
+	defer e.metrics.queue.remove(e)
 	defer func() {
 		stop()
 		e.queue.ShutDown()
@@ -388,7 +390,7 @@ func (e *Executor) term(ctx context.Context) error {
 		if !r.PodCreated && r.CancelledAt.IsZero() && !r.NextAttemptAt.After(now) {
 			e.enlist(r, priorityOf(r.Task))
 		}
-		e.observe(r.ID, r.Phase, false)
+		e.observe(r.ID, r.Namespace, r.Phase, r.Reason, false)
 		e.queue.Add(r.ID)
 	}
 	e.gate.open()
@@ -742,7 +744,7 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	}
 	if created {
 		e.enlist(rec, t.Spec.Priority)
-		e.observe(rec.ID, rec.Phase, false)
+		e.observe(rec.ID, rec.Namespace, rec.Phase, rec.Reason, false)
 		e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt, Task: metaOf(rec)})
 		if rec.PodCreated { // AttachPod: the attempt's pod is the caller's
 			ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
@@ -885,17 +887,22 @@ func (e *Executor) emit(ev Event) {
 	}
 }
 
-// observe keeps the kubetask_tasks gauge: the tasks this process has seen,
-// by their latest phase (terminal phases included).
-func (e *Executor) observe(id, phase string, terminal bool) {
+// observe keeps the kubetask_tasks gauge (the tasks this process has seen,
+// by their latest phase, terminal phases included) and the task's class
+// (namespace, phase, reason), which kubetask_tasks_queued and
+// kubetask_pending_tasks count at scrape time. It is called when the
+// task's phase or reason changes, never at a pass that changes neither.
+func (e *Executor) observe(id, namespace, phase, reason string, terminal bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.memos[id]
 	if m != nil && m.hasPhase {
-		if m.phase.String() == phase && !terminal {
+		_, was, _ := m.phase.split()
+		if was == phase && !terminal {
+			m.phase = taskClass(namespace, phase, reason)
 			return
 		}
-		e.metrics.tasks.WithLabelValues(m.phase.String()).Dec()
+		e.metrics.tasks.WithLabelValues(was).Dec()
 	}
 	e.metrics.tasks.WithLabelValues(phase).Inc()
 	if terminal {
@@ -906,7 +913,22 @@ func (e *Executor) observe(id, phase string, terminal bool) {
 		return
 	}
 	m = e.memoLocked(id)
-	m.phase, m.hasPhase = intern(phase), true
+	m.phase, m.hasPhase = taskClass(namespace, phase, reason), true
+}
+
+// disown stops counting task id, another instance's now (moved to another
+// cluster or instance), in the gauges of the tasks this process runs.
+func (e *Executor) disown(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.memos[id]
+	if m == nil || !m.hasPhase {
+		return
+	}
+	_, was, _ := m.phase.split()
+	e.metrics.tasks.WithLabelValues(was).Dec()
+	m.phase, m.hasPhase = interned{}, false
+	e.tidyMemoLocked(id, m)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -18,7 +18,21 @@ type metrics struct {
 	outcomeLag    prometheus.Histogram
 	outcomes      *prometheus.CounterVec
 	apiRequests   prometheus.Counter
+	// admissionWait, timeToStart and taskDuration observe each attempt's
+	// (each task's) transition once, where the executor records it.
+	admissionWait *prometheus.HistogramVec
+	timeToStart   *prometheus.HistogramVec
+	taskDuration  *prometheus.HistogramVec
+	// queue counts the running executors' unfinished tasks at scrape time.
+	queue *queueCollector
 }
+
+// Buckets of the latency histograms, in seconds: from 100 ms (a pod
+// created at once) to about 3.6 hours (a task waiting in a long line).
+var (
+	waitBuckets     = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 10800}
+	durationBuckets = []float64{1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -54,6 +68,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		apiRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubetask_api_requests_total", Help: "Requests the executor's client sent to the API server.",
 		}),
+		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_admission_wait_seconds", Help: "Time from an attempt's admission request (the task's submission; for a retry, the end of its backoff) to its pod's creation by this process, once per attempt, by namespace (Kueue's kueue_admission_wait_time_seconds).",
+			Buckets: waitBuckets,
+		}, []string{"namespace"}),
+		timeToStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_time_to_start_seconds", Help: "Time from an attempt's pod creation (creationTimestamp) to its main container's start (startedAt), once per attempt whose start this process sees, by namespace.",
+			Buckets: waitBuckets,
+		}, []string{"namespace"}),
+		taskDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubetask_task_duration_seconds", Help: "Time from a task's submission to its recorded final outcome, once per task, by namespace and outcome phase (Succeeded, Failed).",
+			Buckets: durationBuckets,
+		}, []string{"namespace", "phase"}),
+		queue: newQueueCollector(),
 	}
 	if reg != nil {
 		// Several executors may share one registry (the shards of a
@@ -68,6 +95,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.outcomeLag = register(reg, m.outcomeLag)
 		m.outcomes = register(reg, m.outcomes)
 		m.apiRequests = register(reg, m.apiRequests)
+		m.admissionWait = register(reg, m.admissionWait)
+		m.timeToStart = register(reg, m.timeToStart)
+		m.taskDuration = register(reg, m.taskDuration)
+		m.queue = register(reg, m.queue)
 	}
 	return m
 }

@@ -61,8 +61,10 @@ type taskMemo struct {
 	nonce string
 	// ungated is the pod whose fence gate this process removed (noteUngated).
 	ungated types.UID
-	// phase is the task's latest phase in the kubetask_tasks gauge, when
-	// hasPhase (observe): a task that forget drops keeps it.
+	// phase is the task's latest class (taskClass: namespace, phase and
+	// reason), when hasPhase (observe): its phase is the one counted in the
+	// kubetask_tasks gauge, and the scrape-time gauges count it
+	// (queueCollector). A task that forget drops keeps it.
 	phase                         interned
 	hasLive, nonceKnown, hasPhase bool // 112 B in all, a size class of Go's allocator
 }
@@ -161,6 +163,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 			// leave it at the line's head for good, holding a free slot in
 			// every plan).
 			e.unwait(id)
+			e.disown(id)
 			return 0, nil
 		}
 		lostOnly = true
@@ -171,6 +174,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 		// none of its attempts is this instance's to run.
 		e.cfg.Logger.Warn("a task of this instance is placed on another cluster; leaving it", "task", id, "cluster", rec.Cluster, "executor cluster", e.cfg.Cluster)
 		e.unwait(id)
+		e.disown(id)
 		return 0, nil
 	}
 	e.recordOf(id, rec.Nonce)
@@ -427,7 +431,8 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 		if err := e.persistProgress(ctx, rec, st); err != nil {
 			return 0, err
 		}
-		e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+		from := e.setProgress(rec, string(st.Phase), string(st.Reason), st.Message, nil)
+		e.noteStart(rec, t, pod, from)
 		return untilRecheck(st, now), nil
 	}
 	if wait := e.stoppedByOthersWait(rec, t, pod, st, now); wait > 0 {
@@ -506,7 +511,8 @@ func (e *Executor) syncAttempt(ctx context.Context, t *task.Task, rec store.Reco
 	if pod != nil && st.Phase == podstate.Succeeded && t.Spec.Result != nil {
 		res, retry, failed := e.readResult(ctx, t, pod, now)
 		if retry > 0 {
-			e.setProgress(rec, string(podstate.Running), reasonReadingResult, failed.Message, st.ExitCode)
+			from := e.setProgress(rec, string(podstate.Running), reasonReadingResult, failed.Message, st.ExitCode)
+			e.noteStart(rec, t, pod, from)
 			return retry, nil
 		}
 		if failed.Phase != "" {
@@ -757,6 +763,11 @@ func (e *Executor) markCreated(ctx context.Context, rec store.Record, pod *corev
 	m := e.memoLocked(rec.ID)
 	m.live, m.hasLive = progress{attempt: updated.Attempt, phase: updated.Phase, reason: updated.Reason, message: updated.Message}, true
 	e.mu.Unlock()
+	e.observe(rec.ID, updated.Namespace, updated.Phase, updated.Reason, false)
+	if !adopted {
+		// Once per attempt: the write above succeeds once (compare-and-swap).
+		e.metrics.admissionWait.WithLabelValues(rec.Namespace).Observe(admissionWait(rec, now).Seconds())
+	}
 	return updated, nil
 }
 
@@ -793,6 +804,9 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	if _, ok := outcomeOf(rec, n); ok {
 		return rec, false, nil
 	}
+	e.mu.Lock()
+	from := e.liveFromLocked(rec) // before rec moves on to the next attempt
+	e.mu.Unlock()
 	podName, podUID, finishedAt := "", "", now
 	if pod != nil {
 		podName, podUID = pod.Name, string(pod.UID)
@@ -827,6 +841,9 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	if pod != nil {
 		e.metrics.outcomeLag.Observe(now.Sub(finishedAt).Seconds())
 	}
+	if updated.Terminal {
+		e.metrics.taskDuration.WithLabelValues(rec.Namespace, string(st.Phase)).Observe(max(now.Sub(rec.CreatedAt), 0).Seconds())
+	}
 	ev := Event{ID: rec.ID, Attempt: n, Type: EventAttemptFinished, Phase: string(st.Phase), Reason: string(st.Reason),
 		Message: st.Message, ExitCode: st.ExitCode, Terminal: updated.Terminal, Result: result, Time: now,
 		// A pod bound to no node is deleted whatever the cleanup (sealing).
@@ -840,7 +857,10 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 	delete(e.sealed, rec.ID)
 	e.sealed = emptied(e.sealed)
 	e.mu.Unlock()
-	e.observe(rec.ID, updated.Phase, updated.Terminal)
+	// A start the passes never saw (the main container started and ended
+	// between two of them) is counted as the attempt ends.
+	e.noteStart(rec, t, pod, from)
+	e.observe(rec.ID, updated.Namespace, updated.Phase, updated.Reason, updated.Terminal)
 	if retry {
 		e.emit(Event{ID: rec.ID, Attempt: updated.Attempt, Type: EventState, Phase: updated.Phase, Reason: updated.Reason, Message: updated.Message, Time: now})
 	}
@@ -1225,11 +1245,13 @@ func (e *Executor) persistPending(ctx context.Context, rec store.Record, reason,
 }
 
 // setProgress records the latest derived state of an unfinished task in
-// memory and emits it when it changed.
-func (e *Executor) setProgress(rec store.Record, phase, reason, message string, exit *int32) {
+// memory and emits it when it changed. It returns the phase the current
+// attempt had before (liveFromLocked).
+func (e *Executor) setProgress(rec store.Record, phase, reason, message string, exit *int32) (from string) {
 	p := progress{attempt: rec.Attempt, phase: phase, reason: reason, message: message, exitCode: exit}
 	e.mu.Lock()
 	m := e.memoLocked(rec.ID)
+	from = e.liveFromLocked(rec)
 	cur := m.live
 	if !m.hasLive {
 		cur = progress{attempt: rec.Attempt, phase: rec.Phase, reason: rec.Reason, message: rec.Message, exitCode: rec.ExitCode}
@@ -1238,10 +1260,75 @@ func (e *Executor) setProgress(rec store.Record, phase, reason, message string, 
 	m.live, m.hasLive = p, true
 	e.mu.Unlock()
 	if same {
+		return from
+	}
+	e.observe(rec.ID, rec.Namespace, phase, reason, false)
+	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventState, Phase: phase, Reason: reason, Message: message, ExitCode: exit})
+	return from
+}
+
+// liveFromLocked is the phase of rec's current attempt as this process
+// last knew it: its derived state, else the record's (written before the
+// state is set: persistProgress), "" when it knows only an earlier
+// attempt's; e.mu is held.
+func (e *Executor) liveFromLocked(rec store.Record) string {
+	if m := e.memos[rec.ID]; m != nil && m.hasLive {
+		if m.live.attempt != rec.Attempt {
+			return ""
+		}
+		return m.live.phase
+	}
+	return rec.Phase
+}
+
+// noteStart observes kubetask_time_to_start_seconds for rec's current
+// attempt when its main container has started in pod and the attempt was
+// not Running before (from, liveFromLocked): once per attempt in this
+// process, and not again in the next one (the record says Running then).
+// The time is the pod's own (creationTimestamp to the main container's
+// startedAt), so a start seen late measures the same.
+func (e *Executor) noteStart(rec store.Record, t *task.Task, pod *corev1.Pod, from string) {
+	if from == string(podstate.Running) || pod == nil {
 		return
 	}
-	e.observe(rec.ID, phase, false)
-	e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventState, Phase: phase, Reason: reason, Message: message, ExitCode: exit})
+	if d, ok := timeToStart(pod, t.Spec.MainContainer); ok {
+		e.metrics.timeToStart.WithLabelValues(rec.Namespace).Observe(d.Seconds())
+	}
+}
+
+// timeToStart is the time from pod's creation to its main container's
+// start (running, or terminated since), false while the container has not
+// started or the pod lacks either time.
+func timeToStart(pod *corev1.Pod, main string) (time.Duration, bool) {
+	created := pod.CreationTimestamp.Time
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name != main {
+			continue
+		}
+		var started time.Time
+		switch {
+		case st.State.Running != nil:
+			started = st.State.Running.StartedAt.Time
+		case st.State.Terminated != nil:
+			started = st.State.Terminated.StartedAt.Time
+		}
+		if started.IsZero() || created.IsZero() {
+			return 0, false
+		}
+		return max(started.Sub(created), 0), true
+	}
+	return 0, false
+}
+
+// admissionWait is the time from when rec's current attempt asked for its
+// pod (the submission; for a retry or a delayed start, NextAttemptAt) to
+// now, when its pod was created.
+func admissionWait(rec store.Record, now time.Time) time.Duration {
+	since := rec.CreatedAt
+	if rec.NextAttemptAt.After(since) {
+		since = rec.NextAttemptAt
+	}
+	return max(now.Sub(since), 0)
 }
 
 // ungatedAt keeps what podstate.Policy.UngatedAt needs: when this process
