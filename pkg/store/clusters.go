@@ -160,8 +160,9 @@ type Clusters interface {
 	ListClusters(ctx context.Context) ([]Cluster, error)
 	// Move writes rec with Executor and Cluster set to executor and
 	// cluster, as Update writes it, only if, in one atomic step:
-	//   - the stored record's version is rec.Version (else ErrConflict;
-	//     ErrNotFound if there is none);
+	//   - the stored record's version is rec.Version and it is the same use
+	//     of the ID: its nonce is rec.Nonce, or it has none (else
+	//     ErrConflict; ErrNotFound if there is none);
 	//   - the stored record is not Terminal and its current attempt has no
 	//     pod, PodCreated false (else ErrClaimed);
 	//   - when rec.Epoch is not 0 (a fenced move), rec.Epoch is the current
@@ -258,16 +259,20 @@ func claimedWhy(terminal bool) string {
 }
 
 // moveRefused tells why a move of rec from version expected was not
-// applied to the record stored at version stored (terminal, podCreated):
-// ErrConflict when the version differs, else ErrClaimed when it is
+// applied to the record stored at version stored with nonce storedNonce
+// (terminal, podCreated): ErrConflict when the version differs or the
+// stored record is another use of the ID, else ErrClaimed when it is
 // finished or has a pod, else ErrFenced, the one condition left. A stored
-// record at a given version never changes (every write raises it), so a
-// record read after the move failed tells the reason exactly, in a
-// transaction or not.
-func moveRefused(rec Record, expected, stored int64, terminal, podCreated bool) error {
+// record at a given version with a given nonce never changes (every write
+// raises the version; a record deleted and created again has another
+// nonce), so a record read after the move failed tells the reason exactly,
+// in a transaction or not.
+func moveRefused(rec Record, expected, stored int64, storedNonce string, terminal, podCreated bool) error {
 	switch {
 	case stored != expected:
 		return fmt.Errorf("version %d, stored %d: %w", expected, stored, ErrConflict)
+	case !sameUse(storedNonce, rec.Nonce):
+		return anotherUse(expected, storedNonce, rec.Nonce)
 	case terminal || podCreated:
 		return fmt.Errorf("the stored record %s: %w", claimedWhy(terminal), ErrClaimed)
 	default:
@@ -348,9 +353,9 @@ func (m *memory) Move(ctx context.Context, rec Record, executor, cluster string)
 		return Record{}, fmt.Errorf("task record %s move: %w", rec.ID, ErrNotFound)
 	}
 	fenced := rec.Epoch != 0 && m.epochs[rec.Executor] != rec.Epoch
-	if cur.Version != rec.Version || cur.Terminal || cur.PodCreated || fenced {
+	if cur.Version != rec.Version || !sameUse(cur.Nonce, rec.Nonce) || cur.Terminal || cur.PodCreated || fenced {
 		return Record{}, fmt.Errorf("task record %s move to %s (cluster %q): %w", rec.ID, executor, cluster,
-			moveRefused(rec, rec.Version, cur.Version, cur.Terminal, cur.PodCreated))
+			moveRefused(rec, rec.Version, cur.Version, cur.Nonce, cur.Terminal, cur.PodCreated))
 	}
 	rec.Version = cur.Version + 1
 	rec.CreatedAt = cur.CreatedAt

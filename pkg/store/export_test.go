@@ -82,6 +82,10 @@ var SQLiteStatements = map[string]string{
 	"retention candidates": sqliteWriteSQL.finished,
 	"retention delete":     sqliteWriteSQL.deleteTask,
 	"move state":           sqliteWriteSQL.moveState,
+	"update":               sqliteWriteSQL.update,
+	"update: progress":     sqliteWriteSQL.progress,
+	"update: refused":      sqliteWriteSQL.version,
+	"move":                 sqliteWriteSQL.move,
 	// The statements of the triggers, which EXPLAIN QUERY PLAN of the
 	// statements that fire them does not show.
 	"trigger: labels of a task": `DELETE FROM task_labels WHERE task_id = ?`,

@@ -129,6 +129,9 @@ func (m *memory) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update (version %d, stored %d): %w",
 			rec.ID, rec.Version, cur.Version, ErrConflict)
 	}
+	if !sameUse(cur.Nonce, rec.Nonce) {
+		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, anotherUse(rec.Version, cur.Nonce, rec.Nonce))
+	}
 	if rec.Epoch != 0 && m.epochs[rec.Executor] != rec.Epoch {
 		return Record{}, fmt.Errorf("task record %s update (epoch %d of %s, current %d): %w",
 			rec.ID, rec.Epoch, rec.Executor, m.epochs[rec.Executor], ErrFenced)

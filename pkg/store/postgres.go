@@ -43,9 +43,9 @@ import (
 // Concurrency: the store holds a pool of connections (pool_max_conns in url,
 // else 16) and runs concurrent calls in concurrent transactions, whose
 // commits PostgreSQL flushes together (its own group commit). Each write has
-// the semantics it has alone: Update's version check is part of its UPDATE
-// statement, so of concurrent updates from one version exactly one wins and
-// the others get ErrConflict, in this process or another.
+// the semantics it has alone: Update's version (and nonce) check is part of
+// its UPDATE statement, so of concurrent updates from one version exactly
+// one wins and the others get ErrConflict, in this process or another.
 //
 // Errors and cancellation: a call whose context ends before it has a
 // connection returns the context's error and writes nothing; once its
@@ -456,9 +456,9 @@ var postgresSQL = struct {
 	// and without a pod (Clusters.Move), checked on the row it locks as the
 	// version is; moveState then tells why a move matched nothing.
 	move:      postgresUpdateSQL(" AND NOT t.pod_created AND NOT t.terminal"),
-	moveState: `SELECT version, pod_created, terminal FROM tasks WHERE id = $1`,
+	moveState: `SELECT version, nonce, pod_created, terminal FROM tasks WHERE id = $1`,
 	get:       `SELECT ` + postgresColumns + ` FROM tasks WHERE id = $1`,
-	version:   `SELECT version FROM tasks WHERE id = $1`,
+	version:   `SELECT version, nonce FROM tasks WHERE id = $1`,
 	beginTerm: `INSERT INTO kubetask_terms (instance, epoch, started_at) VALUES ($1, 1, $2)
 		ON CONFLICT (instance) DO UPDATE SET epoch = kubetask_terms.epoch + 1, started_at = excluded.started_at
 		RETURNING epoch`,
@@ -467,12 +467,14 @@ var postgresSQL = struct {
 
 // postgresUpdateSQL is the statement that writes every column of a record
 // but id and created_at (args: postgresUpdateArgs) if the stored version is
-// the expected one, the fence lets the write through and the further
-// conditions cond on the row (t) hold. The version check is part of the
-// UPDATE: of concurrent updates from one version, the first to lock the row
-// writes it and the others, re-checking the row once it is committed, match
-// nothing. The labels follow in the same statement, only when the update
-// matched and the labels changed (the stored JSON, canonical since
+// the expected one, the stored record is the same use of the ID as the
+// written one (sameUse: its nonce is the written one, $24, or it has none),
+// the fence lets the write through and the further conditions cond on the
+// row (t) hold. The version and nonce checks are part of the UPDATE: of
+// concurrent updates from one version, the first to lock the row writes it
+// and the others, re-checking the row once it is committed, match nothing.
+// The labels follow in the same statement, only when the update matched
+// and the labels changed (the stored JSON, canonical since
 // json.Marshal sorts the keys, differs): keys no longer there are deleted,
 // new ones inserted, changed ones updated; a label that stays is not
 // touched. A fenced write ($25, the epoch, not 0) also requires the epoch
@@ -489,7 +491,7 @@ func postgresUpdateSQL(cond string) string {
 				nonce = $24, epoch = $25, pod_uid = $26, pod_epoch = $27,
 				submitted_by = $29, cancelled_by = $30, cluster = $31
 			FROM (SELECT labels::text AS labels FROM tasks WHERE id = $1) AS old
-			WHERE t.id = $1 AND t.version = $2` + cond + `
+			WHERE t.id = $1 AND t.version = $2 AND (t.nonce = ''::bytea OR t.nonce = $24)` + cond + `
 				AND ($25 = 0 OR $25 = (SELECT epoch FROM kubetask_terms WHERE instance = $28::text FOR SHARE))
 			RETURNING t.id, t.created_at, old.labels IS DISTINCT FROM $20::json::text AS relabel
 		), d AS (
@@ -704,17 +706,18 @@ func (s *postgresStore) Update(ctx context.Context, rec Record) (Record, error) 
 		var createdAt int64
 		err := c.QueryRow(ctx, postgresSQL.update, args...).Scan(&createdAt)
 		if errors.Is(err, pgx.ErrNoRows) {
-			var stored int64
-			switch err := c.QueryRow(ctx, postgresSQL.version, rec.ID).Scan(&stored); {
+			// Nothing written: the record read now tells why (updateRefused).
+			var (
+				stored      int64
+				storedNonce []byte
+			)
+			switch err := c.QueryRow(ctx, postgresSQL.version, rec.ID).Scan(&stored, &storedNonce); {
 			case errors.Is(err, pgx.ErrNoRows):
 				return ErrNotFound
 			case err != nil:
 				return err
 			}
-			if stored == expected {
-				return fmt.Errorf("epoch %d of %s: %w", rec.Epoch, rec.Executor, ErrFenced)
-			}
-			return fmt.Errorf("version %d, stored %d: %w", expected, stored, ErrConflict)
+			return updateRefused(rec, expected, stored, string(storedNonce))
 		}
 		if err != nil {
 			return err

@@ -122,13 +122,13 @@ func (s *postgresStore) ListClusters(ctx context.Context) (_ []Cluster, err erro
 	return out, nil
 }
 
-// Move is one conditional UPDATE (postgresSQL.move): the version, the claim
-// (no pod, not finished) and the fence are conditions on the row it locks,
-// re-checked on the row a concurrent write committed, so of concurrent
-// moves and claims from one version exactly one is applied, across
-// processes. When it matched nothing, the record read next tells why
-// (moveRefused: a record at a given version never changes, so the reading
-// is exact without a transaction around both).
+// Move is one conditional UPDATE (postgresSQL.move): the version and the
+// nonce, the claim (no pod, not finished) and the fence are conditions on
+// the row it locks, re-checked on the row a concurrent write committed, so
+// of concurrent moves and claims from one version exactly one is applied,
+// across processes. When it matched nothing, the record read next tells why
+// (moveRefused: a record at a given version with a given nonce never
+// changes, so the reading is exact without a transaction around both).
 func (s *postgresStore) Move(ctx context.Context, rec Record, executor, cluster string) (Record, error) {
 	rec, err := moving(rec, executor, cluster)
 	if err != nil {
@@ -150,15 +150,16 @@ func (s *postgresStore) Move(ctx context.Context, rec Record, executor, cluster 
 		if errors.Is(err, pgx.ErrNoRows) {
 			var (
 				stored               int64
+				storedNonce          []byte
 				podCreated, terminal bool
 			)
-			switch err := c.QueryRow(ctx, postgresSQL.moveState, rec.ID).Scan(&stored, &podCreated, &terminal); {
+			switch err := c.QueryRow(ctx, postgresSQL.moveState, rec.ID).Scan(&stored, &storedNonce, &podCreated, &terminal); {
 			case errors.Is(err, pgx.ErrNoRows):
 				return ErrNotFound
 			case err != nil:
 				return err
 			}
-			return moveRefused(rec, expected, stored, terminal, podCreated)
+			return moveRefused(rec, expected, stored, string(storedNonce), terminal, podCreated)
 		}
 		if err != nil {
 			return err

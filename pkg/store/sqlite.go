@@ -29,10 +29,10 @@ import (
 // Group commit: one writer goroutine commits the writes of concurrent calls
 // together, several per transaction, so one sync serves them all (see
 // writeLoop). Each write keeps the semantics it has alone: its own
-// compare-and-swap on Version, ErrConflict or ErrNotFound for that write only
-// (the others in its transaction commit); of several Creates of one ID the
-// first queued creates the record and the others return it with
-// created=false. Get and List see every write whose call has returned.
+// compare-and-swap on Version (and Nonce), ErrConflict or ErrNotFound for
+// that write only (the others in its transaction commit); of several
+// Creates of one ID the first queued creates the record and the others
+// return it with created=false. Get and List see every write whose call has returned.
 //
 // Errors and cancellation: an error from Create or Update means the write was
 // not applied. A call whose context ends before the writer took its write
@@ -433,13 +433,13 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("task record %s update: %w", rec.ID, err)
 	}
 	// args follow sqliteColumns; id (0) and created_at (17) are not written,
-	// and the WHERE clause takes the ID, the expected version and the fence
-	// (see sqliteWriteSQL.update).
+	// and the WHERE clause takes the ID, the expected version, the nonce and
+	// the fence (see sqliteWriteSQL.update).
 	// progress (sqliteWriteSQL.progress) leaves out namespace (1), name (2),
 	// executor (3), terminal (12) and cluster (28) and requires them as they
 	// are.
 	progress := append(append(append(args[4:12:12], args[13:17]...), args[18:28]...),
-		rec.ID, expected, args[1], args[2], args[3], args[28], args[12], rec.Epoch, rec.Epoch, rec.Executor)
+		rec.ID, expected, rec.Nonce, args[1], args[2], args[3], args[28], args[12], rec.Epoch, rec.Epoch, rec.Executor)
 	args = sqliteUpdateArgs(args, rec, expected)
 	if s.fullUpdates {
 		progress = nil
@@ -453,9 +453,9 @@ func (s *sqliteStore) Update(ctx context.Context, rec Record) (Record, error) {
 
 // sqliteUpdateArgs returns sqliteWriteSQL.update's arguments from rec's columns
 // (args, in sqliteColumns order): every column but id (0) and created_at
-// (17), then the ID, the expected version and the fence.
+// (17), then the ID, the expected version, the nonce and the fence.
 func sqliteUpdateArgs(args []any, rec Record, expected int64) []any {
-	return append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Epoch, rec.Epoch, rec.Executor)
+	return append(append(args[1:17:17], args[18:]...), rec.ID, expected, rec.Nonce, rec.Epoch, rec.Epoch, rec.Executor)
 }
 
 func (s *sqliteStore) BeginTerm(ctx context.Context, instance string) (int64, error) {

@@ -111,9 +111,10 @@ func (s *sqliteStore) ListClusters(ctx context.Context) ([]Cluster, error) {
 }
 
 // Move is a write of the group-commit writer, with Update's guarantees: the
-// version, the claim (no pod, not finished) and the fence are conditions of
-// its one UPDATE statement (sqliteWriteSQL.move), and the record read after
-// it matched nothing, in the same transaction, tells which failed.
+// version and the nonce, the claim (no pod, not finished) and the fence are
+// conditions of its one UPDATE statement (sqliteWriteSQL.move), and the
+// record read after it matched nothing, in the same transaction, tells
+// which failed.
 func (s *sqliteStore) Move(ctx context.Context, rec Record, executor, cluster string) (Record, error) {
 	rec, err := moving(rec, executor, cluster)
 	if err != nil {
@@ -134,15 +135,16 @@ func (s *sqliteStore) Move(ctx context.Context, rec Record, executor, cluster st
 		if errors.Is(err, sql.ErrNoRows) {
 			var (
 				stored               int64
+				storedNonce          string
 				podCreated, terminal bool
 			)
-			switch err := tx.StmtContext(ctx, st.moveState).QueryRowContext(ctx, rec.ID).Scan(&stored, &podCreated, &terminal); {
+			switch err := tx.StmtContext(ctx, st.moveState).QueryRowContext(ctx, rec.ID).Scan(&stored, &storedNonce, &podCreated, &terminal); {
 			case errors.Is(err, sql.ErrNoRows):
 				return sqliteResult{err: ErrNotFound}, nil
 			case err != nil:
 				return sqliteResult{err: err}, nil
 			}
-			return sqliteResult{err: moveRefused(rec, expected, stored, terminal, podCreated)}, nil
+			return sqliteResult{err: moveRefused(rec, expected, stored, storedNonce, terminal, podCreated)}, nil
 		}
 		if err != nil {
 			return sqliteResult{}, err

@@ -190,7 +190,9 @@ func TestSQLiteNamespacesPagePlans(t *testing.T) {
 
 // TestSQLiteStatementPlans checks that the other statements of the service
 // paths (Get, the log archive, retention and the triggers that delete a
-// task's labels and logs) search an index.
+// task's labels and logs) and of the record writes (Update's and Move's
+// conditional UPDATEs, which look the row up by its ID and check the
+// version, nonce and fence on it) search an index.
 func TestSQLiteStatementPlans(t *testing.T) {
 	s := openSQLite(t, filepath.Join(t.TempDir(), "tasks.db"))
 	defer s.Close()

@@ -226,8 +226,8 @@ var sqliteWriteSQL = struct {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 	selectByID: `SELECT ` + sqliteColumns + ` FROM tasks WHERE id = ?`,
-	// The version check is part of the statement, so a conflict writes
-	// nothing and leaves the rest of the transaction alone.
+	// The version and nonce checks are part of the statement, so a conflict
+	// writes nothing and leaves the rest of the transaction alone.
 	update: sqliteUpdateSQL(""),
 	// progress is update for the common case, tried first: the task's
 	// namespace, name, executor, cluster and terminal flag stay as stored.
@@ -235,16 +235,17 @@ var sqliteWriteSQL = struct {
 	// indexes that hold only them and the immutable created_at and id
 	// (SQLite rewrites an index's entry whenever one of its columns is SET,
 	// equal or not): with the five of schema version 4, 7 WAL pages per
-	// update instead of 12 (docs/benchmarks.md). No row means one of them
-	// changed, a conflict, a fence or no record; update then writes or
-	// tells which.
+	// update instead of 12 (docs/benchmarks.md). Like update it requires the
+	// stored version and the same use of the ID (sqliteUpdateSQL). No row
+	// means one of them changed, a conflict, a fence or no record; update
+	// then writes or tells which.
 	progress: `UPDATE tasks SET
 		task = ?, attempt = ?, phase = ?, reason = ?,
 		message = ?, exit_code = ?, retryable = ?, result = ?, cancelled_at = ?,
 		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
 		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
 		submitted_by = ?, cancelled_by = ?
-		WHERE id = ? AND version = ?
+		WHERE id = ? AND version = ? AND (nonce = '' OR nonce = ?)
 		AND namespace = ? AND name = ? AND executor = ? AND cluster = ? AND terminal = ?
 		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
 		RETURNING created_at`,
@@ -252,11 +253,11 @@ var sqliteWriteSQL = struct {
 	// and without a pod (Clusters.Move); moveState then tells why a move
 	// matched nothing.
 	move:      sqliteUpdateSQL(" AND pod_created = 0 AND terminal = 0"),
-	moveState: `SELECT version, pod_created, terminal FROM tasks WHERE id = ?`,
+	moveState: `SELECT version, nonce, pod_created, terminal FROM tasks WHERE id = ?`,
 	beginTerm: `INSERT INTO executor_terms (instance, epoch, started_at) VALUES (?, 1, ?)
 		ON CONFLICT (instance) DO UPDATE SET epoch = epoch + 1, started_at = excluded.started_at
 		RETURNING epoch`,
-	version:   `SELECT version FROM tasks WHERE id = ?`,
+	version:   `SELECT version, nonce FROM tasks WHERE id = ?`,
 	taskNonce: `SELECT nonce FROM tasks WHERE id = ?`,
 	logState: `SELECT size, complete, truncated, cursor FROM logs
 		WHERE task_id = ? AND attempt = ? AND container = ?`,
@@ -279,8 +280,10 @@ var sqliteWriteSQL = struct {
 
 // sqliteUpdateSQL is the statement that writes every column of a record
 // but id and created_at (args: sqliteUpdateArgs), if the stored version is the
-// expected one, the fence lets the write through, and the further
-// conditions cond hold.
+// expected one, the stored record is the same use of the ID as the written
+// one (sameUse: its nonce is the written one, or it has none), the fence
+// lets the write through, and the further conditions cond hold. The ID
+// stays the lookup by the primary key; the rest are checks of that row.
 func sqliteUpdateSQL(cond string) string {
 	return `UPDATE tasks SET
 		namespace = ?, name = ?, executor = ?, task = ?, attempt = ?, phase = ?, reason = ?,
@@ -288,7 +291,7 @@ func sqliteUpdateSQL(cond string) string {
 		next_attempt_at = ?, pod_created = ?, attempts = ?, updated_at = ?, version = ?,
 		labels = ?, origin = ?, nonce = ?, epoch = ?, pod_uid = ?, pod_epoch = ?,
 		submitted_by = ?, cancelled_by = ?, cluster = ?
-		WHERE id = ? AND version = ?` + cond + `
+		WHERE id = ? AND version = ? AND (nonce = '' OR nonce = ?)` + cond + `
 		AND (? = 0 OR ? = (SELECT epoch FROM executor_terms WHERE instance = ?))
 		RETURNING created_at`
 }
@@ -369,17 +372,17 @@ func (st *sqliteWriteStmts) applyUpdate(ctx context.Context, tx *sql.Tx, w *sqli
 		err = tx.StmtContext(ctx, st.update).QueryRowContext(ctx, w.args...).Scan(&createdAt)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		var stored int64
-		switch err := tx.StmtContext(ctx, st.version).QueryRowContext(ctx, w.rec.ID).Scan(&stored); {
+		var (
+			stored      int64
+			storedNonce string
+		)
+		switch err := tx.StmtContext(ctx, st.version).QueryRowContext(ctx, w.rec.ID).Scan(&stored, &storedNonce); {
 		case errors.Is(err, sql.ErrNoRows):
 			return sqliteResult{err: ErrNotFound}, nil
 		case err != nil:
 			return sqliteResult{err: err}, nil
 		}
-		if stored == w.expected {
-			return sqliteResult{err: fmt.Errorf("epoch %d of %s: %w", w.rec.Epoch, w.rec.Executor, ErrFenced)}, nil
-		}
-		return sqliteResult{err: fmt.Errorf("version %d, stored %d: %w", w.expected, stored, ErrConflict)}, nil
+		return sqliteResult{err: updateRefused(w.rec, w.expected, stored, storedNonce)}, nil
 	}
 	if err != nil {
 		return sqliteResult{}, err

@@ -23,7 +23,9 @@ import (
 // ErrNotFound is returned for an ID that has no record.
 var ErrNotFound = errors.New("task record not found")
 
-// ErrConflict is returned by Update when the record changed since it was read.
+// ErrConflict is returned by Update when the record changed since it was
+// read: its version moved, or the stored record is another use of its ID
+// (another Nonce).
 var ErrConflict = errors.New("task record changed concurrently")
 
 // ErrFenced is returned by Update when the write carries a fencing epoch
@@ -187,7 +189,12 @@ type Record struct {
 	// Nonce is chosen at random when the record is created (the executor's
 	// Submit) and carried by every pod of the task, so that a pod of an
 	// earlier record with the same ID (deleted by retention, lost with a
-	// memory store) is never taken for one of this record's.
+	// memory store) is never taken for one of this record's. Every
+	// version-checked write (Update, Clusters.Move) requires it to be the
+	// stored record's nonce, so that a copy of an earlier record of the ID
+	// never overwrites a later one at the same version; a stored record
+	// without a nonce (written before nonces) accepts any, and so may be
+	// given one.
 	Nonce string
 	// Epoch fences a write: when it is not 0, Update applies the write only
 	// while Epoch is the current term epoch of the instance named by
@@ -233,8 +240,10 @@ type Store interface {
 	Create(ctx context.Context, rec Record) (Record, bool, error)
 	// Get returns the record of id, or ErrNotFound.
 	Get(ctx context.Context, id string) (Record, error)
-	// Update writes rec if rec.Version equals the stored version, and returns
-	// it with the new version; ErrConflict otherwise, ErrNotFound if absent.
+	// Update writes rec if rec.Version equals the stored version and the
+	// stored record is the same use of the ID (its Nonce is rec.Nonce, or
+	// it has none), and returns it with the new version; ErrConflict
+	// otherwise, ErrNotFound if absent.
 	// Once Update returns nil the write is durable (for durable stores).
 	Update(ctx context.Context, rec Record) (Record, error)
 	// BeginTerm starts a new term of executor instance: it raises the

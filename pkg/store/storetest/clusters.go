@@ -23,7 +23,7 @@ import (
 // by cluster; the clusters' rows are written by compare-and-swap (create,
 // update, conflict, not found), refused with the field named when invalid,
 // and listed by name; and Move places a task only while it has no pod, from
-// the version it read, within its fence, so that of a claim and moves
+// the version and the record (nonce) it read, within its fence, so that of a claim and moves
 // racing from one version exactly one write wins. open is called once per
 // subtest and must return an empty store; RunClusters closes it.
 func RunClusters(t *testing.T, open func(t *testing.T) store.Store) {
@@ -42,6 +42,7 @@ func RunClusters(t *testing.T, open func(t *testing.T) store.Store) {
 		{"MovePlacesTaskWithoutPod", testMove},
 		{"MoveRefusals", testMoveRefusals},
 		{"MoveFenced", testMoveFenced},
+		{"MoveOfAnEarlierUseOfTheIDConflicts", testMoveIDUsedAgain},
 		{"MoveRacesClaimOneWinner", testMoveRacesClaim},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -810,6 +811,77 @@ func testMoveFenced(t *testing.T, s store.Store) {
 	other := mustCreate(t, s, unplaced("b"))
 	if got, err := c.Move(ctx, other, "g-0-west", "west"); err != nil || got.Epoch != 0 || mustGet(t, s, "b").Epoch != 0 {
 		t.Errorf("an unfenced move: epoch %d, err %v; want 0, nil", got.Epoch, err)
+	}
+}
+
+// testMoveIDUsedAgain: once retention deleted a finished record and its ID
+// was used again, a move of a copy of the earlier record is ErrConflict
+// (nothing written), also when the later record is at the copy's version;
+// a record without a nonce (from before nonces) accepts a move that sets one.
+func testMoveIDUsedAgain(t *testing.T, s store.Store) {
+	c := clustersOf(t, s)
+	ctx := context.Background()
+	// placed creates the record x with nonce, and places it (version 2).
+	placed := func(id, nonce string) store.Record {
+		t.Helper()
+		rec := unplaced(id)
+		rec.Nonce = nonce
+		cur, err := c.Move(ctx, mustCreate(t, s, rec), "g-0-east", "east")
+		if err != nil {
+			t.Fatalf("placement of the record with nonce %q: %v", nonce, err)
+		}
+		if cur.Version != 2 {
+			t.Fatalf("version after the placement = %d, want 2", cur.Version)
+		}
+		return cur
+	}
+
+	old := placed("b", "")
+	old.Nonce = "adopted"
+	old, err := c.Move(ctx, old, "g-0-west", "west")
+	if err != nil {
+		t.Fatalf("a move setting the nonce of a record without one: %v", err)
+	}
+	if got := mustGet(t, s, "b"); got.Nonce != "adopted" {
+		t.Errorf("stored nonce = %q, want %q", got.Nonce, "adopted")
+	}
+	other := old.DeepCopy()
+	other.Nonce = "other"
+	if _, err := c.Move(ctx, other, "g-0-east", "east"); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a move with another nonce than the stored one: err = %v, want ErrConflict", err)
+	}
+
+	r, ok := s.(store.Retention)
+	if !ok {
+		return // an ID is never used again
+	}
+	earlier := placed("x", "first")
+	done := earlier.DeepCopy()
+	done.Terminal, done.Phase = true, "Succeeded"
+	if _, err := s.Update(ctx, done); err != nil {
+		t.Fatalf("Update to finished: %v", err)
+	}
+	if n, err := r.DeleteFinishedBefore(ctx, waitPast(t, time.Now()), 100); err != nil || n != 1 {
+		t.Fatalf("DeleteFinishedBefore = %d, err %v; want the 1 finished task", n, err)
+	}
+	later := placed("x", "second")
+	_, err = c.Move(ctx, earlier, "g-0-west", "west")
+	if !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a move of the earlier record's copy: err = %v, want ErrConflict", err)
+	}
+	for _, no := range []error{store.ErrClaimed, store.ErrFenced, store.ErrNotFound} {
+		if errors.Is(err, no) {
+			t.Errorf("a move of the earlier record's copy: err also matches %v: %v", no, err)
+		}
+	}
+	if err != nil && !strings.Contains(err.Error(), "another use of its ID") {
+		t.Errorf("a move of the earlier record's copy: the error does not say the stored record is another use of its ID: %v", err)
+	}
+	if diff := cmp.Diff(later, mustGet(t, s, "x")); diff != "" {
+		t.Errorf("the refused move changed the later record (-want +got):\n%s", diff)
+	}
+	if _, err := c.Move(ctx, later, "g-0-west", "west"); err != nil {
+		t.Errorf("a move of the later record: %v", err)
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package storetest is the conformance suite every store.Store implementation
 // must pass. It pins down the contract the executor relies on: idempotent
-// Create, compare-and-swap Update, deep-copy isolation, List filtering and
+// Create, compare-and-swap Update (on the version and on the nonce: a copy
+// of an earlier record of the ID never overwrites a later one), deep-copy
+// isolation, List filtering and
 // order, a lossless round trip of every Record field, and the same outcomes
 // for each write when many run at once (as a store that commits concurrent
 // writes together must keep them): one winner per compare-and-swap race, a
@@ -60,6 +62,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SchedulerIDsExact", testSchedulerIDs},
 		{"UpdateConflict", testUpdateConflict},
 		{"UpdateNotFound", testUpdateNotFound},
+		{"UpdateOfAnEarlierUseOfTheIDConflicts", testUpdateIDUsedAgain},
+		{"UpdateSetsTheNonceOfARecordWithout", testUpdateSetsNonce},
 		{"VersionMonotonic", testVersionMonotonic},
 		{"DeepCopyIsolation", testDeepCopyIsolation},
 		{"ListFiltersAndOrder", testListFiltersAndOrder},
@@ -322,6 +326,119 @@ func testUpdateNotFound(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Get(context.Background(), "missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Update(missing) created a record: Get err = %v", err)
+	}
+}
+
+// testUpdateIDUsedAgain: once retention deleted a finished record and its
+// ID was used again, a write of a copy of the earlier record is ErrConflict
+// (nothing written), also when the later record is at the copy's version,
+// also when the copy would be fenced too, and also when the copy is of a
+// record from before nonces: the stored record is another use of the ID,
+// whose nonce a write must carry.
+func testUpdateIDUsedAgain(t *testing.T, s store.Store) {
+	r, ok := s.(store.Retention)
+	if !ok {
+		t.Skip("the store does not implement store.Retention: an ID is never used again")
+	}
+	ctx := context.Background()
+	// used creates the record id with nonce, and updates it to version 2.
+	used := func(t *testing.T, id, nonce string) store.Record {
+		t.Helper()
+		rec := Sample(id)
+		rec.Nonce, rec.Terminal = nonce, false
+		cur := mustCreate(t, s, rec)
+		cur.Message = "progress of the record with nonce " + nonce
+		cur, err := s.Update(ctx, cur)
+		if err != nil {
+			t.Fatalf("Update of the record with nonce %q: %v", nonce, err)
+		}
+		if cur.Version != 2 {
+			t.Fatalf("version after an update = %d, want 2", cur.Version)
+		}
+		return cur
+	}
+	// retire finishes cur and deletes it as retention does.
+	retire := func(t *testing.T, cur store.Record) {
+		t.Helper()
+		cur.Terminal, cur.Phase = true, "Succeeded"
+		if _, err := s.Update(ctx, cur); err != nil {
+			t.Fatalf("Update to finished: %v", err)
+		}
+		if n, err := r.DeleteFinishedBefore(ctx, waitPast(t, time.Now()), 100); err != nil || n != 1 {
+			t.Fatalf("DeleteFinishedBefore = %d, err %v; want the 1 finished task", n, err)
+		}
+	}
+	for i, tc := range []struct {
+		name, earlier string
+		epoch         int64 // of the earlier copy's write; exec-a's epoch stays 0
+	}{
+		{"a copy of the earlier record", "first", 0},
+		{"a copy of the earlier record, fenced too", "first", 1},
+		{"a copy of an earlier record from before nonces", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("x-%d", i)
+			earlier := used(t, id, tc.earlier)
+			retire(t, earlier)
+			later := used(t, id, "second")
+			stale := earlier.DeepCopy()
+			stale.Message, stale.Epoch = "the earlier record's late write", tc.epoch
+			_, err := s.Update(ctx, stale)
+			if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("Update of %s: err = %v, want ErrConflict", tc.name, err)
+			}
+			if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+				t.Errorf("Update of %s: err also matches ErrFenced or ErrNotFound: %v", tc.name, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "another use of its ID") {
+				t.Errorf("Update of %s: the error does not say the stored record is another use of its ID: %v", tc.name, err)
+			}
+			if diff := cmp.Diff(later, mustGet(t, s, id)); diff != "" {
+				t.Errorf("the refused write changed the later record (-want +got):\n%s", diff)
+			}
+			// The later record's own writes go on.
+			later.Message = "the later record's write"
+			if later, err = s.Update(ctx, later); err != nil {
+				t.Fatalf("Update of the later record: %v", err)
+			}
+			retire(t, later)
+		})
+	}
+}
+
+// testUpdateSetsNonce: a stored record without a nonce (written before
+// nonces) accepts an Update that sets one (the executor adopting its pod);
+// from then on the record has that nonce, and a write with another is
+// ErrConflict.
+func testUpdateSetsNonce(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	rec := Sample("a")
+	rec.Nonce = ""
+	cur := mustCreate(t, s, rec)
+	if cur.Nonce != "" {
+		t.Fatalf("created nonce = %q, want empty", cur.Nonce)
+	}
+	cur.Nonce = "adopted"
+	cur, err := s.Update(ctx, cur)
+	if err != nil {
+		t.Fatalf("Update setting the nonce of a record without one: %v", err)
+	}
+	if got := mustGet(t, s, "a"); got.Nonce != "adopted" {
+		t.Errorf("stored nonce = %q, want %q", got.Nonce, "adopted")
+	}
+	for _, nonce := range []string{"other", ""} {
+		w := cur.DeepCopy()
+		w.Nonce, w.Message = nonce, "a write with nonce "+nonce
+		if _, err := s.Update(ctx, w); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("Update with nonce %q of the record with nonce %q: err = %v, want ErrConflict", nonce, cur.Nonce, err)
+		}
+	}
+	if diff := cmp.Diff(cur, mustGet(t, s, "a")); diff != "" {
+		t.Errorf("a refused write changed the record (-want +got):\n%s", diff)
+	}
+	cur.Message = "a write with the record's nonce"
+	if _, err := s.Update(ctx, cur); err != nil {
+		t.Errorf("Update with the record's nonce: %v", err)
 	}
 }
 
@@ -683,11 +800,15 @@ func testRoundTrip(t *testing.T, s store.Store) {
 			if diff := cmp.Diff(in, mustGet(t, s, in.ID), ignoreStoreSet); diff != "" {
 				t.Errorf("Get after Create (-in +got):\n%s", diff)
 			}
-			// Through Update, from a record with every field set.
+			// Through Update, from a record with every field set but the
+			// nonce, which a write must carry as stored (or set on a
+			// record without one).
 			id := fmt.Sprintf("rt-upd-%02d", i)
-			prev := mustCreate(t, s, Sample(id))
 			in = Sample(id)
 			mutate(&in)
+			from := Sample(id)
+			from.Nonce = in.Nonce
+			prev := mustCreate(t, s, from)
 			in.ID, in.Version = id, prev.Version
 			got, err := s.Update(ctx, in)
 			if err != nil {
