@@ -270,13 +270,9 @@ func (tr *Tracer) stamp(ctx context.Context, t *task.Task, origin string, now ti
 		cfg.TraceID[15], cfg.SpanID[7] = 1, 1
 	}
 	t.Annotations[task.AnnotationTraceparent] = FormatTraceparent(trace.NewSpanContext(cfg))
-	t.Annotations[annotationTraceStart] = start.UTC().Format(time.RFC3339Nano)
+	t.Annotations[task.AnnotationTraceStart] = start.UTC().Format(time.RFC3339Nano)
 	return start
 }
-
-// annotationTraceStart is when the task's submission began (the task
-// span's start), on the stored document.
-const annotationTraceStart = task.Prefix + "trace-start"
 
 // submitted makes the submission span (and its dry run's) of the task rec
 // just stored, from start to now.
@@ -328,7 +324,7 @@ func (tr *Tracer) taskSpan(t *task.Task, sc trace.SpanContext, rec store.Record,
 		}
 	}
 	start := rec.CreatedAt
-	if s, err := time.Parse(time.RFC3339Nano, t.Annotations[annotationTraceStart]); err == nil && s.Before(start) {
+	if s, err := time.Parse(time.RFC3339Nano, t.Annotations[task.AnnotationTraceStart]); err == nil && s.Before(start) {
 		start = s
 	}
 	attrs := []attribute.KeyValue{
@@ -553,7 +549,7 @@ func (tr *Tracer) recorded(t *task.Task, rec store.Record, n int, pod *corev1.Po
 	tr.mu.Unlock()
 
 	start := rec.CreatedAt
-	if s, err := time.Parse(time.RFC3339Nano, t.Annotations[annotationTraceStart]); err == nil && s.Before(start) {
+	if s, err := time.Parse(time.RFC3339Nano, t.Annotations[task.AnnotationTraceStart]); err == nil && s.Before(start) {
 		start = s
 	}
 	if prev, ok := outcomeOf(rec, n-1); ok {

@@ -23,6 +23,9 @@ const (
 	// AnnotationTraceOrigin is the traceparent of the task span of the task
 	// this one reruns: the task span links to it.
 	AnnotationTraceOrigin = Prefix + "trace-origin"
+	// AnnotationTraceStart is when the task's submission began (RFC 3339,
+	// nanoseconds): the start of the task span.
+	AnnotationTraceStart = Prefix + "trace-start"
 	// EnvTraceparent is the environment variable of the main container of
 	// a traced task's pod: the traceparent of the attempt's span, so that
 	// the task's own code can make its spans children of it.
@@ -35,7 +38,7 @@ const (
 // TraceAnnotations are the annotations above: what the executor writes on
 // a stored task document, and what a comparison of two submissions of one
 // task ignores.
-var TraceAnnotations = []string{AnnotationTraceparent, AnnotationTracestate, AnnotationTraceParentSpan, AnnotationTraceOrigin}
+var TraceAnnotations = []string{AnnotationTraceparent, AnnotationTracestate, AnnotationTraceParentSpan, AnnotationTraceOrigin, AnnotationTraceStart}
 
 // WithoutTraceContext removes t's trace annotations (TraceAnnotations), and
 // its annotations map when nothing else is left in it.
