@@ -736,7 +736,7 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 		return Status{}, false, fmt.Errorf("storing task %s: %w", id, err)
 	}
 	if created {
-		e.cfg.Tracer.submitted(ctx, rec, t, traceStart, e.cfg.Clock.Now())
+		e.cfg.Tracer.submitted(ctx, rec, t, traceStart, e.cfg.Clock.Now(), !e.cfg.RecordOnly)
 	}
 	if e.cfg.RecordOnly {
 		if created {

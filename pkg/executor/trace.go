@@ -54,7 +54,6 @@ const (
 	attrCluster   = attribute.Key("kubetask.cluster")
 	attrLimit     = attribute.Key("kubetask.slot.limit")
 	attrOrigin    = attribute.Key("kubetask.origin")
-	attrCreated   = attribute.Key("kubetask.submit.created")
 	attrGated     = attribute.Key("kubetask.pod.gated")
 )
 
@@ -166,7 +165,7 @@ func FormatTraceparent(sc trace.SpanContext) string {
 // context with state ts (a tracestate, "" for none).
 func ParseTraceparent(v, ts string) (trace.SpanContext, error) {
 	parts := strings.Split(strings.TrimSpace(v), "-")
-	if len(parts) < 4 || parts[0] != "00" && len(parts) == 4 || parts[0] == "ff" {
+	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || parts[0] == "00" && len(parts) != 4 {
 		return trace.SpanContext{}, fmt.Errorf("traceparent %q: want 00-<32 hex>-<16 hex>-<2 hex>", v)
 	}
 	tid, err := trace.TraceIDFromHex(parts[1])
@@ -275,8 +274,9 @@ func (tr *Tracer) stamp(ctx context.Context, t *task.Task, origin string, now ti
 }
 
 // submitted makes the submission span (and its dry run's) of the task rec
-// just stored, from start to now.
-func (tr *Tracer) submitted(ctx context.Context, rec store.Record, t *task.Task, start, now time.Time) {
+// just stored, from start to now; runs says the task runs in this process
+// (not a RecordOnly executor's), which then remembers its context.
+func (tr *Tracer) submitted(ctx context.Context, rec store.Record, t *task.Task, start, now time.Time, runs bool) {
 	if tr == nil {
 		return
 	}
@@ -284,10 +284,12 @@ func (tr *Tracer) submitted(ctx context.Context, rec store.Record, t *task.Task,
 	if !ok {
 		return
 	}
-	tr.note(rec.ID, sc)
+	if runs {
+		tr.note(rec.ID, sc)
+	}
 	attrs := []attribute.KeyValue{
 		semconv.CICDPipelineTaskRunID(rec.ID), semconv.CICDPipelineTaskName(rec.Name),
-		semconv.K8SNamespaceName(rec.Namespace), attrExecutor.String(rec.Executor), attrCreated.Bool(true),
+		semconv.K8SNamespaceName(rec.Namespace), attrExecutor.String(rec.Executor),
 	}
 	sub := tr.span(sc, stepID(sc.SpanID(), SpanSubmit, -1), SpanSubmit, start, now, attrs, nil, nil)
 	if n, ok := ctx.Value(submitNoteKey{}).(*submitNote); ok && !n.dryStart.IsZero() {

@@ -392,3 +392,37 @@ func TestTraceWaitForSlot(t *testing.T) {
 		t.Errorf("wait from %s to %s, want from the submission (%s) until the pod was created", wait.StartTime(), wait.EndTime(), podtest.T0)
 	}
 }
+
+// TestParseTraceparent: which traceparent values a submission's context is
+// taken from (W3C Trace Context, version 00; later versions by their first
+// four fields).
+func TestParseTraceparent(t *testing.T) {
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	cases := map[string]struct {
+		in      string
+		sampled bool
+		ok      bool
+	}{
+		"sampled":               {"00-" + tid + "-" + sid + "-01", true, true},
+		"not sampled":           {"00-" + tid + "-" + sid + "-00", false, true},
+		"a later version, more": {"01-" + tid + "-" + sid + "-01-what", true, true},
+		"version 00 with more":  {"00-" + tid + "-" + sid + "-01-what", false, false},
+		"version ff":            {"ff-" + tid + "-" + sid + "-01", false, false},
+		"zero trace ID":         {"00-00000000000000000000000000000000-" + sid + "-01", false, false},
+		"zero span ID":          {"00-" + tid + "-0000000000000000-01", false, false},
+		"short":                 {"00-" + tid + "-" + sid, false, false},
+		"not hex":               {"00-" + tid + "-" + sid + "-zz", false, false},
+		"empty":                 {"", false, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sc, err := ParseTraceparent(tc.in, "")
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok %v", err, tc.ok)
+			}
+			if tc.ok && (sc.TraceID().String() != tid || sc.SpanID().String() != sid || sc.IsSampled() != tc.sampled || !sc.IsRemote()) {
+				t.Errorf("%s: got %s (sampled %v, remote %v)", tc.in, FormatTraceparent(sc), sc.IsSampled(), sc.IsRemote())
+			}
+		})
+	}
+}
