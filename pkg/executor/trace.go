@@ -87,8 +87,10 @@ type taskTrace struct {
 	waitStart, waitEnd time.Time
 	waitWhy            string
 	ungatedAt          time.Time // the fence's gate removed
-	recordedAt         time.Time // the attempt's outcome recorded
-	started            bool      // at least one log capture of the attempt started
+	// recordedAt: when this process recorded each attempt's outcome (a
+	// release may come after the next attempt began).
+	recordedAt map[int]time.Time
+	started    bool // at least one log capture of the attempt started
 }
 
 // NewTracer returns a Tracer that makes its spans with tp's tracer. tp must
@@ -417,7 +419,7 @@ func (tr *Tracer) forget(id string) {
 func (tr *Tracer) memoOfLocked(id string, n int) *taskTrace {
 	m := tr.tasks[id]
 	if m != nil && m.attempt != n {
-		*m = taskTrace{sc: m.sc, attempt: n}
+		*m = taskTrace{sc: m.sc, attempt: n, recordedAt: m.recordedAt}
 	}
 	return m
 }
@@ -466,8 +468,9 @@ func (tr *Tracer) event(ev Event) {
 		start := ev.Time
 		if m != nil {
 			sc = m.sc
-			if m.attempt == ev.Attempt && !m.recordedAt.IsZero() {
-				start = m.recordedAt
+			if at, ok := m.recordedAt[ev.Attempt]; ok {
+				start = at
+				delete(m.recordedAt, ev.Attempt)
 			}
 		}
 		tr.mu.Unlock()
@@ -547,7 +550,10 @@ func (tr *Tracer) recorded(t *task.Task, rec store.Record, n int, pod *corev1.Po
 	tr.mu.Lock()
 	m = tr.memoOfLocked(rec.ID, n)
 	memo := *m
-	m.recordedAt = now
+	if m.recordedAt == nil {
+		m.recordedAt = map[int]time.Time{}
+	}
+	m.recordedAt[n] = now
 	tr.mu.Unlock()
 
 	start := rec.CreatedAt
@@ -587,18 +593,18 @@ func (tr *Tracer) recorded(t *task.Task, rec store.Record, n int, pod *corev1.Po
 		}
 		tr.span(att, stepID(sc.SpanID(), SpanWaitSlot, n), SpanWaitSlot, memo.waitStart, end, []attribute.KeyValue{attrLimit.String(memo.waitWhy)}, nil, nil)
 	}
-	decided := out.FinishedAt
-	for _, s := range podSteps(pod, t.Spec.MainContainer, memo.ungatedAt) {
+	// The outcome's recording follows the last step the pod reached (the
+	// main container's end), or the attempt's start when it had no pod.
+	decided := start
+	for _, s := range podSteps(pod, t.Spec.MainContainer, memo.ungatedAt, start) {
 		tr.span(att, stepID(sc.SpanID(), s.name, n), s.name, s.start, s.end, s.attrs, s.err, nil)
-		if s.name == SpanMain {
-			decided = s.end
-		}
+		decided = s.end
 	}
 	recAttrs := []attribute.KeyValue{runResult(out.Phase, out.Reason), attrReason.String(out.Reason)}
 	if pod != nil && pod.Status.Reason != "" {
 		recAttrs = append(recAttrs, semconv.K8SPodStatusReasonKey.String(pod.Status.Reason))
 	}
-	if decided.After(now) || decided.IsZero() {
+	if decided.After(now) {
 		decided = now
 	}
 	tr.span(att, stepID(sc.SpanID(), SpanRecord, n), SpanRecord, decided, now, recAttrs, nil, nil)
@@ -616,24 +622,29 @@ type podStep struct {
 }
 
 // podSteps are the steps pod went through, in order, each from the end of
-// the one before: created (gated by the fence until ungatedAt, zero when not
-// known), scheduled, its images pulled (until its first container started),
-// its containers started (until the main one did), the main container's run.
-// A step the pod did not reach is left out, and so are the ones after it.
-func podSteps(pod *corev1.Pod, main string, ungatedAt time.Time) []podStep {
+// the one before, none before floor (the attempt's start): created (gated
+// by the fence until ungatedAt, zero when not known), scheduled, its images
+// pulled (until its first container started), its containers started (until
+// the main one did), the main container's run. A step the pod did not reach
+// is left out, and so are the ones after it. The pod's times have the API's
+// precision (a second) and the executor's the clock's: each step ends no
+// earlier than it starts, so the chain stays in order.
+func podSteps(pod *corev1.Pod, main string, ungatedAt, floor time.Time) []podStep {
 	if pod == nil || pod.CreationTimestamp.IsZero() {
 		return nil
 	}
-	podAttrs := []attribute.KeyValue{semconv.K8SPodName(pod.Name), semconv.K8SNamespaceName(pod.Namespace)}
+	var steps []podStep
+	cursor := maxTime(pod.CreationTimestamp.Time, floor)
+	add := func(name string, end time.Time, attrs []attribute.KeyValue, err error) {
+		end = maxTime(end, cursor)
+		steps = append(steps, podStep{name: name, start: cursor, end: end, attrs: attrs, err: err})
+		cursor = end
+	}
+	podAttrs := []attribute.KeyValue{semconv.K8SPodName(pod.Name), semconv.K8SNamespaceName(pod.Namespace), attrGated.Bool(pod.Annotations[task.AnnotationEpoch] != "")}
 	if pod.UID != "" {
 		podAttrs = append(podAttrs, semconv.K8SPodUID(string(pod.UID)))
 	}
-	created := pod.CreationTimestamp.Time
-	gatedEnd := created
-	if !ungatedAt.IsZero() && ungatedAt.After(created) {
-		gatedEnd = ungatedAt
-	}
-	steps := []podStep{{name: SpanGated, start: created, end: gatedEnd, attrs: append(podAttrs, attrGated.Bool(pod.Annotations[task.AnnotationEpoch] != ""))}}
+	add(SpanGated, ungatedAt, podAttrs, nil)
 	var scheduled time.Time
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
@@ -643,45 +654,38 @@ func podSteps(pod *corev1.Pod, main string, ungatedAt time.Time) []podStep {
 	if scheduled.IsZero() {
 		return steps
 	}
-	steps = append(steps, podStep{name: SpanSchedule, start: gatedEnd, end: maxTime(scheduled, gatedEnd), attrs: []attribute.KeyValue{semconv.K8SNodeName(pod.Spec.NodeName)}})
-	var first, mainStart, mainEnd time.Time
+	add(SpanSchedule, scheduled, []attribute.KeyValue{semconv.K8SNodeName(pod.Spec.NodeName)}, nil)
+	var first, mainStart time.Time
 	var term *corev1.ContainerStateTerminated
 	var restarts int32
 	all := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, cs := range all {
-		var s time.Time
+		var st time.Time
 		switch {
 		case cs.State.Running != nil:
-			s = cs.State.Running.StartedAt.Time
+			st = cs.State.Running.StartedAt.Time
 		case cs.State.Terminated != nil:
-			s = cs.State.Terminated.StartedAt.Time
+			st = cs.State.Terminated.StartedAt.Time
 		}
 		if cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.StartedAt.IsZero() {
-			s = cs.LastTerminationState.Terminated.StartedAt.Time
+			st = cs.LastTerminationState.Terminated.StartedAt.Time
 		}
-		if !s.IsZero() && (first.IsZero() || s.Before(first)) {
-			first = s
+		if !st.IsZero() && (first.IsZero() || st.Before(first)) {
+			first = st
 		}
 		if cs.Name == main {
-			mainStart, restarts = s, cs.RestartCount
-			if cs.State.Terminated != nil {
-				term = cs.State.Terminated
-				mainEnd = term.FinishedAt.Time
-				if !term.StartedAt.IsZero() {
-					mainStart = term.StartedAt.Time
-				}
-			}
+			mainStart, restarts = st, cs.RestartCount
+			term = cs.State.Terminated
 		}
 	}
 	if first.IsZero() {
 		return steps
 	}
-	scheduled = maxTime(scheduled, gatedEnd)
-	steps = append(steps, podStep{name: SpanPull, start: scheduled, end: maxTime(first, scheduled)})
+	add(SpanPull, first, nil, nil)
 	if mainStart.IsZero() {
 		return steps
 	}
-	steps = append(steps, podStep{name: SpanStart, start: maxTime(first, scheduled), end: maxTime(mainStart, scheduled)})
+	add(SpanStart, mainStart, nil, nil)
 	if term == nil {
 		return steps
 	}
@@ -693,5 +697,6 @@ func podSteps(pod *corev1.Pod, main string, ungatedAt time.Time) []podStep {
 	if term.ExitCode != 0 {
 		err = fmt.Errorf("exit code %d (%s)", term.ExitCode, term.Reason)
 	}
-	return append(steps, podStep{name: SpanMain, start: maxTime(mainStart, scheduled), end: maxTime(mainEnd, mainStart), attrs: ma, err: err})
+	add(SpanMain, term.FinishedAt.Time, ma, err)
+	return steps
 }

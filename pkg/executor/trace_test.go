@@ -307,7 +307,7 @@ func TestPodSteps(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			steps := podSteps(tc.pod, "main", time.Time{})
+			steps := podSteps(tc.pod, "main", time.Time{}, time.Time{})
 			var got []string
 			var last time.Time
 			for _, s := range steps {
