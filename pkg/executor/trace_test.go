@@ -426,3 +426,72 @@ func TestParseTraceparent(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceAcrossAHandOver: a task whose first attempt's outcome one
+// process records and whose second another process (the instance handed
+// over: a newer term over the same store) records is one trace: both
+// processes' spans are children of the task span stored at submission, each
+// attempt's spans made once, by the process that recorded its outcome, and
+// the task span by the second.
+func TestTraceAcrossAHandOver(t *testing.T) {
+	a, spansA := newTraced(t, nil)
+	a.submit("a", newTask(retryOn("ExitCode")))
+	w0 := mainExited(1)
+	a.both(a.podOf("a", 0, w0))
+	a.clk.SetTime(w0.Now().Add(time.Second))
+	if _, _, err := a.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+
+	b, spansB := newTraced(t, func(c *Config) { c.Store = a.ex.store })
+	b.clk.SetTime(a.clk.Now())
+	w1 := podtest.MakePod("p", "ns").After(2 * time.Minute).Scheduled().After(time.Second).
+		Main("main").Running().Sidecar("envoy").Running().After(time.Minute).On("main").Terminated(0)
+	pod1 := b.podOf("a", 1, w1)
+	b.both(pod1)
+	b.clk.SetTime(w1.Now().Add(time.Second))
+	if _, _, err := b.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.record("a").Terminal {
+		t.Fatalf("task not finished: %s", b.state("a"))
+	}
+	stored, _ := ParseTraceparent(b.storedTask("a").Annotations[task.AnnotationTraceparent], "")
+	attemptOf := func(spans []sdktrace.ReadOnlySpan) map[string][]int64 {
+		out := map[string][]int64{}
+		for _, s := range spans {
+			if s.SpanContext().TraceID() != stored.TraceID() {
+				t.Errorf("%s in trace %s, want %s", s.Name(), s.SpanContext().TraceID(), stored.TraceID())
+			}
+			if s.Name() == SpanAttempt {
+				out[s.Name()] = append(out[s.Name()], attrOf(s, attrAttempt).AsInt64())
+				if s.Parent().SpanID() != stored.SpanID() {
+					t.Errorf("attempt %d's parent %s, want the stored task span %s", attrOf(s, attrAttempt).AsInt64(), s.Parent().SpanID(), stored.SpanID())
+				}
+			}
+			if s.Name() == SpanTask {
+				out[s.Name()] = append(out[s.Name()], 0)
+				if s.SpanContext().SpanID() != stored.SpanID() {
+					t.Errorf("task span %s, want the stored %s", s.SpanContext().SpanID(), stored.SpanID())
+				}
+			}
+		}
+		return out
+	}
+	if diff := cmp.Diff(map[string][]int64{SpanAttempt: {0}}, attemptOf(spansA.Ended())); diff != "" {
+		t.Errorf("the first process's attempt and task spans (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string][]int64{SpanAttempt: {1}, SpanTask: {0}}, attemptOf(spansB.Ended())); diff != "" {
+		t.Errorf("the second process's attempt and task spans (-want +got):\n%s", diff)
+	}
+	// Each step's span is a child of its own attempt's span, whichever
+	// process made it.
+	for _, s := range append(spansA.Ended(), spansB.Ended()...) {
+		if s.Name() == SpanMain {
+			want := stepID(stored.SpanID(), SpanAttempt, int(attrOf(s, "process.exit.code").AsInt64()^1))
+			if s.Parent().SpanID() != want {
+				t.Errorf("main container span (exit %d) has parent %s, want its attempt's %s", attrOf(s, "process.exit.code").AsInt64(), s.Parent().SpanID(), want)
+			}
+		}
+	}
+}
