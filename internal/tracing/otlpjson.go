@@ -259,7 +259,7 @@ func anyValue(v attribute.Value) otlpAnyValue {
 		}
 		return otlpAnyValue{Array: &otlpArray{Values: vals}}
 	default:
-		s := v.Emit()
+		s := v.String()
 		return otlpAnyValue{String: &s}
 	}
 }

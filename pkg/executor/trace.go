@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
-	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +89,6 @@ type taskTrace struct {
 	// recordedAt: when this process recorded each attempt's outcome (a
 	// release may come after the next attempt began).
 	recordedAt map[int]time.Time
-	started    bool // at least one log capture of the attempt started
 }
 
 // NewTracer returns a Tracer that makes its spans with tp's tracer. tp must
@@ -121,8 +119,7 @@ func (TraceIDGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID
 	}
 	var tid trace.TraceID
 	for !tid.IsValid() {
-		binary.BigEndian.PutUint64(tid[:8], mrand.Uint64())
-		binary.BigEndian.PutUint64(tid[8:], mrand.Uint64())
+		_, _ = rand.Read(tid[:]) // never fails (crypto/rand)
 	}
 	return tid, randomSpanID()
 }
@@ -138,7 +135,7 @@ func (TraceIDGenerator) NewSpanID(ctx context.Context, tid trace.TraceID) trace.
 func randomSpanID() trace.SpanID {
 	var sid trace.SpanID
 	for !sid.IsValid() {
-		binary.BigEndian.PutUint64(sid[:], mrand.Uint64())
+		_, _ = rand.Read(sid[:]) // never fails (crypto/rand)
 	}
 	return sid
 }
@@ -546,9 +543,9 @@ func (tr *Tracer) recorded(t *task.Task, rec store.Record, n int, pod *corev1.Po
 	if !ok {
 		return
 	}
-	m := tr.note(rec.ID, sc)
+	tr.note(rec.ID, sc)
 	tr.mu.Lock()
-	m = tr.memoOfLocked(rec.ID, n)
+	m := tr.memoOfLocked(rec.ID, n)
 	memo := *m
 	if m.recordedAt == nil {
 		m.recordedAt = map[int]time.Time{}
