@@ -232,9 +232,14 @@ func (tr *Tracer) NoteDryRun(ctx context.Context, start, end time.Time, err erro
 // a new task span, a child of ctx's span (a traceparent header) or else of
 // the traceparent t carries, in a new trace when neither is there; a rerun
 // (origin set) links to its origin's task span instead. It returns when the
-// submission began.
+// submission began. Without tracing (a nil Tracer) it only removes such
+// annotations t carries (a rerun's copy of a traced task's), so that no
+// task is ever stored with a context the executor did not choose for it.
 func (tr *Tracer) stamp(ctx context.Context, t *task.Task, origin string, now time.Time) time.Time {
 	if tr == nil {
+		if len(t.Annotations) > 0 {
+			task.WithoutTraceContext(t)
+		}
 		return now
 	}
 	start := now

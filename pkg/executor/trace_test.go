@@ -275,6 +275,14 @@ func TestTracePodGetsTheAttemptsContext(t *testing.T) {
 				if len(env) != 0 || pod.Annotations[task.AnnotationTraceparent] != "" || len(stored.Annotations) != 0 {
 					t.Errorf("untraced: env %v, pod annotation %q, task annotations %v; want none", env, pod.Annotations[task.AnnotationTraceparent], stored.Annotations)
 				}
+				// A document that carries a context (a rerun's copy of a
+				// traced task) is stored without it.
+				f.submit("copy", newTask(func(t *task.Task) {
+					t.Annotations = map[string]string{task.AnnotationTraceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "team": "a"}
+				}))
+				if got := f.storedTask("copy").Annotations; !cmp.Equal(got, map[string]string{"team": "a"}) {
+					t.Errorf("untraced: a copy's annotations %v, want only its own", got)
+				}
 				return
 			}
 			sc, _ := ParseTraceparent(stored.Annotations[task.AnnotationTraceparent], "")
