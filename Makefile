@@ -55,7 +55,7 @@ release-check: ## check .goreleaser.yaml, build it for this machine's platform, 
 image-test: ## the tests of tools/image (its own module, which go test ./... does not reach)
 	cd tools/image && $(GO) test -count=1 ./...
 
-components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok; link kubectl into bin/
+components: build ## build (or reuse from the cache) etcd, kube-apiserver, scheduler, controller-manager, kubectl, kwok, jaeger (the tracing tests' receiver); link kubectl into bin/
 	$(BIN)/kubetask cluster build
 	@ln -sf "$$($(BIN)/kubetask cluster build 2>/dev/null | awk '$$1=="kubectl"{print $$3}')" $(BIN)/kubectl
 

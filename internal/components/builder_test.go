@@ -107,9 +107,10 @@ func TestToolsModulesMatchPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]map[string]string{
-		"kube": {"k8s.io/kubernetes": KubernetesVersion},
-		"etcd": {"go.etcd.io/etcd/server/v3": EtcdVersion},
-		"kwok": {"sigs.k8s.io/kwok": KwokVersion},
+		"kube":   {"k8s.io/kubernetes": KubernetesVersion},
+		"etcd":   {"go.etcd.io/etcd/server/v3": EtcdVersion},
+		"kwok":   {"sigs.k8s.io/kwok": KwokVersion},
+		"jaeger": {"github.com/jaegertracing/jaeger": JaegerVersion},
 	}
 	for module, reqs := range want {
 		path := filepath.Join(tools, module, "go.mod")

@@ -10,6 +10,9 @@ const (
 	EtcdVersion = "v3.6.16"
 	// KwokVersion is the kwok release that simulates nodes at scale.
 	KwokVersion = "v0.8.0"
+	// JaegerVersion is the Jaeger release (all-in-one, its v2 binary built
+	// on the OpenTelemetry Collector) that the tracing tests send spans to.
+	JaegerVersion = "v1.75.0"
 )
 
 // Component is one binary the local cluster runs.
@@ -49,10 +52,13 @@ var (
 	// Kubectl is used by tests and examples; kubetask itself never shells out to it.
 	Kubectl = kubeComponent("kubectl")
 	Kwok    = Component{Name: "kwok", Version: KwokVersion, Module: "kwok", Package: "sigs.k8s.io/kwok/cmd/kwok"}
+	// Jaeger receives OTLP spans and answers queries of them: the tracing
+	// tests' receiver (docs/tracing.md); kubetask itself never runs it.
+	Jaeger = Component{Name: "jaeger", Version: JaegerVersion, Module: "jaeger", Package: "github.com/jaegertracing/jaeger/cmd/jaeger"}
 )
 
 // All lists every component in the order a cold build makes them (the
 // longest first, so that its progress shows early).
 func All() []Component {
-	return []Component{KubeAPIServer, Etcd, KubeScheduler, KubeControllerManager, Kubectl, Kwok}
+	return []Component{KubeAPIServer, Etcd, KubeScheduler, KubeControllerManager, Kubectl, Kwok, Jaeger}
 }

@@ -75,17 +75,28 @@ func newHarness(t *testing.T, mod func(*server.Config)) *harness {
 // memory store.
 func newHarnessOn(t *testing.T, st store.Store, mod func(*server.Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, st, nil, mod)
+}
+
+// newHarnessWith is newHarnessOn whose executor's configuration exMod
+// changes first.
+func newHarnessWith(t *testing.T, st store.Store, exMod func(*executor.Config), mod func(*server.Config)) *harness {
+	t.Helper()
 	t.Cleanup(func() { _ = st.Close() })
 	h := &harness{t: t, store: st, client: fake.NewClientset(), logs: newFakeLogs()}
 	var srv atomic.Pointer[server.Server]
-	ex, err := executor.New(executor.Config{
+	exCfg := executor.Config{
 		Client: h.client, Execer: nopExec{}, InstanceID: "srv", Store: h.store, Logger: quiet(),
 		OnEvent: func(ev executor.Event) {
 			if s := srv.Load(); s != nil {
 				s.Publish(ev)
 			}
 		},
-	})
+	}
+	if exMod != nil {
+		exMod(&exCfg)
+	}
+	ex, err := executor.New(exCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,6 +123,11 @@ type Config struct {
 	// answer GET /tasks/{id} (for every caller; the last 1,000 pods are
 	// kept). Default 5s; negative: listed at every GET.
 	PodEventsTTL time.Duration
+	// Tracer, when set (the executors' Config.Tracer), traces each
+	// submission: a traceparent header makes the task's trace continue the
+	// caller's, and the submission's span (with its dry run) starts when
+	// the request arrives (docs/tracing.md). Nil: no tracing.
+	Tracer *executor.Tracer
 	// UI, when set, serves the web page: GET and HEAD of every path outside
 	// the API, /healthz, /readyz and /metrics, without authentication (the
 	// page's files are public; its API calls carry the caller's token).

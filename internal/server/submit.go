@@ -90,6 +90,7 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 		return nil, huma.Error400BadRequest("bad namespace in the path: "+strings.Join(msgs, "; "),
 			&huma.ErrorDetail{Location: "path.ns", Value: in.Namespace, Message: "must be a namespace name"})
 	}
+	ctx = s.beginTrace(ctx)
 	c := CallerFrom(ctx)
 	noteAudit(ctx, ActionSubmit, in.Namespace, "")
 	if ok, err := s.allowed(ctx, c, ActionSubmit, in.Namespace); err != nil {
@@ -116,7 +117,9 @@ func (s *Server) submit(ctx context.Context, in *submitInput) (*taskOutput, erro
 	}
 	if s.cfg.ValidateOnServer {
 		var inv *task.InvalidError
+		dryStart := time.Now()
 		source, err := s.valid.validateOn(ctx, s.dryRunClient(t), t, in.Namespace)
+		s.cfg.Tracer.NoteDryRun(ctx, dryStart, time.Now(), err)
 		s.metrics.validations.WithLabelValues(source).Inc()
 		var status apierrors.APIStatus
 		switch {
@@ -138,6 +141,7 @@ func (s *Server) rerun(ctx context.Context, in *rerunInput) (*taskOutput, error)
 	if err := knownQuery(ctx, "id"); err != nil {
 		return nil, err
 	}
+	ctx = s.beginTrace(ctx)
 	noteAudit(ctx, ActionRerun, "", in.ID)
 	newID, err := requestedID(in.NewID, in.IdempotencyKey)
 	if err != nil {
@@ -261,6 +265,9 @@ func normalized(doc []byte) ([]byte, error) {
 	if err := json.Unmarshal(doc, &t); err != nil {
 		return nil, err
 	}
+	// The executor writes the task's trace context on the document it
+	// stores: a retry of the submission is the same document without it.
+	task.WithoutTraceContext(&t)
 	t.Default()
 	return json.Marshal(&t)
 }

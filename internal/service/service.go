@@ -28,6 +28,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kubetask/kubetask/internal/server"
+	"github.com/kubetask/kubetask/internal/tracing"
+	"github.com/kubetask/kubetask/internal/version"
 	"github.com/kubetask/kubetask/internal/web"
 	"github.com/kubetask/kubetask/pkg/executor"
 	"github.com/kubetask/kubetask/pkg/logcapture"
@@ -61,6 +63,23 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		return err
 	}
 	defer func() { _ = st.Close() }()
+	// Traces, when the OTEL_* environment names a receiver
+	// (docs/tracing.md); nil, and no cost, otherwise. Stopped last: the
+	// executors' final spans are flushed on the way out.
+	tracer, stopTracing, err := tracing.Setup(ctx, os.Getenv, "kubetask", version.Get().Version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("sending the last spans failed", "err", err)
+		}
+	}()
+	if tracer != nil {
+		log.Info("tracing: sending spans to the OTLP receiver the OTEL_* environment names")
+	}
 	pager, ok1 := st.(store.Pager)
 	logs, ok2 := st.(store.Logs)
 	ret, ok3 := st.(store.Retention)
@@ -172,6 +191,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	exConfig := func(rc *rest.Config, captureClient kubernetes.Interface) executor.Config {
 		return executor.Config{
 			Recorder:   recorder(rc),
+			Tracer:     tracer,
 			RESTConfig: rc, Namespaces: cfg.Namespaces,
 			DefaultNamespace: cfg.DefaultNamespace, Parallelism: cfg.Parallelism, QPS: cfg.QPS, Burst: cfg.Burst,
 			NamespaceParallelism: cfg.NamespaceParallelism, DefaultNamespaceParallelism: cfg.DefaultNamespaceParallelism,
@@ -260,7 +280,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		MaxRequestsPerNamespace: cfg.MaxRequestsPerNamespace, MaxStreamsPerNamespace: cfg.MaxStreamsPerNamespace,
 		TrustedProxies: proxies, Quotas: quotas,
 		BodyTimeout: cfg.BodyTimeout.Get(), WriteTimeout: cfg.WriteTimeout.Get(),
-		UI: web.Handler(),
+		UI: web.Handler(), Tracer: tracer,
 	})
 	if err != nil {
 		return err

@@ -340,6 +340,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
+	injectTraceContext(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -115,7 +115,11 @@ func (e *Executor) startCapture(ctx context.Context, k captureKey, pod *corev1.P
 		},
 		Changed: run.changed}
 	go func() {
+		start := e.cfg.Clock.Now()
 		err := e.cfg.CaptureLogs(ctx, lc)
+		if err == nil {
+			e.cfg.Tracer.logArchived(k.id, k.attempt, k.container, start, e.cfg.Clock.Now())
+		}
 		if err != nil && ctx.Err() == nil {
 			e.cfg.Logger.Warn("log capture failed; it starts again", "task", k.id, "attempt", k.attempt, "container", k.container, "err", err)
 		}

@@ -113,6 +113,13 @@ type Config struct {
 	// aggregates them); it must not block. They are for people: kubetask
 	// never reads them back, and a lost one loses nothing.
 	Recorder record.EventRecorder
+	// Tracer, when set, makes one OpenTelemetry trace per task
+	// (docs/tracing.md): the task's trace context is stored with the task
+	// at submission (task.AnnotationTraceparent), each attempt's pod gets
+	// its attempt's (the TRACEPARENT variable of its main container), and
+	// each step's span is made, once, with the times of its facts. Nil
+	// (the default): no trace, and no cost but a nil check.
+	Tracer *Tracer
 	// OnPodChange, when set, is called from the pod caches' event handlers for
 	// every add, update and delete of a pod this executor watches; it must not
 	// block. Read the pod with CachedPod.

@@ -716,6 +716,7 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	if err := t.Validate(); err != nil {
 		return Status{}, false, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
+	traceStart := e.cfg.Tracer.stamp(ctx, t, originOf(opts), e.cfg.Clock.Now())
 	doc, err := json.Marshal(t)
 	if err != nil {
 		return Status{}, false, fmt.Errorf("encoding task: %w", err)
@@ -736,6 +737,9 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	if err != nil {
 		return Status{}, false, fmt.Errorf("storing task %s: %w", id, err)
 	}
+	if created {
+		e.cfg.Tracer.submitted(ctx, rec, t, traceStart, e.cfg.Clock.Now(), !e.cfg.RecordOnly)
+	}
 	if e.cfg.RecordOnly {
 		if created {
 			e.emit(Event{ID: rec.ID, Attempt: rec.Attempt, Type: EventSubmitted, Phase: rec.Phase, Reason: rec.Reason, Message: rec.Message, Time: rec.UpdatedAt, Task: metaOf(rec)})
@@ -754,6 +758,15 @@ func (e *Executor) SubmitCreated(ctx context.Context, id string, t *task.Task, o
 	}
 	e.queue.Add(id)
 	return rec, created, nil
+}
+
+// originOf is the origin opts record (Origin), "" for none.
+func originOf(opts []SubmitOption) string {
+	var r store.Record
+	for _, o := range opts {
+		o(&r)
+	}
+	return r.Origin
 }
 
 // newNonce returns a record's nonce: 80 random bits, in lower-case base32.
@@ -870,12 +883,13 @@ func (e *Executor) CachedPod(namespace, name string) *corev1.Pod {
 }
 
 func (e *Executor) emit(ev Event) {
-	if e.cfg.OnEvent == nil && e.cfg.Recorder == nil {
+	if e.cfg.OnEvent == nil && e.cfg.Recorder == nil && e.cfg.Tracer == nil {
 		return
 	}
 	if ev.Time.IsZero() {
 		ev.Time = e.cfg.Clock.Now()
 	}
+	e.cfg.Tracer.event(ev)
 	if ev.Cluster == "" {
 		ev.Cluster = e.cfg.Cluster
 	}

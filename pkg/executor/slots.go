@@ -611,6 +611,7 @@ func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.P
 		return obj, nil
 	}
 	e.noteUngated(id, obj.UID)
+	e.cfg.Tracer.ungated(id, n, e.cfg.Clock.Now())
 	for i, g := range obj.Spec.SchedulingGates {
 		if g.Name == task.FenceGate {
 			obj = obj.DeepCopy()

@@ -187,6 +187,7 @@ func (e *Executor) syncView(ctx context.Context, id string) (time.Duration, erro
 	if err := json.Unmarshal(rec.Task, &t); err != nil {
 		return 0, fmt.Errorf("decoding task %s: %w", id, err)
 	}
+	e.cfg.Tracer.see(rec, &t)
 	ident := task.Identity{Namespace: rec.Namespace, Name: rec.Name, RunID: rec.ID, Executor: e.cfg.InstanceID, Nonce: rec.Nonce}
 	now := e.cfg.Clock.Now()
 	pods, discard, newer := e.fitPods(rec, ident)
@@ -577,6 +578,7 @@ func (e *Executor) startAttempt(ctx context.Context, t *task.Task, rec store.Rec
 	if err != nil {
 		return 0, fmt.Errorf("building pod of task %s: %w", rec.ID, err)
 	}
+	e.cfg.Tracer.stampPod(t, pod, n)
 	if by := rec.SubmittedBy.String(); by != "" {
 		pod.Annotations[task.AnnotationSubmittedBy] = by
 	}
@@ -852,6 +854,7 @@ func (e *Executor) record(ctx context.Context, t *task.Task, rec store.Record, p
 		ev.Pod, ev.PodUID = pod.Namespace+"/"+pod.Name, pod.UID
 	}
 	e.emit(ev)
+	e.cfg.Tracer.recorded(t, updated, n, pod, now)
 	e.mu.Lock()
 	e.dropLiveLocked(rec.ID)
 	delete(e.sealed, rec.ID)
@@ -1433,6 +1436,7 @@ func (e *Executor) forget(id string) {
 	e.gates, e.failures, e.sealed = emptied(e.gates), emptied(e.failures), emptied(e.sealed)
 	e.stopped, e.relabelled = emptied(e.stopped), emptied(e.relabelled)
 	go e.forgetCaptures(id)
+	e.cfg.Tracer.forget(id)
 	for key, a := range e.actions {
 		if a.id == id && a.done {
 			delete(e.actions, key)

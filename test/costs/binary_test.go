@@ -11,7 +11,9 @@ import (
 )
 
 // The bounds of the binary and of what it links (docs/costs.md says how to
-// update them). Measured at commit ce50b93 with go1.26.8 linux/amd64: the
+// update them). Raised for tracing (issue 36): the OpenTelemetry SDK, which
+// `kubetask serve` exports spans with, brings 29 packages and 7 modules
+// (docs/costs.md, "The binary and what it links"). Measured at commit ce50b93 with go1.26.8 linux/amd64: the
 // binary 93,396,099 bytes, ./cmd/kubetask 951 packages (229 of them the
 // standard library's) from 93 modules besides kubetask's, ./pkg/executor
 // 797 packages from 67.
@@ -27,8 +29,8 @@ const (
 	// initialisation. A dependency bump moves the count by a few; a new
 	// heavy dependency (cmd/kubetask's TestLinksNoHeavyPackages names the
 	// ones kept out so far) by dozens to hundreds.
-	maxPackages = 970
-	maxModules  = 95
+	maxPackages = 1000
+	maxModules  = 102
 	// maxExecutorPackages and maxExecutorModules bound what an embedding
 	// of pkg/executor (and pkg/runner, `kubetask run`'s library) links.
 	maxExecutorPackages = 815

@@ -115,6 +115,7 @@ type service struct {
 type process struct {
 	env            *clustertest.Env
 	args           []string
+	environ        []string // beside the test's own environment
 	stateDir       string
 	cmd            *exec.Cmd
 	stdout, stderr *syncBuffer
@@ -153,6 +154,9 @@ func (s *service) start() {
 	t.Helper()
 	s.stdout, s.stderr, s.done = &syncBuffer{}, &syncBuffer{}, make(chan struct{})
 	s.cmd = exec.Command(kubetaskBin(t), append(s.args, "--state-dir", s.stateDir)...)
+	if len(s.environ) > 0 {
+		s.cmd.Env = append(os.Environ(), s.environ...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
