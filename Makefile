@@ -18,7 +18,7 @@ VERSION_PKG := github.com/kubetask/kubetask/internal/version
 LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILD_DATE)
 export SOURCE_DATE_EPOCH
 
-.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run bench-fair bench-storm bench-serve bench-clusters bench-podevents bench-recovery bench-machine bench-demo bench-docs bench-docs-check chaos sim clean
+.PHONY: help build image image-test release release-check components lighthouse up demo down test test-repeat unit importcheck lint vet fmt bench bench-run bench-fair bench-storm bench-serve bench-clusters bench-podevents bench-observe bench-recovery bench-machine bench-demo bench-docs bench-docs-check chaos sim clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ bench-clusters: components ## kubetask serve over two clusters against two singl
 
 bench-podevents: components ## kubetask serve with --pod-events against without, in one run (test/bench/serve BenchmarkServePodEvents)
 	$(BENCH_ENV) $(GO) test ./test/bench/serve -run '^$$' -bench BenchmarkServePodEvents -benchtime 1x -timeout 40m
+
+bench-observe: components ## kubetask serve with everything of issue 36 on (pod events, traces to an OTLP receiver, /metrics scraped each second) against off, in one run (test/bench/serve BenchmarkServeObservability)
+	$(BENCH_ENV) $(GO) test ./test/bench/serve -run '^$$' -bench BenchmarkServeObservability -benchtime 1x -timeout 40m
 
 bench-recovery: components ## recovery after a restart of the executor or the API server (test/bench/recovery)
 	$(BENCH_ENV) $(GO) test ./test/bench/recovery -run '^$$' -bench BenchmarkRecovery -benchtime 1x -timeout 60m

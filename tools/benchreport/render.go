@@ -43,6 +43,7 @@ var suites = map[string]string{
 	"serve":     "make bench-serve",
 	"clusters":  "make bench-clusters",
 	"podevents": "make bench-podevents",
+	"observe":   "make bench-observe",
 	"recovery":  "make bench-recovery",
 	"machine":   "make bench-machine",
 	"fair":      "make bench-fair",
@@ -93,6 +94,7 @@ var tables = map[string]table{
 	"serve":     {suite: "serve"},
 	"clusters":  {suite: "clusters"},
 	"podevents": {suite: "podevents"},
+	"observe":   {suite: "observe"},
 	"recovery":  {suite: "recovery"},
 	"machine":   {suite: "machine"},
 	"fair":      {suite: "fair"},
@@ -142,6 +144,7 @@ var goalSets = map[string][]goal{
 	},
 	"36": {
 		{figure{"kubetask serve with --pod-events / without, tasks/s (off, on, on, off)", "podevents", "ServePodEvents", "on/off"}, false, 0.95, "≥ 0.95x"},
+		{figure{"kubetask serve with pod events, traces and scraped metrics / without, tasks/s (off, on, on, off)", "observe", "ServeObservability", "on/off"}, false, 0.95, "≥ 0.95x"},
 	},
 }
 

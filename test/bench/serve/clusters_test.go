@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,10 @@ type clusterSize struct {
 	tasks, clients int
 	qps            float32 // each executor instance's client limit
 	timeout        time.Duration
+	environ        []string // added to each service's environment
+	// during, when set, runs while the tasks run (from the first
+	// submission to the last outcome) with the services started.
+	during func(ctx context.Context, svcs []*service)
 }
 
 // clusterResult is what one setup measured: "singles" (two services, one
@@ -117,9 +122,9 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 		if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 			tb.Fatal(err)
 		}
-		svcs = append(svcs, startService(tb, east, append(common, "--config", cfg)...))
+		svcs = append(svcs, startServiceEnv(tb, east, sz.environ, append(common, "--config", cfg)...))
 	} else {
-		svcs = append(svcs, startService(tb, east, common...), startService(tb, west, common...))
+		svcs = append(svcs, startServiceEnv(tb, east, sz.environ, common...), startServiceEnv(tb, west, sz.environ, common...))
 	}
 	var watchers []*watcher
 	for _, s := range svcs {
@@ -137,6 +142,14 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 		}
 	}
 	ids := make([]string, sz.tasks)
+	stopDuring := func() {}
+	if sz.during != nil {
+		done := make(chan struct{})
+		dctx, stop := context.WithCancel(ctx)
+		stopDuring = sync.OnceFunc(func() { stop(); <-done })
+		defer stopDuring()
+		go func() { defer close(done); sz.during(dctx, svcs) }()
+	}
 	start := time.Now()
 	var errs []error
 	r.submits, _, errs = concurrently(sz.tasks, sz.clients, func(i int) error {
@@ -173,6 +186,7 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 		outcomes += len(seen)
 	}
 	r.outcomes = last.Sub(start)
+	stopDuring()
 	if outcomes != sz.tasks {
 		tb.Fatalf("%s: %d outcomes of the %d tasks submitted", r.setup, outcomes, sz.tasks)
 	}

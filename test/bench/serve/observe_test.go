@@ -1,0 +1,97 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kubetask/kubetask/internal/localcluster/clustertest"
+	"github.com/kubetask/kubetask/test/bench/benchresult"
+)
+
+// BenchmarkServeObservability measures what everything issue 36 adds costs
+// when it is on (its goal: within 5 %): the same quick tasks through two
+// single-cluster services (BenchmarkServePodEvents' setup), in the order
+// off, on, on, off. Off: the services as they start by default (no pod
+// events, no traces; Prometheus metrics are always there, unscraped). On:
+// `--pod-events`, traces exported (OTEL_EXPORTER_OTLP_ENDPOINT) to an
+// OTLP/HTTP receiver in this process that takes every batch, and /metrics
+// scraped every second, as Prometheus would (its scrape-time gauges walk
+// the executors' tasks). It reports tasks/s to the last outcome of each
+// pair of runs, the submissions' p99, the spans received per task and the
+// scrapes.
+//
+//	go test ./test/bench/serve -run '^$' -bench BenchmarkServeObservability -benchtime 1x -timeout 40m
+func BenchmarkServeObservability(b *testing.B) {
+	res := benchresult.Start(b, "observe")
+	east := clustertest.New(b)
+	west := clustertest.Another(b, east, clustertest.Options{SimNodes: benchSimNodes, LocalNodes: -1})
+	var batches, bytes atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		batches.Add(1)
+		bytes.Add(n)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	b.Cleanup(recv.Close)
+	var scrapes, scrapeErrs atomic.Int64
+	scrape := func(ctx context.Context, svcs []*service) {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, s := range svcs {
+				if _, _, err := s.do(ctx, http.MethodGet, "/metrics", "", nil, http.StatusOK); err != nil {
+					if ctx.Err() == nil {
+						scrapeErrs.Add(1)
+					}
+					continue
+				}
+				scrapes.Add(1)
+			}
+		}
+	}
+	tasks := envInt("KUBETASK_BENCH_OBSERVE_TASKS", 600)
+	off := clusterSize{tasks: tasks, clients: 16, qps: 50, timeout: 20 * time.Minute}
+	on := off
+	on.environ = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.URL, "OTEL_BSP_SCHEDULE_DELAY=1000"}
+	on.during = scrape
+	for range b.N {
+		var offs, ons []clusterResult
+		batches.Store(0)
+		for _, enabled := range []bool{false, true, true, false} {
+			if !enabled {
+				offs = append(offs, runClusters(b, east, west, false, off))
+				continue
+			}
+			ons = append(ons, runClusters(b, east, west, false, on, "--pod-events"))
+		}
+		if batches.Load() == 0 || scrapes.Load() == 0 {
+			b.Fatalf("nothing observed: %d span batches received, %d scrapes", batches.Load(), scrapes.Load())
+		}
+		if e := scrapeErrs.Load(); e > 0 {
+			b.Fatalf("%d scrapes of /metrics failed", e)
+		}
+		offTPS, onTPS := pairTasksPerSecond(offs), pairTasksPerSecond(ons)
+		ratio := onTPS / offTPS
+		fmt.Printf("observability on / off: %.2fx tasks/s; %d span batches (%.1f KiB per task), %d scrapes\n",
+			ratio, batches.Load(), float64(bytes.Load())/1024/float64(len(ons)*tasks), scrapes.Load())
+		res.Report(b, offTPS, "off-tasks/s")
+		res.Report(b, onTPS, "on-tasks/s")
+		res.Report(b, ratio, "on/off")
+		res.Report(b, ms(percentile(append(offs[0].submits, offs[1].submits...), 0.99)), "off-submit-p99-ms")
+		res.Report(b, ms(percentile(append(ons[0].submits, ons[1].submits...), 0.99)), "on-submit-p99-ms")
+		res.Report(b, float64(bytes.Load())/1024/float64(len(ons)*tasks), "span-KiB/task")
+		res.Report(b, float64(scrapes.Load()), "scrapes")
+	}
+}
