@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	// Traces, when the OTEL_* environment names a receiver
 	// (docs/tracing.md); nil, and no cost, otherwise. Stopped last: the
 	// executors' final spans are flushed on the way out.
-	tracer, stopTracing, err := tracing.Setup(ctx, os.Getenv, "kubetask", version.Get().Version)
+	tracer, stopTracing, err := tracing.Setup(ctx, os.Getenv, "kubetask", version.Get().Version, processIdentity(cfg))
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkresource "go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -121,26 +122,41 @@ func first(vs ...string) string {
 	return ""
 }
 
-// Setup returns the executor.Tracer of a process named service (the
-// default service.name; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
-// override it) at version, and the function that flushes and stops it,
-// from the environment (FromEnv). When tracing is off it returns a nil
-// Tracer, which the executor and the server take as "no tracing", and a
-// shutdown that does nothing.
-func Setup(ctx context.Context, getenv func(string) string, service, version string) (*executor.Tracer, func(context.Context) error, error) {
+// Setup returns the executor.Tracer of process instance (the default
+// service.instance.id: the replica's ID, so that a trace says which replica
+// made each span) of service (the default service.name) at version, and the
+// function that flushes and stops it, from the environment (FromEnv);
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the defaults.
+// When tracing is off it returns a nil Tracer, which the executor and the
+// server take as "no tracing", and a shutdown that does nothing.
+func Setup(ctx context.Context, getenv func(string) string, service, version, instance string) (*executor.Tracer, func(context.Context) error, error) {
 	ex, err := FromEnv(getenv)
 	if err != nil || ex == nil {
 		return nil, func(context.Context) error { return nil }, err
 	}
-	res, err := sdkresource.New(ctx,
-		sdkresource.WithAttributes(semconv.ServiceName(service), semconv.ServiceVersion(version)),
-		sdkresource.WithFromEnv(), sdkresource.WithTelemetrySDK(), sdkresource.WithHost())
-	if err != nil && res == nil {
-		return nil, nil, fmt.Errorf("tracing resource: %w", err)
+	res, err := newResource(ctx, service, version, instance)
+	if err != nil {
+		return nil, nil, err
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithIDGenerator(executor.TraceIDGenerator{}),
 		sdktrace.WithBatcher(NewJSONExporter(*ex, http.DefaultClient)))
 	return executor.NewTracer(tp), tp.Shutdown, nil
+}
+
+// newResource describes the process: service, version and instance (left
+// out when ""), then what OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+// say (they win), the SDK and the host.
+func newResource(ctx context.Context, service, version, instance string) (*sdkresource.Resource, error) {
+	attrs := []attribute.KeyValue{semconv.ServiceName(service), semconv.ServiceVersion(version)}
+	if instance != "" {
+		attrs = append(attrs, semconv.ServiceInstanceID(instance))
+	}
+	res, err := sdkresource.New(ctx, sdkresource.WithAttributes(attrs...),
+		sdkresource.WithFromEnv(), sdkresource.WithTelemetrySDK(), sdkresource.WithHost())
+	if err != nil && res == nil {
+		return nil, fmt.Errorf("tracing resource: %w", err)
+	}
+	return res, nil
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kubetask/kubetask/pkg/executor"
@@ -58,7 +59,7 @@ func TestFromEnv(t *testing.T) {
 // TestSetupOffCostsNothing: without an endpoint, Setup gives a nil Tracer
 // (the executor's "off") and a shutdown that does nothing.
 func TestSetupOffCostsNothing(t *testing.T) {
-	tr, stop, err := Setup(context.Background(), func(string) string { return "" }, "kubetask", "v0")
+	tr, stop, err := Setup(context.Background(), func(string) string { return "" }, "kubetask", "v0", "")
 	if err != nil || tr != nil {
 		t.Fatalf("Setup = %v, %v; want nil, nil", tr, err)
 	}
@@ -85,7 +86,7 @@ func TestJSONExporter(t *testing.T) {
 	}))
 	defer srv.Close()
 	env := map[string]string{EnvEndpoint: srv.URL, EnvHeaders: "authorization=Bearer%20x", "OTEL_SERVICE_NAME": "svc"}
-	tr, stop, err := Setup(context.Background(), func(k string) string { return env[k] }, "kubetask", "v1")
+	tr, stop, err := Setup(context.Background(), func(k string) string { return env[k] }, "kubetask", "v1", "r0")
 	if err != nil || tr == nil {
 		t.Fatalf("Setup: %v, %v", tr, err)
 	}
@@ -147,5 +148,37 @@ func TestJSONExporter(t *testing.T) {
 	delete(span, "spanId")
 	if diff := cmp.Diff(want, span); diff != "" {
 		t.Errorf("span (-want +got):\n%s", diff)
+	}
+}
+
+// TestResourceNamesTheInstance: the process's resource carries the
+// replica's ID as service.instance.id (a trace then says which replica made
+// each span), none when it has no ID, and OTEL_RESOURCE_ATTRIBUTES wins.
+func TestResourceNamesTheInstance(t *testing.T) {
+	tests := map[string]struct {
+		instance, envAttrs string
+		want               string // "" for none
+	}{
+		"the replica's ID":               {instance: "r0", want: "r0"},
+		"none without an ID":             {},
+		"OTEL_RESOURCE_ATTRIBUTES wins":  {instance: "r0", envAttrs: "service.instance.id=mine", want: "mine"},
+		"other resource attributes kept": {instance: "r1", envAttrs: "deployment.environment.name=ci", want: "r1"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", tc.envAttrs)
+			t.Setenv("OTEL_SERVICE_NAME", "")
+			res, err := newResource(context.Background(), "kubetask", "v1", tc.instance)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := res.Set().Value(semconv.ServiceInstanceIDKey)
+			if (tc.want != "") != ok || ok && got.AsString() != tc.want {
+				t.Errorf("service.instance.id %q (set: %v), want %q", got.AsString(), ok, tc.want)
+			}
+			if name, _ := res.Set().Value(semconv.ServiceNameKey); name.AsString() != "kubetask" {
+				t.Errorf("service.name %q, want kubetask", name.AsString())
+			}
+		})
 	}
 }

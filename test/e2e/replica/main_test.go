@@ -3,7 +3,8 @@
 // proves the promises of docs/replicas.md: shards balanced among replicas,
 // takeover after a SIGKILL within the lease duration plus 2 s, hand-over on
 // SIGTERM, no duplicate pod or outcome even in a forced split brain, and a
-// replica cut off from PostgreSQL that stops acting and recovers.
+// replica cut off from PostgreSQL that stops acting and recovers; and one
+// trace per task across a hand-over (docs/tracing.md).
 //
 // In short: proves docs/replicas.md's promises (balance, takeover,
 // hand-over, no duplicate in a split brain); about 2.5 min in `go test ./...`
@@ -80,6 +81,7 @@ type group struct {
 	name     string
 	shards   int
 	lease    time.Duration
+	environ  []string // added to the replicas' environment
 	replicas map[string]*replicaProc
 }
 
@@ -137,7 +139,7 @@ func (g *group) launch(id string, extra ...string) *replicaProc {
 		"--lease-namespace", g.env.Namespace, "--lease-duration", g.lease.String()}, extra...)
 	r := &replicaProc{id: id, out: &syncBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(kubetaskBin(t), args...)
-	r.cmd.Env = append(os.Environ(), "KUBETASK_STORE_URL="+g.storeURL)
+	r.cmd.Env = append(append(os.Environ(), "KUBETASK_STORE_URL="+g.storeURL), g.environ...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
