@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,10 +23,12 @@ import (
 // events, no traces; Prometheus metrics are always there, unscraped). On:
 // `--pod-events`, traces exported (OTEL_EXPORTER_OTLP_ENDPOINT) to an
 // OTLP/HTTP receiver in this process that takes every batch, and /metrics
-// scraped every second, as Prometheus would (its scrape-time gauges walk
-// the executors' tasks). It reports tasks/s to the last outcome of each
-// pair of runs, the submissions' p99, the spans received per task and the
-// scrapes.
+// scraped as Prometheus would (its scrape-time gauges walk the executors'
+// tasks): at the start and then every 15 s, the interval of Prometheus'
+// example configuration ($KUBETASK_BENCH_OBSERVE_SCRAPE another, e.g. 1s).
+// It reports tasks/s to the last outcome of each pair of runs, the
+// submissions' p99, the spans received per task, the scrapes and a
+// scrape's median time and size.
 //
 //	go test ./test/bench/serve -run '^$' -bench BenchmarkServeObservability -benchtime 1x -timeout 40m
 func BenchmarkServeObservability(b *testing.B) {
@@ -41,23 +45,32 @@ func BenchmarkServeObservability(b *testing.B) {
 	}))
 	b.Cleanup(recv.Close)
 	var scrapes, scrapeErrs atomic.Int64
+	var scrapeMu sync.Mutex
+	var scrapeTimes []time.Duration
+	var scrapeBytes int
+	every := envDuration("KUBETASK_BENCH_OBSERVE_SCRAPE", 15*time.Second)
 	scrape := func(ctx context.Context, svcs []*service) {
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
 			for _, s := range svcs {
-				if _, _, err := s.do(ctx, http.MethodGet, "/metrics", "", nil, http.StatusOK); err != nil {
+				start := time.Now()
+				_, body, err := s.do(ctx, http.MethodGet, "/metrics", "", nil, http.StatusOK)
+				if err != nil {
 					if ctx.Err() == nil {
 						scrapeErrs.Add(1)
 					}
 					continue
 				}
+				scrapeMu.Lock()
+				scrapeTimes, scrapeBytes = append(scrapeTimes, time.Since(start)), len(body)
+				scrapeMu.Unlock()
 				scrapes.Add(1)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
 			}
 		}
 	}
@@ -93,5 +106,17 @@ func BenchmarkServeObservability(b *testing.B) {
 		res.Report(b, ms(percentile(append(ons[0].submits, ons[1].submits...), 0.99)), "on-submit-p99-ms")
 		res.Report(b, float64(bytes.Load())/1024/float64(len(ons)*tasks), "span-KiB/task")
 		res.Report(b, float64(scrapes.Load()), "scrapes")
+		scrapeMu.Lock()
+		res.Report(b, ms(percentile(scrapeTimes, 0.5)), "scrape-ms")
+		res.Report(b, float64(scrapeBytes)/1024, "scrape-KiB")
+		scrapeMu.Unlock()
 	}
+}
+
+// envDuration is $name as a duration, or def when it is unset or not one.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
 }
