@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,9 +77,26 @@ func BenchmarkServeObservability(b *testing.B) {
 	}
 	tasks := envInt("KUBETASK_BENCH_OBSERVE_TASKS", 600)
 	off := clusterSize{tasks: tasks, clients: 16, qps: 50, timeout: 20 * time.Minute}
+	// $KUBETASK_BENCH_OBSERVE_ON turns on only some of them (a comma list
+	// of events, traces and metrics), to tell what costs what.
+	parts := map[string]bool{"events": true, "traces": true, "metrics": true}
+	if v := os.Getenv("KUBETASK_BENCH_OBSERVE_ON"); v != "" {
+		parts = map[string]bool{}
+		for _, p := range strings.Split(v, ",") {
+			parts[strings.TrimSpace(p)] = true
+		}
+	}
 	on := off
-	on.environ = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.URL, "OTEL_BSP_SCHEDULE_DELAY=1000"}
-	on.during = scrape
+	var onFlags []string
+	if parts["traces"] {
+		on.environ = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.URL, "OTEL_BSP_SCHEDULE_DELAY=1000"}
+	}
+	if parts["metrics"] {
+		on.during = scrape
+	}
+	if parts["events"] {
+		onFlags = append(onFlags, "--pod-events")
+	}
 	for range b.N {
 		var offs, ons []clusterResult
 		batches.Store(0)
@@ -87,9 +105,9 @@ func BenchmarkServeObservability(b *testing.B) {
 				offs = append(offs, runClusters(b, east, west, false, off))
 				continue
 			}
-			ons = append(ons, runClusters(b, east, west, false, on, "--pod-events"))
+			ons = append(ons, runClusters(b, east, west, false, on, onFlags...))
 		}
-		if batches.Load() == 0 || scrapes.Load() == 0 {
+		if parts["traces"] && batches.Load() == 0 || parts["metrics"] && scrapes.Load() == 0 {
 			b.Fatalf("nothing observed: %d span batches received, %d scrapes", batches.Load(), scrapes.Load())
 		}
 		if e := scrapeErrs.Load(); e > 0 {
