@@ -201,26 +201,33 @@ func tag(kvs []KeyValue, k string) string {
 	return ""
 }
 
-// Trace reads trace id's spans (none while Jaeger has not got it).
-func (j *Jaeger) Trace(ctx context.Context, id string) ([]Span, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.Query+"/api/traces/"+id, nil)
+// get GETs path of Jaeger's query API and returns the body and the status:
+// 200, or 404 (its body), any other status an error.
+func (j *Jaeger) get(ctx context.Context, path string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.Query+path, nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
+		return nil, 0, err
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+		return nil, 0, fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return b, resp.StatusCode, nil
+}
+
+// Trace reads trace id's spans (none while Jaeger has not got it).
+func (j *Jaeger) Trace(ctx context.Context, id string) ([]Span, error) {
+	b, status, err := j.get(ctx, "/api/traces/"+id)
+	if err != nil || status == http.StatusNotFound {
 		return nil, err
-	}
-	if resp.StatusCode == http.StatusNotFound {
-		return nil, nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /api/traces/%s: %s: %s", id, resp.Status, b)
 	}
 	var body struct {
 		Data []struct {
@@ -250,21 +257,12 @@ func (j *Jaeger) Trace(ctx context.Context, id string) ([]Span, error) {
 func (j *Jaeger) TraceIDs(ctx context.Context, service string, since time.Time) ([]string, error) {
 	q := url.Values{"service": {service}, "start": {strconv.FormatInt(since.UnixMicro(), 10)},
 		"end": {strconv.FormatInt(time.Now().Add(time.Minute).UnixMicro(), 10)}, "limit": {"1000"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.Query+"/api/traces?"+q.Encode(), nil)
+	b, status, err := j.get(ctx, "/api/traces?"+q.Encode())
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /api/traces?%s: %s: %s", q.Encode(), resp.Status, b)
+	if status == http.StatusNotFound {
+		return nil, fmt.Errorf("GET /api/traces?%s: 404 Not Found: %s", q.Encode(), b)
 	}
 	var body struct {
 		Data []struct {
