@@ -1308,13 +1308,7 @@ func timeToStart(pod *corev1.Pod, main string) (time.Duration, bool) {
 		if st.Name != main {
 			continue
 		}
-		var started time.Time
-		switch {
-		case st.State.Running != nil:
-			started = st.State.Running.StartedAt.Time
-		case st.State.Terminated != nil:
-			started = st.State.Terminated.StartedAt.Time
-		}
+		started := podstate.StartedAt(st.State)
 		if started.IsZero() || created.IsZero() {
 			return 0, false
 		}

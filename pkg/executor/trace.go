@@ -662,13 +662,7 @@ func podSteps(pod *corev1.Pod, main string, ungatedAt, floor time.Time) []podSte
 	var restarts int32
 	all := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, cs := range all {
-		var st time.Time
-		switch {
-		case cs.State.Running != nil:
-			st = cs.State.Running.StartedAt.Time
-		case cs.State.Terminated != nil:
-			st = cs.State.Terminated.StartedAt.Time
-		}
+		st := podstate.StartedAt(cs.State)
 		if cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.StartedAt.IsZero() {
 			st = cs.LastTerminationState.Terminated.StartedAt.Time
 		}

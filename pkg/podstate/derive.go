@@ -573,7 +573,7 @@ func started(st *corev1.ContainerStatus) bool {
 func firstStart(st *corev1.ContainerStatus) time.Time {
 	var first time.Time
 	for _, t := range []time.Time{
-		startedAt(st.State), startedAt(st.LastTerminationState),
+		StartedAt(st.State), StartedAt(st.LastTerminationState),
 	} {
 		if !t.IsZero() && (first.IsZero() || t.Before(first)) {
 			first = t
@@ -582,7 +582,9 @@ func firstStart(st *corev1.ContainerStatus) time.Time {
 	return first
 }
 
-func startedAt(s corev1.ContainerState) time.Time {
+// StartedAt is when the container of state s started: running or
+// terminated since; zero while it waits.
+func StartedAt(s corev1.ContainerState) time.Time {
 	switch {
 	case s.Running != nil:
 		return s.Running.StartedAt.Time
