@@ -435,9 +435,11 @@ func TestQuietMovesWaitForThePreviousPod(t *testing.T) {
 // and 10, each of which fails before its fix: a pass discarded its
 // creator's pod in flight (2600191794, 2600191256), a stale pass took a
 // new record of an ID for the earlier one (2600199020), a retried creation
-// recorded its own pod being deleted (2600198083).
+// recorded its own pod being deleted (2600198083), a discard queued while
+// the task was away deleted the pod its retried creation then recorded
+// (2600352580).
 func TestTheHuntsSeedsOfDecember(t *testing.T) {
-	for _, seed := range []int64{2600191794, 2600191256, 2600199020, 2600198083} {
+	for _, seed := range []int64{2600191794, 2600191256, 2600199020, 2600198083, 2600352580} {
 		res := runSeed(t, Options{Seed: seed, FaultLevel: -1})
 		for _, v := range res.Violations {
 			t.Errorf("seed %d: %s", seed, v)

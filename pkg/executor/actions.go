@@ -7,9 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubetask/kubetask/pkg/attempt"
 	"github.com/kubetask/kubetask/pkg/podstate"
+	"github.com/kubetask/kubetask/pkg/store"
 	"github.com/kubetask/kubetask/pkg/task"
 )
 
@@ -56,6 +58,7 @@ type podAction struct {
 	mark     bool        // release: label the pod released
 	held     bool        // release: the pod had kubetask's finalizer
 	at       time.Time   // when it was decided
+	sending  bool        // discard: the cleaner is sending it
 	done     bool
 	err      error
 	doneAt   time.Time
@@ -182,6 +185,16 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	a, ok := e.actions[key]
 	var act podAction
 	if ok && !a.done {
+		if c := e.creations[a.id]; a.kind == actDiscard && c != nil && !c.done && c.claiming == a.pod.UID {
+			// The creator's claim is recording the pod, or discards it
+			// itself (claimPod).
+			delete(e.actions, key)
+			e.actions = emptied(e.actions)
+			e.mu.Unlock()
+			e.queue.Add(a.id)
+			return
+		}
+		a.sending = a.kind == actDiscard
 		act = *a
 	}
 	e.mu.Unlock()
@@ -201,7 +214,15 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	case actRelease:
 		err = attempt.ReleaseSeen(ctx, e.client, pod, act.mark)
 	case actDiscard:
-		err = attempt.Discard(ctx, e.client, pod)
+		var taken bool
+		if taken, err = e.recordTakes(ctx, act.id, pod.UID); taken {
+			e.clearAction(key)
+			e.queue.Add(act.id)
+			return
+		}
+		if err == nil {
+			err = attempt.Discard(ctx, e.client, pod)
+		}
 	case actUngate:
 		if err = attempt.Ungate(ctx, e.client, pod); err == nil {
 			e.noteUngated(act.id, pod.UID)
@@ -214,8 +235,52 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	}
 	e.mu.Lock()
 	if a, ok := e.actions[key]; ok && a == e.actions[key] {
-		a.done, a.err, a.doneAt = true, err, e.cfg.Clock.Now()
+		a.done, a.err, a.doneAt, a.sending = true, err, e.cfg.Clock.Now(), false
 	}
 	e.mu.Unlock()
 	e.queue.Add(act.id)
+}
+
+// recordTakes reports whether the record of task id takes pod uid as its
+// current attempt's pod. A discard is decided on a record read before it is
+// sent, and the creator's claim may record the pod in between (a retried
+// creation of a task that was moved away and back finds its term's gated
+// pod and records it: simulation seed 2600352580, whose queued discard then
+// deleted the recorded pod). The cleaner reads the record again once it is
+// sending (podAction.sending): a claim that comes after that refuses the
+// pod (claimPod), and one before it is in this read.
+func (e *Executor) recordTakes(ctx context.Context, id string, uid types.UID) (bool, error) {
+	rec, err := e.store.Get(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading task %s before a discard: %w", id, err)
+	}
+	return rec.PodCreated && rec.PodUID == string(uid), nil
+}
+
+// discardBlocksClaim reports why the claim of pod, the creation of task
+// id's, must not record it: a discard of it is being sent or was sent.
+// Otherwise the claim marks the pod its own (creation.claiming) in the same
+// step, and the cleaner sends no discard of it until the creation is done;
+// after that, the cleaner's read of the record sees what the claim wrote
+// (recordTakes). A discard whose call failed is forgotten (the creation's
+// retry reads the pod again, and finishes the discard if it took effect).
+func (e *Executor) discardBlocksClaim(id string, pod *corev1.Pod) error {
+	key := pod.Namespace + "/" + pod.Name
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a, ok := e.actions[key]
+	if !ok || a.kind != actDiscard || a.pod.UID != pod.UID || !a.sending && !a.done {
+		if c := e.creations[id]; c != nil && !c.done && c.name == pod.Name {
+			c.claiming = pod.UID
+		}
+		return nil
+	}
+	if a.done && a.err != nil {
+		delete(e.actions, key)
+		e.actions = emptied(e.actions)
+	}
+	return fmt.Errorf("pod %s is being discarded; creating it again once it is gone", key)
 }

@@ -762,3 +762,182 @@ func TestARetriedCreationLeavesItsDiscardedPod(t *testing.T) {
 		t.Errorf("the discarded pod keeps kubetask's finalizer: %v", p.Finalizers)
 	}
 }
+
+// queuedDiscardAfterAMove sets up what simulation seed 2600352580 found:
+// the creator's claim of its gated pod lost its store write's answer, so
+// the creation ended with a store error (a creation done: leftToCreator no
+// longer protects it); the task was moved to east, and a pass of west
+// queued a discard of the pod (not yet sent); the task came back to west.
+// It returns the fixture, its store's hook and the pod.
+func queuedDiscardAfterAMove(t *testing.T) (*fx, *hookStore, *corev1.Pod) {
+	var (
+		st   *failingUpdates
+		hook *hookStore
+	)
+	f := newFx(t, func(c *Config) {
+		c.Cluster = "west"
+		st = &failingUpdates{Store: c.Store}
+		hook = &hookStore{Store: st}
+		c.Store = hook
+	})
+	f.submit("x", newTask())
+	if _, _, err := f.sync("x"); err != nil { // admits the creation
+		t.Fatal(err)
+	}
+	name := task.PodName(identOf(f, "x"), 0)
+	st.fail.Store(true)
+	f.drainCreations() // creates the gated pod; the claim's write fails
+	st.fail.Store(false)
+	created := f.serverPod(name)
+	if created == nil || f.record("x").PodCreated {
+		t.Fatalf("want the pod created and not recorded, got pod %v, record %+v", created, f.record("x"))
+	}
+	c := st.Store.(store.Clusters)
+	moved, err := c.Move(f.ctx, f.record("x"), "ex-east", "east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cache(created)
+	if _, err := f.ex.sync(f.ctx, "x"); err != nil { // queues the discard, not yet sent
+		t.Fatal(err)
+	}
+	if a, ok := f.ex.actionOf(created.Namespace + "/" + name); !ok || a.kind != actDiscard || a.done {
+		t.Fatalf("the pass while the task was on east queued no discard of its pod: %+v", a)
+	}
+	if _, err := c.Move(f.ctx, moved, "ex", "west"); err != nil {
+		t.Fatal(err)
+	}
+	return f, hook, created
+}
+
+// readmit runs passes of task id, the clock stepping past the failed
+// creation's back-off, until one admits a new creation.
+func (f *fx) readmit(id string) {
+	f.t.Helper()
+	for range 5 {
+		if _, err := f.ex.sync(f.ctx, id); err != nil {
+			f.t.Fatal(err)
+		}
+		if len(f.ex.creates) > 0 {
+			return
+		}
+		f.clk.Step(time.Second)
+	}
+	f.t.Fatal("no pass admitted the creation again")
+}
+
+// A discard queued while the task was away is not sent once the record
+// takes its pod: the task came back, the retried creation found the
+// term's own gated pod (AlreadyExists) and recorded it, and the cleaner
+// then came to the queued discard (seed 2600352580: it deleted the
+// recorded pod, and the attempt ended DeletedExternally).
+func TestAQueuedDiscardLeavesAPodTheRecordTook(t *testing.T) {
+	f, _, created := queuedDiscardAfterAMove(t)
+	f.readmit("x")
+	f.drainCreations()
+	rec := f.record("x")
+	if !rec.PodCreated || rec.PodUID != string(created.UID) {
+		t.Fatalf("the retried creation did not record pod %s (record %+v)", created.UID, rec)
+	}
+	f.drainCleanups() // the cleaner comes to the queued discard
+	pod := f.serverPod(created.Name)
+	if pod == nil || pod.UID != created.UID || pod.DeletionTimestamp != nil {
+		t.Fatalf("the record takes pod %s, but the queued discard deleted it: %v", rec.PodUID, pod)
+	}
+	f.cache(pod)
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.state("x"); s != "Pending/Scheduling" {
+		t.Errorf("state %s, want Pending/Scheduling (its pod recorded and ungated)", s)
+	}
+}
+
+// The other order: the cleaner is sending the discard (it read the record,
+// which did not take the pod) when the retried creation's claim comes to
+// the pod. The claim must not record it: the DELETE lands after.
+func TestAClaimLeavesAPodWhoseDiscardIsOnItsWay(t *testing.T) {
+	f, hook, created := queuedDiscardAfterAMove(t)
+	f.readmit("x")
+	var claimed bool
+	hook.mu.Lock()
+	hook.armed = "x"
+	hook.afterGet = func() { // the cleaner's read of the record: the creator runs now
+		claimed = true
+		f.drainCreations()
+	}
+	hook.mu.Unlock()
+	f.drainCleanups()
+	if !claimed {
+		t.Fatal("the cleaner read no record before its discard")
+	}
+	if p := f.serverPod(created.Name); p != nil && p.UID == created.UID && p.DeletionTimestamp == nil {
+		t.Fatalf("the discard was not sent: %v", p)
+	}
+	if rec := f.record("x"); rec.PodCreated && rec.PodUID == string(created.UID) {
+		t.Fatalf("the claim recorded pod %s while its discard was on its way", created.UID)
+	}
+	// The creation is retried, and creates the attempt's pod anew.
+	for i := 0; i < 10 && !f.record("x").PodCreated; i++ {
+		if p := f.serverPod(created.Name); p != nil {
+			f.cache(p)
+		} else {
+			f.uncache(created)
+		}
+		if _, _, err := f.sync("x"); err != nil {
+			t.Fatal(err)
+		}
+		f.drainCreations()
+		f.clk.Step(time.Second)
+	}
+	rec := f.record("x")
+	pod := f.serverPod(created.Name)
+	if !rec.PodCreated || pod == nil || string(pod.UID) != rec.PodUID || pod.UID == created.UID || pod.DeletionTimestamp != nil {
+		t.Fatalf("want a new pod recorded, got record pod %q, pod %v", rec.PodUID, pod)
+	}
+}
+
+// And the order between: the claim has checked the pod's discard and is
+// recording the pod when the cleaner comes to the queued discard. The
+// cleaner's read of the record may come before the claim's write: the
+// discard waits for the creation, and is decided again after it.
+func TestADiscardWaitsForTheClaimOfItsPod(t *testing.T) {
+	f, hook, created := queuedDiscardAfterAMove(t)
+	f.readmit("x")
+	var cleaned bool
+	var arm func()
+	arm = func() {
+		hook.mu.Lock()
+		hook.armed = "x"
+		hook.afterGet = func() {
+			f.ex.mu.Lock()
+			c := f.ex.creations["x"]
+			claiming := c != nil && c.claiming == created.UID
+			f.ex.mu.Unlock()
+			if !claiming { // the creator's claim checks: not yet recording
+				arm()
+				return
+			}
+			cleaned = true
+			f.drainCleanups()
+		}
+		hook.mu.Unlock()
+	}
+	arm()
+	f.drainCreations()
+	if !cleaned {
+		t.Fatal("the claim never read the record")
+	}
+	rec := f.record("x")
+	pod := f.serverPod(created.Name)
+	if !rec.PodCreated || rec.PodUID != string(created.UID) || pod == nil || pod.UID != created.UID || pod.DeletionTimestamp != nil {
+		t.Fatalf("the record takes pod %q, and the pod is %v: the discard went out during the claim", rec.PodUID, pod)
+	}
+	f.cache(pod)
+	if _, _, err := f.sync("x"); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := f.ex.actionOf(created.Namespace + "/" + created.Name); ok && a.kind == actDiscard {
+		t.Errorf("a discard of the recorded pod is still kept: %+v", a)
+	}
+}

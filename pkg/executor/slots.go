@@ -39,6 +39,10 @@ type creation struct {
 	adopted bool        // AlreadyExists, and the pod is the task's
 	seen    bool        // the cache has shown the pod
 	doneAt  time.Time
+	// claiming is the pod the claim is recording (claimPod), from its
+	// check of the pod's discard until the creation is done: the cleaner
+	// sends no discard of it meanwhile.
+	claiming types.UID
 }
 
 // counts reports whether c still holds a slot that the cache does not count.
@@ -576,6 +580,9 @@ func (e *Executor) checkClaim(ctx context.Context, id string, n int, epoch int64
 // wants a pod, records another, or the write is fenced) obj is discarded,
 // never having run.
 func (e *Executor) claimPod(ctx context.Context, id string, n int, obj *corev1.Pod, adopted bool) (*corev1.Pod, error) {
+	if err := e.discardBlocksClaim(id, obj); err != nil {
+		return nil, err
+	}
 	var claimErr error
 	for range 5 {
 		rec, err := e.store.Get(ctx, id)
