@@ -1,6 +1,13 @@
 package cli
 
-import "testing"
+import (
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func TestTunesGC(t *testing.T) {
 	tests := map[string]struct {
@@ -48,5 +55,30 @@ func TestGCPercentFor(t *testing.T) {
 				t.Errorf("gcPercentFor(%d MiB) = %d, want %d", tc.live/mib, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCPUProfile: serve's hidden --cpu-profile writes a profile, and names the flag when the file cannot be created.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f) // a profile is a gzipped protocol buffer
+	if err != nil {
+		t.Fatalf("the profile is not one: %v", err)
+	}
+	if b, err := io.ReadAll(z); err != nil || len(b) == 0 {
+		t.Errorf("the profile is empty or broken: %d bytes, %v", len(b), err)
+	}
+	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "missing", "cpu.pprof")); err == nil || !strings.Contains(err.Error(), "--cpu-profile") {
+		t.Errorf("err %v, want one naming --cpu-profile", err)
 	}
 }

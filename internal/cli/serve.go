@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,7 @@ func newServeCommand() *cobra.Command {
 		// reloadInterval of the token file and TLS certificate.
 		reloadInterval time.Duration
 		nsLevels       map[string]string
+		cpuProfile     string
 		accounts       []string
 	)
 	cmd := &cobra.Command{
@@ -53,6 +55,13 @@ adopts them and their logs go on from where the archive ends.`,
 			tune, err := tunesGC(os.Getenv("GOGC"))
 			if err != nil {
 				return err
+			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			cfg := service.Config{}
 			if configFile != "" {
@@ -185,6 +194,24 @@ adopts them and their logs go on from where the archive ends.`,
 	fs.StringSliceVar(&flags.RefuseSecrets, "refuse-secrets", nil, `namespaces whose tasks may not name a Secret (env, envFrom, volumes, imagePullSecrets): NAMESPACE[,...], "*" for every one (default none: a task's pod may take any Secret of its namespace)`)
 	fs.BoolVar(&flags.PodEvents, "pod-events", false, "record Kubernetes Events on each task's pod for kubectl describe (the outcome and why, result read, sidecars stopped, released, retry scheduled)")
 	fs.StringSliceVar(&flags.RefuseRuntimeClass, "refuse-runtime-class", nil, `namespaces whose tasks may not set runtimeClassName: NAMESPACE[,...], "*" for every one (default none)`)
+	fs.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for benchmarks: go tool pprof)")
+	_ = fs.MarkHidden("cpu-profile")
 	cf.addFlags(fs)
 	return cmd
+}
+
+// startCPUProfile profiles the process's CPU into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -41,6 +41,9 @@ type clusterResult struct {
 	// perCluster how many tasks each cluster ran; multi only.
 	placeP99   float64
 	perCluster map[string]int
+	// cpu is the CPU time (user and system) the services used, from their
+	// start to their exit.
+	cpu time.Duration
 }
 
 func (r clusterResult) tasksPerSecond() float64 { return float64(r.size.tasks) / r.outcomes.Seconds() }
@@ -195,6 +198,7 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 	}
 	for _, s := range svcs {
 		s.stop(tb)
+		r.cpu += s.cpu()
 	}
 	return r
 }

@@ -28,7 +28,8 @@ import (
 // tasks): at the start and then every 15 s, the interval of Prometheus'
 // example configuration ($KUBETASK_BENCH_OBSERVE_SCRAPE another, e.g. 1s).
 // It reports tasks/s to the last outcome of each pair of runs, the
-// submissions' p99, the spans received per task, the scrapes and a
+// submissions' p99, the services' CPU time per task (the whole process,
+// start to exit), the spans received per task, the scrapes and a
 // scrape's median time and size.
 //
 //	go test ./test/bench/serve -run '^$' -bench BenchmarkServeObservability -benchtime 1x -timeout 40m
@@ -122,6 +123,8 @@ func BenchmarkServeObservability(b *testing.B) {
 		res.Report(b, ratio, "on/off")
 		res.Report(b, ms(percentile(append(offs[0].submits, offs[1].submits...), 0.99)), "off-submit-p99-ms")
 		res.Report(b, ms(percentile(append(ons[0].submits, ons[1].submits...), 0.99)), "on-submit-p99-ms")
+		res.Report(b, cpuPerTask(offs), "off-cpu-ms/task")
+		res.Report(b, cpuPerTask(ons), "on-cpu-ms/task")
 		res.Report(b, float64(bytes.Load())/1024/float64(len(ons)*tasks), "span-KiB/task")
 		res.Report(b, float64(scrapes.Load()), "scrapes")
 		scrapeMu.Lock()
@@ -129,6 +132,17 @@ func BenchmarkServeObservability(b *testing.B) {
 		res.Report(b, float64(scrapeBytes)/1024, "scrape-KiB")
 		scrapeMu.Unlock()
 	}
+}
+
+// cpuPerTask is the services' CPU time per task over runs, in ms.
+func cpuPerTask(runs []clusterResult) float64 {
+	var cpu time.Duration
+	tasks := 0
+	for _, r := range runs {
+		cpu += r.cpu
+		tasks += r.size.tasks
+	}
+	return ms(cpu) / float64(tasks)
 }
 
 // envDuration is $name as a duration, or def when it is unset or not one.

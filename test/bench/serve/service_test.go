@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -137,6 +138,11 @@ func startServiceBin(tb testing.TB, bin string, env *clustertest.Env, environ []
 	s := &service{ns: env.Namespace, stateDir: stateDir, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
 		// As many idle connections as clients: no client waits for a new connection.
 		http: &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}}
+	// KUBETASK_BENCH_CPU_PROFILE (a directory) has every service write
+	// a CPU profile of its run there, named by its namespace and order.
+	if dir := os.Getenv("KUBETASK_BENCH_CPU_PROFILE"); dir != "" {
+		args = append(args, "--cpu-profile", filepath.Join(dir, fmt.Sprintf("%s-%03d.pprof", env.Namespace, profiles.Add(1))))
+	}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	// KUBETASK_BENCH_SERVE_GOGC runs the service with another GOGC than
@@ -181,6 +187,15 @@ func startServiceBin(tb testing.TB, bin string, env *clustertest.Env, environ []
 		return resp.StatusCode == http.StatusOK
 	})
 	return s
+}
+
+// profiles numbers the services' CPU profiles.
+var profiles atomic.Int64
+
+// cpu is the CPU time (user and system) the stopped service used.
+func (s *service) cpu() time.Duration {
+	<-s.done
+	return s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 }
 
 // stop sends SIGTERM, SIGKILL after 30 s, and waits for the process.
