@@ -44,6 +44,11 @@ type clusterResult struct {
 	// cpu is the CPU time (user and system) the services used, from their
 	// start to their exit.
 	cpu time.Duration
+	// machineCPU is the CPU time of the services, the clusters' processes
+	// and the benchmark's from the first submission to the last outcome
+	// (machineUse: by process).
+	machineCPU time.Duration
+	machineUse string
 }
 
 func (r clusterResult) tasksPerSecond() float64 { return float64(r.size.tasks) / r.outcomes.Seconds() }
@@ -153,6 +158,7 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 		defer stopDuring()
 		go func() { defer close(done); sz.during(dctx, svcs) }()
 	}
+	meter := newClustersCPUMeter(svcs, east, west)
 	start := time.Now()
 	var errs []error
 	r.submits, _, errs = concurrently(sz.tasks, sz.clients, func(i int) error {
@@ -189,6 +195,7 @@ func runClusters(tb testing.TB, east, west *clustertest.Env, multi bool, sz clus
 		outcomes += len(seen)
 	}
 	r.outcomes = last.Sub(start)
+	r.machineUse, r.machineCPU = meter.report()
 	stopDuring()
 	if outcomes != sz.tasks {
 		tb.Fatalf("%s: %d outcomes of the %d tasks submitted", r.setup, outcomes, sz.tasks)

@@ -29,7 +29,9 @@ import (
 // example configuration ($KUBETASK_BENCH_OBSERVE_SCRAPE another, e.g. 1s).
 // It reports tasks/s to the last outcome of each pair of runs, the
 // submissions' p99, the services' CPU time per task (the whole process,
-// start to exit), the spans received per task, the scrapes and a
+// start to exit) and that of every process of the benchmark (services,
+// clusters, this one: from the first submission to the last outcome), the
+// spans received per task, the scrapes and a
 // scrape's median time and size.
 //
 //	go test ./test/bench/serve -run '^$' -bench BenchmarkServeObservability -benchtime 1x -timeout 40m
@@ -123,8 +125,13 @@ func BenchmarkServeObservability(b *testing.B) {
 		res.Report(b, ratio, "on/off")
 		res.Report(b, ms(percentile(append(offs[0].submits, offs[1].submits...), 0.99)), "off-submit-p99-ms")
 		res.Report(b, ms(percentile(append(ons[0].submits, ons[1].submits...), 0.99)), "on-submit-p99-ms")
-		res.Report(b, cpuPerTask(offs), "off-cpu-ms/task")
-		res.Report(b, cpuPerTask(ons), "on-cpu-ms/task")
+		for i, r := range []clusterResult{offs[0], ons[0], ons[1], offs[1]} {
+			fmt.Printf("run %d (%s): CPU from the first submission to the last outcome: %s\n", i+1, map[bool]string{true: "on", false: "off"}[i == 1 || i == 2], r.machineUse)
+		}
+		res.Report(b, cpuPerTask(offs, false), "off-cpu-ms/task")
+		res.Report(b, cpuPerTask(ons, false), "on-cpu-ms/task")
+		res.Report(b, cpuPerTask(offs, true), "off-machine-cpu-ms/task")
+		res.Report(b, cpuPerTask(ons, true), "on-machine-cpu-ms/task")
 		res.Report(b, float64(bytes.Load())/1024/float64(len(ons)*tasks), "span-KiB/task")
 		res.Report(b, float64(scrapes.Load()), "scrapes")
 		scrapeMu.Lock()
@@ -134,12 +141,18 @@ func BenchmarkServeObservability(b *testing.B) {
 	}
 }
 
-// cpuPerTask is the services' CPU time per task over runs, in ms.
-func cpuPerTask(runs []clusterResult) float64 {
+// cpuPerTask is the services' CPU time per task over runs, in ms (start
+// to exit); machine: that of every process measured, services, clusters
+// and benchmark, from the first submission to the last outcome.
+func cpuPerTask(runs []clusterResult, machine bool) float64 {
 	var cpu time.Duration
 	tasks := 0
 	for _, r := range runs {
-		cpu += r.cpu
+		if machine {
+			cpu += r.machineCPU
+		} else {
+			cpu += r.cpu
+		}
 		tasks += r.size.tasks
 	}
 	return ms(cpu) / float64(tasks)

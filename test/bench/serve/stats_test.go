@@ -223,6 +223,27 @@ func newCPUMeter(s *service) *cpuMeter {
 	for _, p := range clustertest.Cluster().Processes() {
 		m.pids[p.Name] = p.PID
 	}
+	return m.start()
+}
+
+// newClustersCPUMeter measures the services, this process and the
+// processes of the clusters envs (each named by its namespace's cluster:
+// "1 kube-apiserver", "2 kube-apiserver" ...).
+func newClustersCPUMeter(svcs []*service, envs ...*clustertest.Env) *cpuMeter {
+	m := &cpuMeter{pids: map[string]int{"benchmark process": os.Getpid()}, before: map[string]time.Duration{}}
+	for i, s := range svcs {
+		m.pids[fmt.Sprintf("kubetask serve %d", i+1)] = s.cmd.Process.Pid
+	}
+	for i, env := range envs {
+		for _, p := range env.Cluster.Processes() {
+			m.pids[fmt.Sprintf("%d %s", i+1, p.Name)] = p.PID
+		}
+	}
+	return m.start()
+}
+
+// start reads what each process has used so far.
+func (m *cpuMeter) start() *cpuMeter {
 	for name, pid := range m.pids {
 		if d, err := cpuTime(pid); err == nil {
 			m.before[name] = d
