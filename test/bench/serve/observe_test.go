@@ -132,6 +132,8 @@ func BenchmarkServeObservability(b *testing.B) {
 		res.Report(b, cpuPerTask(ons, false), "on-cpu-ms/task")
 		res.Report(b, cpuPerTask(offs, true), "off-machine-cpu-ms/task")
 		res.Report(b, cpuPerTask(ons, true), "on-machine-cpu-ms/task")
+		// The same runs' paired cost: on's CPU per task over off's.
+		res.Report(b, cpuPerTask(ons, true)/cpuPerTask(offs, true), "machine-cpu-on/off")
 		res.Report(b, float64(bytes.Load())/1024/float64(len(ons)*tasks), "span-KiB/task")
 		res.Report(b, float64(scrapes.Load()), "scrapes")
 		scrapeMu.Lock()
