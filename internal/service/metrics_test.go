@@ -62,6 +62,7 @@ func exportedFamilies(t *testing.T) map[string]family {
 	t.Helper()
 	reg := &recordingRegistry{Registry: prometheus.NewRegistry()}
 	newProcessMetrics(reg)
+	newDroppedEvents(reg)
 	if _, err := newPlacementMetric(reg); err != nil {
 		t.Fatal(err)
 	}

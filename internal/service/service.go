@@ -160,6 +160,10 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	// The clusters' event recorders (podEvents): stopped, with what they
 	// still hold sent, when the service ends.
 	var broadcasters []record.EventBroadcaster
+	var droppedEvents *prometheus.CounterVec // kubetask_pod_events_dropped_total
+	if cfg.PodEvents {
+		droppedEvents = newDroppedEvents(reg)
+	}
 	defer func() {
 		for _, b := range broadcasters {
 			b.Shutdown()
@@ -172,8 +176,9 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		// A client of their own, with a rate limit of its own, as the
 		// kubelet's --event-qps: events never wait for, nor hold up, the
 		// dry runs and log reads of the service's client (on one client,
-		// make bench-podevents at 59fcd72: 0.79x tasks/s). Beyond it the
-		// recorder's queue drops them: they are for people, never state.
+		// make bench-podevents at 59fcd72: 0.79x tasks/s). Beyond the
+		// limits they are dropped as they are recorded (limitedRecorder):
+		// they are for people, never state.
 		erc := rest.CopyConfig(rc)
 		erc.QPS, erc.Burst = podEventsQPS, podEventsBurst
 		client, err := kubernetes.NewForConfig(erc)
@@ -184,7 +189,7 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 		b := record.NewBroadcaster()
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		broadcasters = append(broadcasters, b)
-		return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubetask"})
+		return newLimitedRecorder(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubetask"}), time.Now, droppedEvents)
 	}
 	// exConfig is the executor configuration of one cluster, whose client
 	// (captureClient) reads its pods' logs and records their events.
@@ -333,13 +338,6 @@ func Run(ctx context.Context, cfg Config, rc *rest.Config, out io.Writer, log *s
 	exErr := <-exDone
 	return errors.Join(serveErr, exErr)
 }
-
-// podEventsQPS and podEventsBurst limit the requests of the pods' events
-// (podEvents), per cluster.
-const (
-	podEventsQPS   = 5
-	podEventsBurst = 20
-)
 
 // serviceClient is the service's own client of a cluster (log streams,
 // dry-run validation): the executor's rate limits, not client-go's default
