@@ -506,8 +506,13 @@ func (tr *Tracer) logArchived(id string, n int, container string, start, end tim
 		[]attribute.KeyValue{attrAttempt.Int(n), semconv.K8SContainerName(container)}, nil, nil)
 }
 
-// stampPod gives attempt n's pod of task t the attempt span's context: in
-// its annotation, and in its main container's environment.
+// stampPod gives attempt n's pod of task t the attempt span's context, in
+// its main container's environment. Not in an annotation too: every byte
+// of a pod is paid by every watcher of pods (the API server, etcd, the
+// scheduler, the controllers, the nodes) at each of the pod's writes, and
+// the annotation with its managed fields was a large part of what tracing
+// added to a pod, for nothing the environment does not give (make
+// bench-observe).
 func (tr *Tracer) stampPod(t *task.Task, pod *corev1.Pod, n int) {
 	if tr == nil {
 		return
@@ -518,7 +523,6 @@ func (tr *Tracer) stampPod(t *task.Task, pod *corev1.Pod, n int) {
 	}
 	att := sc.WithSpanID(stepID(sc.SpanID(), SpanAttempt, n))
 	tp := FormatTraceparent(att)
-	pod.Annotations[task.AnnotationTraceparent] = tp
 	ts := sc.TraceState().String()
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]

@@ -10,8 +10,8 @@ const (
 	// "00-<trace ID>-<span ID>-<flags>". On a stored task it names the
 	// task span; on a submitted one (without a traceparent header) it names
 	// the caller's span, which the task span continues. Each attempt's pod
-	// carries the traceparent of its attempt span in the same annotation,
-	// and its main container in the TRACEPARENT environment variable.
+	// carries the traceparent of its attempt span in its main container's
+	// TRACEPARENT environment variable (not as an annotation).
 	AnnotationTraceparent = Prefix + "traceparent"
 	// AnnotationTracestate is the W3C tracestate that came with the
 	// caller's traceparent, when it had one.
