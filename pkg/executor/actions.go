@@ -183,6 +183,7 @@ func (e *Executor) runCleaner(ctx context.Context) {
 func (e *Executor) cleanOne(ctx context.Context, key string) {
 	e.mu.Lock()
 	a, ok := e.actions[key]
+	sent := a // the action this call performs, unless another takes its place
 	var act podAction
 	if ok && !a.done {
 		if c := e.creations[a.id]; a.kind == actDiscard && c != nil && !c.done && c.claiming == a.pod.UID {
@@ -216,7 +217,12 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 	case actDiscard:
 		var taken bool
 		if taken, err = e.recordTakes(ctx, act.id, pod.UID); taken {
-			e.clearAction(key)
+			e.mu.Lock()
+			if e.actions[key] == sent {
+				delete(e.actions, key)
+				e.actions = emptied(e.actions)
+			}
+			e.mu.Unlock()
 			e.queue.Add(act.id)
 			return
 		}
@@ -234,7 +240,7 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 		return
 	}
 	e.mu.Lock()
-	if a, ok := e.actions[key]; ok && a == e.actions[key] {
+	if a, ok := e.actions[key]; ok && a == sent {
 		a.done, a.err, a.doneAt, a.sending = true, err, e.cfg.Clock.Now(), false
 	}
 	e.mu.Unlock()
