@@ -57,6 +57,25 @@ func (s *hookStore) Get(ctx context.Context, id string) (store.Record, error) {
 	return rec, err
 }
 
+// arm runs fn once, after the next Get of task id.
+func (s *hookStore) arm(id string, fn func()) {
+	s.mu.Lock()
+	s.armed, s.afterGet = id, fn
+	s.mu.Unlock()
+}
+
+// armWhen runs fn once, after the first Get of task id at which when
+// holds (asked after each Get of id).
+func (s *hookStore) armWhen(id string, when func() bool, fn func()) {
+	s.arm(id, func() {
+		if !when() {
+			s.armWhen(id, when, fn)
+			return
+		}
+		fn()
+	})
+}
+
 // A discard is decided only on a record read after the pod was seen. The
 // normal sequence, with a worker descheduled for a moment: the creator's
 // Create makes the cache's ADD event queue a sync of the task; that sync
@@ -73,17 +92,14 @@ func TestSyncKeepsItsOwnCreatorsRecordedPod(t *testing.T) {
 	}
 	name := task.PodName(identOf(f, "x"), 0)
 	var shown *corev1.Pod
-	st.mu.Lock()
-	st.armed = "x"
-	st.afterGet = func() {
+	st.arm("x", func() {
 		// Meanwhile: the creator creates the pod gated, records it (fenced
 		// write of this term), removes the gate; the watch delivers the
 		// ungated pod to the cache.
 		f.drainCreations()
 		shown = f.serverPod(name)
 		f.cache(shown)
-	}
-	st.mu.Unlock()
+	})
 	f.client.ClearActions()
 	if _, err := f.ex.sync(f.ctx, "x"); err != nil { // the sync whose first Get was before the record
 		t.Fatalf("the pass failed: %v", err)
@@ -604,39 +620,28 @@ func TestACreationInFlightIsLeftToItsCreator(t *testing.T) {
 	name := task.PodName(identOf(f, "x"), 0)
 	var passErr error
 	var hooked bool
-	var arm func()
-	arm = func() {
-		st.mu.Lock()
-		st.armed = "x"
-		st.afterGet = func() {
-			created := f.serverPod(name)
-			if created == nil { // the creator's claim check: the pod is not there yet
-				arm()
-				return
-			}
-			// The creator has created the gated pod and read the record for
-			// its claim. Meanwhile the router moves the task to east, this
-			// instance's pass runs on what its cache shows, and the router
-			// moves the task back to west.
-			hooked = true
-			c := st.Store.(store.Clusters)
-			rec, err := st.Store.Get(f.ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec, err = c.Move(f.ctx, rec, "ex-east", "east"); err != nil {
-				t.Fatal(err)
-			}
-			f.cache(created)
-			_, passErr = f.ex.sync(f.ctx, "x")
-			f.drainCleanups()
-			if _, err := c.Move(f.ctx, rec, "ex", "west"); err != nil {
-				t.Fatal(err)
-			}
+	// Not at the creator's claim check: the pod is not there yet.
+	st.armWhen("x", func() bool { return f.serverPod(name) != nil }, func() {
+		// The creator has created the gated pod and read the record for
+		// its claim. Meanwhile the router moves the task to east, this
+		// instance's pass runs on what its cache shows, and the router
+		// moves the task back to west.
+		hooked = true
+		c := st.Store.(store.Clusters)
+		rec, err := st.Store.Get(f.ctx, "x")
+		if err != nil {
+			t.Fatal(err)
 		}
-		st.mu.Unlock()
-	}
-	arm()
+		if rec, err = c.Move(f.ctx, rec, "ex-east", "east"); err != nil {
+			t.Fatal(err)
+		}
+		f.cache(f.serverPod(name))
+		_, passErr = f.ex.sync(f.ctx, "x")
+		f.drainCleanups()
+		if _, err := c.Move(f.ctx, rec, "ex", "west"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	f.drainCreations()
 	if !hooked {
 		t.Fatal("the creator never read the record after creating the pod")
@@ -860,13 +865,10 @@ func TestAClaimLeavesAPodWhoseDiscardIsOnItsWay(t *testing.T) {
 	f, hook, created := queuedDiscardAfterAMove(t)
 	f.readmit("x")
 	var claimed bool
-	hook.mu.Lock()
-	hook.armed = "x"
-	hook.afterGet = func() { // the cleaner's read of the record: the creator runs now
+	hook.arm("x", func() { // the cleaner's read of the record: the creator runs now
 		claimed = true
 		f.drainCreations()
-	}
-	hook.mu.Unlock()
+	})
 	f.drainCleanups()
 	if !claimed {
 		t.Fatal("the cleaner read no record before its discard")
@@ -905,25 +907,16 @@ func TestADiscardWaitsForTheClaimOfItsPod(t *testing.T) {
 	f, hook, created := queuedDiscardAfterAMove(t)
 	f.readmit("x")
 	var cleaned bool
-	var arm func()
-	arm = func() {
-		hook.mu.Lock()
-		hook.armed = "x"
-		hook.afterGet = func() {
-			f.ex.mu.Lock()
-			c := f.ex.creations["x"]
-			claiming := c != nil && c.claiming == created.UID
-			f.ex.mu.Unlock()
-			if !claiming { // the creator's claim checks: not yet recording
-				arm()
-				return
-			}
-			cleaned = true
-			f.drainCleanups()
-		}
-		hook.mu.Unlock()
+	claiming := func() bool { // not at the creator's claim checks: not yet recording
+		f.ex.mu.Lock()
+		defer f.ex.mu.Unlock()
+		c := f.ex.creations["x"]
+		return c != nil && c.claiming == created.UID
 	}
-	arm()
+	hook.armWhen("x", claiming, func() {
+		cleaned = true
+		f.drainCleanups()
+	})
 	f.drainCreations()
 	if !cleaned {
 		t.Fatal("the claim never read the record")
