@@ -157,9 +157,14 @@ func (e *Executor) actionOf(key string) (podAction, bool) {
 
 func (e *Executor) clearAction(key string) {
 	e.mu.Lock()
+	e.clearActionLocked(key)
+	e.mu.Unlock()
+}
+
+// clearActionLocked forgets the action on pod key; e.mu is held.
+func (e *Executor) clearActionLocked(key string) {
 	delete(e.actions, key)
 	e.actions = emptied(e.actions)
-	e.mu.Unlock()
 }
 
 // runCleaner performs clean-up calls while the gate is open.
@@ -189,8 +194,7 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 		if c := e.creations[a.id]; a.kind == actDiscard && c != nil && !c.done && c.claiming == a.pod.UID {
 			// The creator's claim is recording the pod, or discards it
 			// itself (claimPod).
-			delete(e.actions, key)
-			e.actions = emptied(e.actions)
+			e.clearActionLocked(key)
 			e.mu.Unlock()
 			e.queue.Add(a.id)
 			return
@@ -219,8 +223,7 @@ func (e *Executor) cleanOne(ctx context.Context, key string) {
 		if taken, err = e.recordTakes(ctx, act.id, pod.UID); taken {
 			e.mu.Lock()
 			if e.actions[key] == sent {
-				delete(e.actions, key)
-				e.actions = emptied(e.actions)
+				e.clearActionLocked(key)
 			}
 			e.mu.Unlock()
 			e.queue.Add(act.id)
@@ -285,8 +288,7 @@ func (e *Executor) discardBlocksClaim(id string, pod *corev1.Pod) error {
 		return nil
 	}
 	if a.done && a.err != nil {
-		delete(e.actions, key)
-		e.actions = emptied(e.actions)
+		e.clearActionLocked(key)
 	}
 	return fmt.Errorf("pod %s is being discarded; creating it again once it is gone", key)
 }
